@@ -1,0 +1,67 @@
+/*
+ * hvd: Horovod-style distributed-training collectives over TCP, without MPI.
+ *
+ * This header is the whole public API. Every function that can fail returns
+ * an hvd_status; on failure, hvd_last_error_message() on the same thread
+ * says what failed and what to check.
+ */
+#ifndef HVD_HVD_H
+#define HVD_HVD_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(HVD_BUILDING_LIBRARY)
+#define HVD_API __attribute__((visibility("default")))
+#else
+#define HVD_API
+#endif
+
+#define HVD_VERSION_MAJOR 0
+#define HVD_VERSION_MINOR 1
+#define HVD_VERSION_PATCH 0
+
+/*
+ * Status codes. Values are stable: new codes are only ever appended.
+ */
+typedef enum hvd_status {
+  HVD_OK = 0,
+  HVD_ERR_INVALID_ARGUMENT = 1, /* a bad argument, flag or environment value */
+  HVD_ERR_NO_MEMORY = 2,        /* an allocation failed */
+  HVD_ERR_TIMEOUT = 3,          /* a deadline passed before the operation completed */
+  HVD_ERR_NOT_FOUND = 4,        /* a key, scope, interface or object does not exist */
+  HVD_ERR_IO = 5,               /* an operating-system call failed */
+  HVD_ERR_NETWORK = 6,          /* a connection could not be made or was lost */
+  HVD_ERR_PROTOCOL = 7,         /* a peer or server sent something malformed or unexpected */
+  HVD_ERR_UNAUTHORIZED = 8,     /* the job token was missing or wrong */
+  HVD_ERR_TOO_LARGE = 9,        /* a value or message exceeds a configured limit */
+  HVD_ERR_CONFLICT = 10,        /* a compare-and-set lost, or a value was not what was expected */
+  HVD_ERR_UNSUPPORTED = 11,     /* the build or platform does not support this */
+  HVD_ERR_PRECONDITION = 12,    /* called in the wrong state (not initialized, already running) */
+  HVD_ERR_ABORTED = 13,         /* cancelled by shutdown or by a failure elsewhere */
+  HVD_ERR_INTERNAL = 14         /* a broken invariant inside hvd: please report it */
+} hvd_status;
+
+/*
+ * A short, static, English description of a status ("timed out").
+ * Never NULL; unknown values give "unknown status". Thread-safe.
+ */
+HVD_API const char *hvd_strerror(hvd_status status);
+
+/*
+ * The detailed message of the last failure on the calling thread, e.g.
+ * "rendezvous 10.0.0.5:29500: GET /global/3 timed out after 30 s (...)".
+ * Empty string if nothing has failed on this thread. The pointer stays valid
+ * until the next hvd call on this thread. Thread-safe (per-thread storage).
+ */
+HVD_API const char *hvd_last_error_message(void);
+
+/* The library version as "MAJOR.MINOR.PATCH". Never NULL. */
+HVD_API const char *hvd_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HVD_HVD_H */

@@ -1,0 +1,262 @@
+/*
+ * hvd-rendezvous: the rendezvous store as a standalone server, for jobs whose
+ * ranks start on their own (e.g. Kubernetes pods behind a Service).
+ * Prints "listening on ADDR:PORT" as its first line on stdout, serves until
+ * SIGINT or SIGTERM, then shuts down cleanly and exits 0.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rendezvous/rendezvous.h"
+
+enum { EXIT_USAGE = 2, TOKEN_MAX = 4096, PLANS_MAX = 256 };
+
+struct plan {
+  const char *scope;
+  size_t scope_len;
+  size_t size;
+};
+
+struct options {
+  struct rdzv_server_config server;
+  const char *token_file;
+  struct plan plans[PLANS_MAX];
+  size_t nplans;
+};
+
+static const char usage_text[] =
+    "usage: hvd-rendezvous [options]\n"
+    "\n"
+    "Serves the hvd rendezvous store over HTTP (see docs/rendezvous-protocol.md).\n"
+    "Prints 'listening on ADDR:PORT' first; stops cleanly on SIGINT or SIGTERM.\n"
+    "\n"
+    "options:\n"
+    "  --bind ADDR            address to listen on (default: every interface, IPv6 and IPv4)\n"
+    "  --port N               port to listen on (default 0: any free port)\n"
+    "  --token-file FILE      require the job token in FILE from every client\n"
+    "                         (default: the token in $HVD_TOKEN, if set; otherwise none)\n"
+    "  --plan SCOPE=SIZE      SCOPE has SIZE ranks: clear it once each deleted its rank key\n"
+    "                         (repeatable)\n"
+    "  --threads N            event loops (default: one per CPU, at most 4)\n"
+    "  --max-connections N    concurrent connections (default: as the open-file limit allows)\n"
+    "  --max-value-bytes N    largest value (default 4194304)\n"
+    "  --max-store-bytes N    all keys and values together (default 268435456)\n"
+    "  --max-name-bytes N     longest scope name or key (default 512)\n"
+    "  --idle-timeout S       close connections idle for S seconds (default 60)\n"
+    "  --log-level LEVEL      trace, debug, info, warning, error or fatal\n"
+    "                         (default: $HOROVOD_LOG_LEVEL, else warning)\n"
+    "  --version              print the version and exit\n"
+    "  -h, --help             print this help and exit\n";
+
+/* Prints one line (in one write) and returns the usage exit code. */
+static int HVD_PRINTF(1, 2) usage_error(const char *fmt, ...) {
+  char reason[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof(reason), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "hvd-rendezvous: %s (see hvd-rendezvous --help)\n", reason);
+  return EXIT_USAGE;
+}
+
+static bool parse_number(const char *text, int64_t min, int64_t max, int64_t *out) {
+  return hvd_parse_int64(text, strlen(text), out) && *out >= min && *out <= max;
+}
+
+/* Reads the token: one line, surrounding blanks dropped, printable ASCII only. */
+static hvd_status read_token_file(const char *path, char *token, size_t size) {
+  FILE *f = fopen(path, "r");
+  size_t len;
+
+  if (f == NULL)
+    return hvd_error(HVD_ERR_IO, "cannot read token file %s: %s", path, strerror(errno));
+  len = fread(token, 1, size - 1, f);
+  if (!feof(f) && len == size - 1) {
+    fclose(f);
+    return hvd_error(HVD_ERR_TOO_LARGE, "token file %s is larger than %zu bytes", path, size - 1);
+  }
+  fclose(f);
+  token[len] = '\0';
+  while (len > 0 && (token[len - 1] == '\n' || token[len - 1] == '\r' || token[len - 1] == ' ' ||
+                     token[len - 1] == '\t'))
+    token[--len] = '\0';
+  if (len == 0)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "token file %s is empty", path);
+  for (size_t i = 0; i < len; i++) {
+    if (token[i] < 0x21 || token[i] > 0x7e)
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                       "token file %s: the token must be printable ASCII without blanks", path);
+  }
+  return HVD_OK;
+}
+
+static int parse_plan(struct options *o, const char *arg) {
+  const char *eq = strrchr(arg, '=');
+  int64_t size;
+
+  if (o->nplans == PLANS_MAX)
+    return usage_error("too many --plan options (at most %d)", PLANS_MAX);
+  if (eq == NULL || eq == arg || !parse_number(eq + 1, 1, 1 << 24, &size))
+    return usage_error("--plan '%s' must be SCOPE=SIZE with SIZE in 1..16777216", arg);
+  o->plans[o->nplans++] = (struct plan){arg, (size_t)(eq - arg), (size_t)size};
+  return 0;
+}
+
+/* Returns -1 to go on, or an exit code. */
+static int parse_args(int argc, char **argv, struct options *o) {
+  enum {
+    OPT_BIND = 256, OPT_PORT, OPT_TOKEN_FILE, OPT_PLAN, OPT_THREADS, OPT_MAX_CONN,
+    OPT_MAX_VALUE, OPT_MAX_STORE, OPT_MAX_NAME, OPT_IDLE, OPT_LOG_LEVEL, OPT_VERSION,
+  };
+  static const struct option longopts[] = {
+      {"bind", required_argument, NULL, OPT_BIND},
+      {"port", required_argument, NULL, OPT_PORT},
+      {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+      {"plan", required_argument, NULL, OPT_PLAN},
+      {"threads", required_argument, NULL, OPT_THREADS},
+      {"max-connections", required_argument, NULL, OPT_MAX_CONN},
+      {"max-value-bytes", required_argument, NULL, OPT_MAX_VALUE},
+      {"max-store-bytes", required_argument, NULL, OPT_MAX_STORE},
+      {"max-name-bytes", required_argument, NULL, OPT_MAX_NAME},
+      {"idle-timeout", required_argument, NULL, OPT_IDLE},
+      {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+      {"version", no_argument, NULL, OPT_VERSION},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  int opt;
+  int64_t n;
+
+  opterr = 0;
+  while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    switch (opt) {
+    case OPT_BIND:
+      o->server.bind_address = optarg;
+      break;
+    case OPT_PORT:
+      if (!parse_number(optarg, 0, 65535, &n))
+        return usage_error("--port '%s' is not a port number (0-65535)", optarg);
+      o->server.port = (int)n;
+      break;
+    case OPT_TOKEN_FILE:
+      o->token_file = optarg;
+      break;
+    case OPT_PLAN:
+      if (parse_plan(o, optarg) != 0)
+        return EXIT_USAGE;
+      break;
+    case OPT_THREADS:
+      if (!parse_number(optarg, 1, 64, &n))
+        return usage_error("--threads '%s' must be 1-64", optarg);
+      o->server.threads = (unsigned)n;
+      break;
+    case OPT_MAX_CONN:
+      if (!parse_number(optarg, 1, 1 << 20, &n))
+        return usage_error("--max-connections '%s' must be 1-1048576", optarg);
+      o->server.max_connections = (unsigned)n;
+      break;
+    case OPT_MAX_VALUE:
+      if (!parse_number(optarg, 1, INT64_C(1) << 30, &n))
+        return usage_error("--max-value-bytes '%s' must be 1-1073741824", optarg);
+      o->server.limits.max_value_bytes = (size_t)n;
+      break;
+    case OPT_MAX_STORE:
+      if (!parse_number(optarg, 4096, INT64_C(1) << 40, &n))
+        return usage_error("--max-store-bytes '%s' must be 4096-1099511627776", optarg);
+      o->server.limits.max_total_bytes = (size_t)n;
+      break;
+    case OPT_MAX_NAME:
+      if (!parse_number(optarg, 1, 65536, &n))
+        return usage_error("--max-name-bytes '%s' must be 1-65536", optarg);
+      o->server.limits.max_name_bytes = (size_t)n;
+      break;
+    case OPT_IDLE:
+      if (!parse_number(optarg, 1, 86400, &n))
+        return usage_error("--idle-timeout '%s' must be 1-86400 seconds", optarg);
+      o->server.idle_timeout_s = (unsigned)n;
+      break;
+    case OPT_LOG_LEVEL: {
+      enum hvd_log_level level;
+      if (hvd_log_parse_level(optarg, &level) != HVD_OK)
+        return usage_error("--log-level: %s", hvd_last_error_message());
+      hvd_log_set_level(level);
+      break;
+    }
+    case OPT_VERSION:
+      printf("hvd-rendezvous %s\n", hvd_version());
+      return 0;
+    case 'h':
+      fputs(usage_text, stdout);
+      return 0;
+    case ':':
+      return usage_error("option %s needs a value", argv[optind - 1]);
+    default:
+      return usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc)
+    return usage_error("unexpected argument '%s'", argv[optind]);
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  static struct options o;
+  static char token[TOKEN_MAX];
+  struct rdzv_server *srv = NULL;
+  sigset_t signals;
+  int sig = 0;
+  int rc;
+
+  hvd_log_set_name("hvd-rendezvous");
+  if (hvd_log_configure_from_env() != HVD_OK) {
+    fprintf(stderr, "hvd-rendezvous: %s\n", hvd_last_error_message());
+    return EXIT_USAGE;
+  }
+  rdzv_server_config_default(&o.server);
+  rc = parse_args(argc, argv, &o);
+  if (rc >= 0)
+    return rc;
+  if (o.token_file != NULL) {
+    if (read_token_file(o.token_file, token, sizeof(token)) != HVD_OK) {
+      fprintf(stderr, "hvd-rendezvous: %s\n", hvd_last_error_message());
+      return EXIT_USAGE;
+    }
+    o.server.token = token;
+  } else {
+    o.server.token = hvd_env_str("HVD_TOKEN");
+  }
+
+  /* Signals are taken by sigwait below, never by a handler in another thread. */
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  if (rdzv_server_start(&o.server, &srv) != HVD_OK) {
+    fprintf(stderr, "hvd-rendezvous: %s\n", hvd_last_error_message());
+    return 1;
+  }
+  for (size_t i = 0; i < o.nplans; i++) {
+    if (rdzv_store_plan(rdzv_server_store(srv), o.plans[i].scope, o.plans[i].scope_len,
+                        o.plans[i].size) != HVD_OK) {
+      fprintf(stderr, "hvd-rendezvous: --plan %.*s: %s\n", (int)o.plans[i].scope_len,
+              o.plans[i].scope, hvd_last_error_message());
+      rdzv_server_stop(srv);
+      return EXIT_USAGE;
+    }
+  }
+  printf("listening on %s\n", rdzv_server_address(srv));
+  fflush(stdout);
+
+  while (sigwait(&signals, &sig) != 0) {
+  }
+  HVD_LOG_INFO("received %s, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  rdzv_server_stop(srv);
+  return 0;
+}

@@ -1,0 +1,40 @@
+#!/bin/sh
+# Installs the Debian 12 packages that hvd's build, tests and demo need.
+# Only packages that are missing are installed; running it again changes nothing.
+set -eu
+
+PACKAGES="
+gcc
+make
+cmake
+pkg-config
+libcurl4-openssl-dev
+libmicrohttpd-dev
+libcjson-dev
+check
+curl
+procps
+iproute2
+"
+
+missing=""
+for pkg in $PACKAGES; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+    [ "$status" = "installed" ] || missing="$missing $pkg"
+done
+
+if [ -z "$missing" ]; then
+    echo "setup: all packages present"
+    exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing packages:$missing; run this script as root to install them" >&2
+    exit 1
+fi
+
+echo "setup: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086 # word splitting of the package list is intended
+apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,167 @@
+/*
+ * The common layer: status messages, logging, environment parsing, clocks,
+ * buffers and a string map. Every other module builds on it; it uses libc only.
+ */
+#ifndef HVD_COMMON_H
+#define HVD_COMMON_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvd/hvd.h"
+
+#define HVD_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define HVD_PRINTF(f, a) __attribute__((format(printf, f, a)))
+
+/* ---- errors (error.c) ----------------------------------------------------
+ * Each thread keeps the status and message of its last failure. Functions set
+ * it where the failure happens and return the status, so callers can write
+ * `return hvd_error(HVD_ERR_IO, "open %s: %s", path, strerror(errno));`.
+ */
+enum { HVD_ERROR_MESSAGE_MAX = 1024 };
+
+hvd_status hvd_error(hvd_status status, const char *fmt, ...) HVD_PRINTF(2, 3);
+/* Prepends "<context>: " to this thread's message; returns its status. */
+hvd_status hvd_error_prefix(const char *fmt, ...) HVD_PRINTF(1, 2);
+hvd_status hvd_error_status(void);
+void hvd_error_clear(void);
+
+/* ---- logging (log.c) ------------------------------------------------------
+ * One line per call on stderr, written with a single write(2) so that lines
+ * of concurrent threads and processes do not interleave:
+ *   [2026-11-21 19:30:01.123456: W rank 3 client.c:120] message
+ * HOROVOD_LOG_LEVEL picks the threshold (default warning) and
+ * HOROVOD_LOG_HIDE_TIME drops the timestamp.
+ */
+enum hvd_log_level {
+  HVD_LOG_TRACE = 0,
+  HVD_LOG_DEBUG,
+  HVD_LOG_INFO,
+  HVD_LOG_WARNING,
+  HVD_LOG_ERROR,
+  HVD_LOG_FATAL,
+};
+
+/* Reads HOROVOD_LOG_LEVEL and HOROVOD_LOG_HIDE_TIME; rejects bad values. */
+hvd_status hvd_log_configure_from_env(void);
+hvd_status hvd_log_parse_level(const char *text, enum hvd_log_level *out);
+void hvd_log_set_level(enum hvd_log_level level);
+enum hvd_log_level hvd_log_get_level(void);
+void hvd_log_set_hide_time(bool hide);
+/* Every line names the rank once it is known, otherwise the program name. */
+void hvd_log_set_rank(int rank);
+void hvd_log_set_name(const char *program);
+bool hvd_log_enabled(enum hvd_log_level level);
+void hvd_log_write(enum hvd_log_level level, const char *file, int line, const char *fmt, ...)
+    HVD_PRINTF(4, 5);
+
+#define HVD_LOG(level, ...)                                      \
+  do {                                                           \
+    if (hvd_log_enabled(level))                                  \
+      hvd_log_write((level), __FILE__, __LINE__, __VA_ARGS__);   \
+  } while (0)
+#define HVD_LOG_TRACE(...) HVD_LOG(HVD_LOG_TRACE, __VA_ARGS__)
+#define HVD_LOG_DEBUG(...) HVD_LOG(HVD_LOG_DEBUG, __VA_ARGS__)
+#define HVD_LOG_INFO(...) HVD_LOG(HVD_LOG_INFO, __VA_ARGS__)
+#define HVD_LOG_WARN(...) HVD_LOG(HVD_LOG_WARNING, __VA_ARGS__)
+#define HVD_LOG_ERROR(...) HVD_LOG(HVD_LOG_ERROR, __VA_ARGS__)
+#define HVD_LOG_FATAL(...) HVD_LOG(HVD_LOG_FATAL, __VA_ARGS__)
+
+/* ---- parsing (parse.c) ----------------------------------------------------
+ * Strict parsers: the whole text must be the value (no trailing bytes, no
+ * empty text), and out-of-range values fail instead of saturating.
+ * They return false without touching *out on failure.
+ */
+bool hvd_parse_int64(const char *text, size_t len, int64_t *out);
+bool hvd_parse_double(const char *text, double *out);
+bool hvd_parse_bool(const char *text, bool *out);
+
+/* ---- environment (env.c) --------------------------------------------------
+ * An unset or empty variable gives the default. A malformed or out-of-range
+ * value is HVD_ERR_INVALID_ARGUMENT with a message naming the variable, the
+ * value and what is accepted; *out is written only on success.
+ */
+hvd_status hvd_env_int(const char *name, int64_t def, int64_t min, int64_t max, int64_t *out);
+hvd_status hvd_env_double(const char *name, double def, double min, double max, double *out);
+hvd_status hvd_env_bool(const char *name, bool def, bool *out);
+/* Returns the value, or NULL when unset or empty. */
+const char *hvd_env_str(const char *name);
+
+/* ---- clocks and deadlines (clock.c) --------------------------------------
+ * Deadlines are absolute CLOCK_MONOTONIC nanoseconds; HVD_NO_DEADLINE never
+ * passes.
+ */
+#define HVD_NO_DEADLINE INT64_MAX
+
+int64_t hvd_now_ns(void);
+int64_t hvd_deadline_after_ms(int64_t ms);
+/* Milliseconds left until the deadline, rounded up, never negative. */
+int64_t hvd_remaining_ms(int64_t deadline_ns);
+void hvd_sleep_ns(int64_t ns);
+/* Condition variables in hvd wait on CLOCK_MONOTONIC. */
+int hvd_cond_init(pthread_cond_t *cond);
+/* Waits until signalled or the deadline; returns ETIMEDOUT at the deadline. */
+int hvd_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns);
+
+/* ---- growable capped buffer (buf.c) --------------------------------------
+ * Grows on demand up to `max` bytes; growth beyond fails with
+ * HVD_ERR_TOO_LARGE before anything is allocated. The data is always
+ * NUL-terminated (not counted in len) so text can be used directly.
+ * A zeroed struct is a valid empty buffer with no cap.
+ */
+struct hvd_buf {
+  char *data;
+  size_t len;
+  size_t cap;
+  size_t max; /* 0: no cap */
+};
+
+void hvd_buf_init(struct hvd_buf *b, size_t max);
+void hvd_buf_fini(struct hvd_buf *b);
+void hvd_buf_reset(struct hvd_buf *b);
+hvd_status hvd_buf_reserve(struct hvd_buf *b, size_t extra);
+hvd_status hvd_buf_append(struct hvd_buf *b, const void *data, size_t len);
+hvd_status hvd_buf_printf(struct hvd_buf *b, const char *fmt, ...) HVD_PRINTF(2, 3);
+/* Hands the data to the caller (who frees it) and leaves the buffer empty. */
+char *hvd_buf_detach(struct hvd_buf *b, size_t *len);
+
+/* ---- string-keyed hash map (map.c) ---------------------------------------
+ * Open addressing with linear probing. Keys are byte strings copied into the
+ * map; values are caller pointers. Not thread-safe.
+ */
+struct hvd_map_slot;
+struct hvd_map {
+  struct hvd_map_slot *slots;
+  size_t cap; /* a power of two, or 0 */
+  size_t count;
+  size_t tombstones;
+};
+
+struct hvd_map_iter {
+  size_t next;
+};
+
+void hvd_map_init(struct hvd_map *m);
+/* Frees the map's own memory; values are the caller's to free first. */
+void hvd_map_fini(struct hvd_map *m);
+void *hvd_map_get(const struct hvd_map *m, const char *key, size_t key_len);
+/* Inserts or replaces; *old (if not NULL) receives the replaced value or NULL. */
+hvd_status hvd_map_put(struct hvd_map *m, const char *key, size_t key_len, void *value,
+                       void **old);
+/* Removes the key and returns its value, or NULL if absent. */
+void *hvd_map_remove(struct hvd_map *m, const char *key, size_t key_len);
+/* Visits every entry; the map must not change during the walk, except through
+ * hvd_map_iter_remove of the entry just returned. */
+bool hvd_map_iter_next(const struct hvd_map *m, struct hvd_map_iter *it, const char **key,
+                       size_t *key_len, void **value);
+void hvd_map_iter_remove(struct hvd_map *m, struct hvd_map_iter *it);
+
+/* ---- small helpers (util.c) ----------------------------------------------- */
+char *hvd_strndup(const char *s, size_t len);
+/* Constant-time comparison for secrets. */
+bool hvd_secure_equal(const void *a, size_t a_len, const void *b, size_t b_len);
+
+#endif /* HVD_COMMON_H */

@@ -1,0 +1,157 @@
+/*
+ * String-keyed hash map: open addressing, linear probing, FNV-1a hashes.
+ * Removal leaves a tombstone; tombstones are dropped when the table is
+ * rebuilt, which happens once live entries plus tombstones pass 3/4 of it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+struct hvd_map_slot {
+  char *key; /* NULL: empty; TOMBSTONE: removed */
+  size_t key_len;
+  uint64_t hash;
+  void *value;
+};
+
+static char tombstone_marker;
+#define TOMBSTONE (&tombstone_marker)
+
+static uint64_t hash_bytes(const char *key, size_t len) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < len; i++) {
+    h ^= (unsigned char)key[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+static bool slot_live(const struct hvd_map_slot *s) { return s->key != NULL && s->key != TOMBSTONE; }
+
+void hvd_map_init(struct hvd_map *m) { memset(m, 0, sizeof(*m)); }
+
+void hvd_map_fini(struct hvd_map *m) {
+  for (size_t i = 0; i < m->cap; i++) {
+    if (slot_live(&m->slots[i]))
+      free(m->slots[i].key);
+  }
+  free(m->slots);
+  memset(m, 0, sizeof(*m));
+}
+
+/* The slot holding the key, or NULL. */
+static struct hvd_map_slot *find(const struct hvd_map *m, const char *key, size_t len,
+                                 uint64_t hash) {
+  if (m->cap == 0)
+    return NULL;
+  for (size_t i = hash & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    struct hvd_map_slot *s = &m->slots[i];
+    if (s->key == NULL)
+      return NULL;
+    if (s->key != TOMBSTONE && s->hash == hash && s->key_len == len &&
+        memcmp(s->key, key, len) == 0)
+      return s;
+  }
+}
+
+static hvd_status rebuild(struct hvd_map *m, size_t cap) {
+  struct hvd_map_slot *slots = calloc(cap, sizeof(*slots));
+  if (slots == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate a map of %zu slots", cap);
+  for (size_t i = 0; i < m->cap; i++) {
+    struct hvd_map_slot *s = &m->slots[i];
+    size_t j;
+    if (!slot_live(s))
+      continue;
+    for (j = s->hash & (cap - 1); slots[j].key != NULL; j = (j + 1) & (cap - 1)) {
+    }
+    slots[j] = *s;
+  }
+  free(m->slots);
+  m->slots = slots;
+  m->cap = cap;
+  m->tombstones = 0;
+  return HVD_OK;
+}
+
+void *hvd_map_get(const struct hvd_map *m, const char *key, size_t key_len) {
+  struct hvd_map_slot *s = find(m, key, key_len, hash_bytes(key, key_len));
+  return s != NULL ? s->value : NULL;
+}
+
+hvd_status hvd_map_put(struct hvd_map *m, const char *key, size_t key_len, void *value,
+                       void **old) {
+  uint64_t hash = hash_bytes(key, key_len);
+  struct hvd_map_slot *s = find(m, key, key_len, hash);
+  char *copy;
+  size_t i;
+
+  if (s != NULL) {
+    if (old != NULL)
+      *old = s->value;
+    s->value = value;
+    return HVD_OK;
+  }
+  if ((m->count + m->tombstones + 1) * 4 > m->cap * 3) {
+    size_t cap = m->cap == 0 ? 16 : m->cap;
+    while ((m->count + 1) * 2 > cap)
+      cap *= 2;
+    if (rebuild(m, cap) != HVD_OK)
+      return HVD_ERR_NO_MEMORY;
+  }
+  copy = hvd_strndup(key, key_len);
+  if (copy == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot copy a map key of %zu bytes", key_len);
+  for (i = hash & (m->cap - 1); slot_live(&m->slots[i]); i = (i + 1) & (m->cap - 1)) {
+  }
+  s = &m->slots[i];
+  if (s->key == TOMBSTONE)
+    m->tombstones--;
+  s->key = copy;
+  s->key_len = key_len;
+  s->hash = hash;
+  s->value = value;
+  m->count++;
+  if (old != NULL)
+    *old = NULL;
+  return HVD_OK;
+}
+
+static void *remove_slot(struct hvd_map *m, struct hvd_map_slot *s) {
+  void *value = s->value;
+  free(s->key);
+  s->key = TOMBSTONE;
+  s->value = NULL;
+  m->count--;
+  m->tombstones++;
+  return value;
+}
+
+void *hvd_map_remove(struct hvd_map *m, const char *key, size_t key_len) {
+  struct hvd_map_slot *s = find(m, key, key_len, hash_bytes(key, key_len));
+  return s != NULL ? remove_slot(m, s) : NULL;
+}
+
+bool hvd_map_iter_next(const struct hvd_map *m, struct hvd_map_iter *it, const char **key,
+                       size_t *key_len, void **value) {
+  while (it->next < m->cap) {
+    const struct hvd_map_slot *s = &m->slots[it->next++];
+    if (!slot_live(s))
+      continue;
+    if (key != NULL)
+      *key = s->key;
+    if (key_len != NULL)
+      *key_len = s->key_len;
+    if (value != NULL)
+      *value = s->value;
+    return true;
+  }
+  return false;
+}
+
+void hvd_map_iter_remove(struct hvd_map *m, struct hvd_map_iter *it) {
+  struct hvd_map_slot *s = &m->slots[it->next - 1];
+  if (slot_live(s))
+    remove_slot(m, s);
+}

@@ -1,0 +1,251 @@
+/*
+ * The rendezvous module: the key-value store every rank of a job meets in,
+ * its HTTP server (libmicrohttpd) and its HTTP client (libcurl).
+ * The wire protocol is documented in docs/rendezvous-protocol.md.
+ *
+ * Only this module includes libmicrohttpd, libcurl or cJSON headers.
+ */
+#ifndef HVD_RENDEZVOUS_H
+#define HVD_RENDEZVOUS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+/* ==== values ================================================================
+ * An immutable, reference-counted byte string: a stored value or a serialized
+ * scope. Readers take a reference under the store lock and send it without
+ * copying; the last unref frees it. data[len] is always '\0'.
+ */
+struct rdzv_blob {
+  atomic_size_t refs;
+  uint64_t version; /* store-wide write counter at creation (the ETag) */
+  size_t len;
+  unsigned char data[];
+};
+
+struct rdzv_blob *rdzv_blob_create(const void *data, size_t len, uint64_t version);
+struct rdzv_blob *rdzv_blob_ref(struct rdzv_blob *b);
+void rdzv_blob_unref(struct rdzv_blob *b);
+
+/* ==== whole-scope body (scope_codec.c) ======================================
+ * A scope travels as a sequence of entries, each
+ *   "<key bytes> <value bytes>\n" <key> "\n" <value> "\n"
+ * ordered by key (decimal keys numerically first, then bytewise).
+ */
+struct rdzv_entry {
+  const char *key; /* NUL-terminated, points into the decoded body */
+  size_t key_len;
+  const unsigned char *value; /* NUL-terminated too, may hold any bytes */
+  size_t value_len;
+};
+
+struct rdzv_scope_view {
+  struct rdzv_entry *entries;
+  size_t count;
+  char *body; /* owns the bytes entries point into */
+};
+
+/* Orders keys as the scope body does; a strcmp-style result. */
+int rdzv_key_compare(const char *a, size_t a_len, const char *b, size_t b_len);
+hvd_status rdzv_scope_encode_entry(struct hvd_buf *out, const char *key, size_t key_len,
+                                   const void *value, size_t value_len);
+/* Takes ownership of body (malloc'ed, len bytes) whatever the result. */
+hvd_status rdzv_scope_decode(char *body, size_t len, struct rdzv_scope_view *out);
+/* The value of key in the view, or NULL. */
+const struct rdzv_entry *rdzv_scope_find(const struct rdzv_scope_view *v, const char *key);
+void rdzv_scope_view_fini(struct rdzv_scope_view *v);
+
+/* ==== the store (store.c, store_wait.c) =====================================
+ * Scopes of keys to values, planned scopes that clear themselves once all
+ * their ranks have finished, atomic add and compare-and-set, and waiters
+ * that long-poll for a key or for a scope to reach a number of keys.
+ * All calls are thread-safe (one mutex).
+ */
+struct rdzv_store;
+
+struct rdzv_store_limits {
+  size_t max_name_bytes;  /* per scope name and per key */
+  size_t max_value_bytes; /* per value */
+  size_t max_total_bytes; /* keys + values + per-entry overhead, all scopes */
+};
+
+void rdzv_store_limits_default(struct rdzv_store_limits *limits);
+
+enum rdzv_wait_result {
+  RDZV_WAIT_PENDING = 0,
+  RDZV_WAIT_READY,     /* value holds the key's value or the scope's body */
+  RDZV_WAIT_TIMEOUT,   /* the deadline passed first */
+  RDZV_WAIT_CANCELLED, /* the store is closing */
+};
+
+/*
+ * A long-poll request. The caller fills the request fields, owns the memory
+ * and must keep it alive until the store hands it back through the fire
+ * callback (once registered, the store is the only one who may finish it).
+ */
+struct rdzv_waiter {
+  /* request */
+  const char *scope;
+  size_t scope_len;
+  const char *key; /* NULL: wait until the scope holds min_count keys */
+  size_t key_len;
+  size_t min_count;
+  int64_t deadline_ns;
+  void *owner;
+  /* result, valid once result != RDZV_WAIT_PENDING */
+  enum rdzv_wait_result result;
+  struct rdzv_blob *value; /* a reference the caller releases */
+  size_t count;            /* scope waits: entries in value */
+  /* store-private */
+  struct rdzv_scope *scope_obj;
+  struct rdzv_waiter *prev, *next;
+  struct rdzv_waiter *fired_next;
+  size_t heap_index;
+};
+
+/* Called, without the store lock, once for every waiter that finishes after
+ * registering: when its key or count arrives, its deadline passes, or the
+ * store closes. Runs on the thread that caused it (or the deadline thread). */
+typedef void (*rdzv_fire_cb)(struct rdzv_waiter *w, void *arg);
+/* Called with the store lock held right after a waiter registers, so that the
+ * owner can park it before anybody can fire it. Must not call the store. */
+typedef void (*rdzv_park_cb)(struct rdzv_waiter *w, void *arg);
+
+enum rdzv_set_condition {
+  RDZV_SET_ALWAYS = 0,
+  RDZV_SET_IF_ABSENT,  /* create only */
+  RDZV_SET_IF_VERSION, /* replace only the version given */
+};
+
+struct rdzv_store_stats {
+  size_t scopes;
+  size_t keys;
+  size_t bytes;
+  size_t waiters;
+  size_t planned_scopes;
+};
+
+hvd_status rdzv_store_create(const struct rdzv_store_limits *limits, rdzv_fire_cb fire,
+                             void *fire_arg, struct rdzv_store **out);
+/* Fires every waiter as cancelled; later waits are cancelled at once. */
+void rdzv_store_close(struct rdzv_store *s);
+/* Closes if needed and frees everything. NULL is a no-op. */
+void rdzv_store_destroy(struct rdzv_store *s);
+
+/* Drops every key and plan (a new job or an elastic round). Waiters stay. */
+void rdzv_store_reset(struct rdzv_store *s);
+/* Declares that `scope` has `size` ranks (0 removes the plan): once each of
+ * the keys "0".."size-1" has been deleted, the scope is cleared. */
+hvd_status rdzv_store_plan(struct rdzv_store *s, const char *scope, size_t scope_len, size_t size);
+
+hvd_status rdzv_store_get(struct rdzv_store *s, const char *scope, size_t scope_len,
+                          const char *key, size_t key_len, struct rdzv_blob **out);
+/*
+ * Stores a copy of data. With a condition that does not hold, returns
+ * HVD_ERR_CONFLICT and (if current is not NULL) a reference to the current
+ * value or NULL when the key is absent. *version gets the new value's version.
+ */
+hvd_status rdzv_store_set(struct rdzv_store *s, const char *scope, size_t scope_len,
+                          const char *key, size_t key_len, const void *data, size_t len,
+                          enum rdzv_set_condition cond, uint64_t expected_version,
+                          uint64_t *version, struct rdzv_blob **current);
+/* Adds delta to a decimal int64 value (a missing key counts as 0). A value
+ * that is not an integer, or an overflow, is HVD_ERR_CONFLICT. */
+hvd_status rdzv_store_add(struct rdzv_store *s, const char *scope, size_t scope_len,
+                          const char *key, size_t key_len, int64_t delta, int64_t *result,
+                          uint64_t *version);
+/* Removes the key; in a planned scope, rank keys are marked finished instead
+ * and the scope is cleared when every rank has finished. Absent keys are fine. */
+hvd_status rdzv_store_delete(struct rdzv_store *s, const char *scope, size_t scope_len,
+                             const char *key, size_t key_len);
+hvd_status rdzv_store_delete_scope(struct rdzv_store *s, const char *scope, size_t scope_len);
+/* A reference to the serialized scope (see scope_codec) and its entry count. */
+hvd_status rdzv_store_snapshot(struct rdzv_store *s, const char *scope, size_t scope_len,
+                               struct rdzv_blob **out, size_t *count);
+/*
+ * Starts a long-poll. If it can finish at once (ready, deadline passed, store
+ * closing) w->result says how, and no callback is made. Otherwise park(w) is
+ * called under the lock and fire(w) later.
+ */
+hvd_status rdzv_store_wait(struct rdzv_store *s, struct rdzv_waiter *w, rdzv_park_cb park,
+                           void *park_arg);
+void rdzv_store_get_stats(struct rdzv_store *s, struct rdzv_store_stats *out);
+
+/* ==== the HTTP server (server.c) ============================================ */
+struct rdzv_server;
+
+struct rdzv_server_config {
+  const char *bind_address; /* NULL or "": all interfaces, IPv6 and IPv4 */
+  int port;                 /* 0: ephemeral */
+  const char *token;        /* NULL: no authentication */
+  struct rdzv_store_limits limits;
+  unsigned threads;           /* event loops; 0: one per CPU, at most 4 */
+  unsigned max_connections;   /* 0: as many as the file limit allows */
+  unsigned idle_timeout_s;    /* close connections idle this long */
+  size_t max_header_bytes;    /* per connection, request line and headers */
+};
+
+void rdzv_server_config_default(struct rdzv_server_config *cfg);
+hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_server **out);
+/* Stops accepting, answers waiting clients 503, closes everything. NULL is a no-op. */
+void rdzv_server_stop(struct rdzv_server *srv);
+int rdzv_server_port(const struct rdzv_server *srv);
+/* "ADDR:PORT", IPv6 in brackets. */
+const char *rdzv_server_address(const struct rdzv_server *srv);
+struct rdzv_store *rdzv_server_store(struct rdzv_server *srv);
+
+/* ==== the HTTP client (client.c) ============================================
+ * One client per thread (it holds one keep-alive connection). Every call has
+ * a deadline: the client's timeout unless the call takes one. While the
+ * server is not up yet, refused connections are retried with backoff until
+ * the deadline.
+ */
+struct rdzv_client;
+
+/* HOROVOD_GLOO_TIMEOUT_SECONDS' default. */
+#define RDZV_DEFAULT_TIMEOUT_MS 30000
+
+hvd_status rdzv_client_create(const char *host, int port, const char *token, int64_t timeout_ms,
+                              struct rdzv_client **out);
+/* Reads HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT, HVD_TOKEN and
+ * HOROVOD_GLOO_TIMEOUT_SECONDS. */
+hvd_status rdzv_client_create_from_env(struct rdzv_client **out);
+void rdzv_client_destroy(struct rdzv_client *c);
+int64_t rdzv_client_timeout_ms(const struct rdzv_client *c);
+
+hvd_status rdzv_client_set(struct rdzv_client *c, const char *scope, const char *key,
+                           const void *value, size_t len);
+/* HVD_ERR_NOT_FOUND when the key is absent. version may be NULL. */
+hvd_status rdzv_client_get(struct rdzv_client *c, const char *scope, const char *key,
+                           struct hvd_buf *value, uint64_t *version);
+/* Long-polls until the key exists; timeout_ms < 0 uses the client's timeout. */
+hvd_status rdzv_client_wait(struct rdzv_client *c, const char *scope, const char *key,
+                            int64_t timeout_ms, struct hvd_buf *value);
+/* Waits until every key exists. */
+hvd_status rdzv_client_wait_keys(struct rdzv_client *c, const char *scope,
+                                 const char *const *keys, size_t n, int64_t timeout_ms);
+/* Every entry of the scope once it holds at least min_count keys. */
+hvd_status rdzv_client_get_scope(struct rdzv_client *c, const char *scope, size_t min_count,
+                                 int64_t timeout_ms, struct rdzv_scope_view *out);
+hvd_status rdzv_client_add(struct rdzv_client *c, const char *scope, const char *key,
+                           int64_t delta, int64_t *result);
+/*
+ * Compare-and-set on versions: replaces the value only if its version is
+ * expected_version, or creates it only if absent when expected_version is 0.
+ * HVD_ERR_CONFLICT otherwise, with the current value and version (0: absent)
+ * in *current / *current_version when those are not NULL.
+ */
+hvd_status rdzv_client_cas(struct rdzv_client *c, const char *scope, const char *key,
+                           uint64_t expected_version, const void *value, size_t len,
+                           uint64_t *new_version, struct hvd_buf *current,
+                           uint64_t *current_version);
+hvd_status rdzv_client_delete(struct rdzv_client *c, const char *scope, const char *key);
+hvd_status rdzv_client_delete_scope(struct rdzv_client *c, const char *scope);
+/* The server's health document (JSON). */
+hvd_status rdzv_client_health(struct rdzv_client *c, struct hvd_buf *json);
+
+#endif /* HVD_RENDEZVOUS_H */

@@ -1,0 +1,774 @@
+/*
+ * The rendezvous HTTP server: libmicrohttpd in front of the store.
+ *
+ * DESIGN. libmicrohttpd runs a small pool of epoll event loops (no thread per
+ * connection), so thousands of clients can wait at once. A request is parsed
+ * and authorised when its headers arrive, before any body is read, so bad
+ * paths, missing tokens and oversized values are refused without buffering.
+ * A long-poll that cannot be answered at once registers a waiter in the store
+ * and suspends its connection; whoever satisfies the waiter (a PUT on another
+ * loop, the store's deadline thread, shutdown) resumes it, and the loop calls
+ * us again to send the answer. Values and scope bodies are sent straight from
+ * the store's reference-counted blobs, without copies.
+ * The protocol is docs/rendezvous-protocol.md.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "listen.h"
+#include "rendezvous.h"
+
+enum {
+  WAIT_MAX_MS = 3600 * 1000,
+  COUNT_MAX = 1 << 24,
+  FD_RESERVE = 64, /* descriptors kept for everything but connections */
+};
+
+#define ALLOWED_METHODS "GET, HEAD, PUT, POST, DELETE"
+#define HEALTH_PATH "/_health"
+
+struct rdzv_server {
+  struct MHD_Daemon *daemon;
+  struct rdzv_store *store;
+  int listen_fd;
+  int port;
+  char address[80];
+  char *token;
+  size_t token_len;
+  struct rdzv_store_limits limits;
+  int64_t started_ns;
+  atomic_ulong requests;
+  /* Requests that were parked in the store and have not completed yet: stop
+   * waits for their answers to go out. Protected by parked_mu. */
+  pthread_mutex_t parked_mu;
+  pthread_cond_t parked_cond;
+  unsigned parked;
+};
+
+enum { STOP_DRAIN_MS = 2000 }; /* how long stop waits for the 503s to be sent */
+
+enum op {
+  OP_HEALTH,
+  OP_GET,
+  OP_GET_SCOPE,
+  OP_PUT,
+  OP_ADD,
+  OP_DELETE,
+  OP_DELETE_SCOPE,
+};
+
+/* One HTTP request; libmicrohttpd keeps it in the connection's context. */
+struct request {
+  struct rdzv_server *srv;
+  struct MHD_Connection *conn;
+  enum op op;
+  const char *method;
+  char *scope;
+  size_t scope_len;
+  char *key; /* NULL for whole-scope operations */
+  size_t key_len;
+  int64_t wait_ms; /* -1: no wait */
+  int64_t count;
+  int64_t delta;
+  enum rdzv_set_condition cond;
+  uint64_t expected_version;
+  struct hvd_buf body;
+  bool body_too_large;
+  bool answered; /* a response is queued */
+  bool parked;   /* suspended in the store's waiter list */
+  bool counted;  /* counted in srv->parked until the request completes */
+  struct rdzv_waiter waiter;
+};
+
+/* ---- responses --------------------------------------------------------------- */
+
+static enum MHD_Result queue(struct request *req, unsigned code, struct MHD_Response *resp) {
+  enum MHD_Result ret;
+
+  if (resp == NULL)
+    return MHD_NO; /* out of memory: drop the connection */
+  if (code == MHD_HTTP_UNAUTHORIZED)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"hvd\"");
+  if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
+                            req->op == OP_HEALTH ? "GET, HEAD" : ALLOWED_METHODS);
+  ret = MHD_queue_response(req->conn, code, resp);
+  MHD_destroy_response(resp);
+  req->answered = true;
+  HVD_LOG_TRACE("%s /%.*s%s%.*s -> %u", req->method, (int)req->scope_len,
+                req->scope ? req->scope : "", req->key ? "/" : "", (int)req->key_len,
+                req->key ? req->key : "", code);
+  return ret;
+}
+
+/* A one-line text answer, used for every error except a plain 404. */
+static enum MHD_Result HVD_PRINTF(3, 4) answer_text(struct request *req, unsigned code,
+                                                    const char *fmt, ...) {
+  char text[512];
+  struct MHD_Response *resp;
+  va_list ap;
+  int n;
+
+  va_start(ap, fmt);
+  n = vsnprintf(text, sizeof(text) - 1, fmt, ap);
+  va_end(ap);
+  if (n < 0)
+    n = 0;
+  if ((size_t)n > sizeof(text) - 2)
+    n = (int)sizeof(text) - 2;
+  text[n++] = '\n';
+  resp = MHD_create_response_from_buffer((size_t)n, text, MHD_RESPMEM_MUST_COPY);
+  if (resp != NULL)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+  return queue(req, code, resp);
+}
+
+static enum MHD_Result answer_empty(struct request *req, unsigned code) {
+  return queue(req, code, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+static void blob_free_cb(void *cls) { rdzv_blob_unref(cls); }
+
+static void add_etag(struct MHD_Response *resp, uint64_t version) {
+  char etag[32];
+  snprintf(etag, sizeof(etag), "\"%" PRIu64 "\"", version);
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
+}
+
+/* Sends a stored value or scope body; takes the caller's reference. */
+static enum MHD_Result answer_blob(struct request *req, unsigned code, struct rdzv_blob *blob,
+                                   bool scope_body, size_t count) {
+  struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback_cls(
+      blob->len, blob->data, blob_free_cb, blob);
+  char text[32];
+
+  if (resp == NULL) {
+    rdzv_blob_unref(blob);
+    return MHD_NO;
+  }
+  if (scope_body) {
+    snprintf(text, sizeof(text), "%zu", count);
+    MHD_add_response_header(resp, "X-Hvd-Count", text);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-hvd-scope");
+  } else {
+    add_etag(resp, blob->version);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+  }
+  return queue(req, code, resp);
+}
+
+/* Maps a store failure to its HTTP answer. */
+static enum MHD_Result answer_store_error(struct request *req, hvd_status st) {
+  const char *msg = hvd_last_error_message();
+  switch (st) {
+  case HVD_ERR_TOO_LARGE:
+    /* The value's own size was checked before; what is left is a full store. */
+    if (req->body.len > req->srv->limits.max_value_bytes)
+      return answer_text(req, MHD_HTTP_CONTENT_TOO_LARGE, "%s", msg);
+    return answer_text(req, MHD_HTTP_INSUFFICIENT_STORAGE, "%s", msg);
+  case HVD_ERR_INVALID_ARGUMENT:
+    return answer_text(req, MHD_HTTP_BAD_REQUEST, "%s", msg);
+  case HVD_ERR_CONFLICT:
+    return answer_text(req, MHD_HTTP_CONFLICT, "%s", msg);
+  default:
+    HVD_LOG_ERROR("rendezvous server: %s %s: %s", req->method, req->scope, msg);
+    return answer_text(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "%s", msg);
+  }
+}
+
+/* ---- request parsing (headers have arrived, no body yet) --------------------- */
+
+struct query_check {
+  struct request *req;
+  const char *allowed; /* space-separated names */
+  char bad[128];       /* the first problem found */
+};
+
+static bool parse_int_param(const char *value, int64_t min, int64_t max, int64_t *out) {
+  return value != NULL && hvd_parse_int64(value, strlen(value), out) && *out >= min &&
+         *out <= max;
+}
+
+static enum MHD_Result query_cb(void *cls, enum MHD_ValueKind kind, const char *name,
+                                const char *value) {
+  struct query_check *qc = cls;
+  struct request *req = qc->req;
+  size_t name_len = strlen(name);
+  const char *found = strstr(qc->allowed, name);
+  bool allowed = name_len > 0 && found != NULL && (found[name_len] == ' ' || found[name_len] == '\0') &&
+                 (found == qc->allowed || found[-1] == ' ');
+  bool ok;
+
+  (void)kind;
+  if (!allowed) {
+    snprintf(qc->bad, sizeof(qc->bad), "unknown query parameter '%.40s' (allowed here: %s)",
+             name, qc->allowed[0] ? qc->allowed : "none");
+    return MHD_NO;
+  }
+  if (strcmp(name, "wait") == 0)
+    ok = parse_int_param(value, 0, WAIT_MAX_MS, &req->wait_ms);
+  else if (strcmp(name, "count") == 0)
+    ok = parse_int_param(value, 0, COUNT_MAX, &req->count);
+  else
+    ok = parse_int_param(value, INT64_MIN, INT64_MAX, &req->delta);
+  if (!ok) {
+    snprintf(qc->bad, sizeof(qc->bad), "query parameter %s='%.40s' is not an integer in %s",
+             name, value ? value : "",
+             strcmp(name, "wait") == 0    ? "0..3600000 (milliseconds)"
+             : strcmp(name, "count") == 0 ? "0..16777216"
+                                          : "the 64-bit range");
+    return MHD_NO;
+  }
+  return MHD_YES;
+}
+
+static bool authorized(struct request *req) {
+  const char *auth;
+  static const char bearer[] = "Bearer ";
+
+  if (req->srv->token == NULL)
+    return true;
+  auth = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (auth == NULL || strncmp(auth, bearer, sizeof(bearer) - 1) != 0)
+    return false;
+  auth += sizeof(bearer) - 1;
+  return hvd_secure_equal(auth, strlen(auth), req->srv->token, req->srv->token_len);
+}
+
+/* Reads If-Match / If-None-Match; false (with a reason) when malformed. */
+static bool parse_condition(struct request *req, const char **reason) {
+  const char *match = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_MATCH);
+  const char *none = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_IF_NONE_MATCH);
+  int64_t version;
+  size_t len;
+
+  req->cond = RDZV_SET_ALWAYS;
+  if (match != NULL && none != NULL) {
+    *reason = "send If-Match or If-None-Match, not both";
+    return false;
+  }
+  if (none != NULL) {
+    if (strcmp(none, "*") != 0) {
+      *reason = "If-None-Match supports only '*' (create if absent)";
+      return false;
+    }
+    req->cond = RDZV_SET_IF_ABSENT;
+  } else if (match != NULL) {
+    len = strlen(match);
+    if (len < 3 || match[0] != '"' || match[len - 1] != '"' ||
+        !hvd_parse_int64(match + 1, len - 2, &version) || version <= 0) {
+      *reason = "If-Match must be one ETag from this server, e.g. \"42\"";
+      return false;
+    }
+    req->cond = RDZV_SET_IF_VERSION;
+    req->expected_version = (uint64_t)version;
+  }
+  return true;
+}
+
+/* Splits "/scope" or "/scope/key" into copies. Returns 0, or the HTTP code
+ * of the problem with a reason in `why`. */
+static unsigned parse_path(struct request *req, const char *url, char *why, size_t why_size) {
+  const char *scope = url + 1;
+  const char *slash = strchr(scope, '/');
+  size_t max = req->srv->limits.max_name_bytes;
+
+  req->scope_len = slash != NULL ? (size_t)(slash - scope) : strlen(scope);
+  if (slash != NULL)
+    req->key_len = strlen(slash + 1);
+  if (url[0] != '/' || req->scope_len == 0 ||
+      (slash != NULL && (req->key_len == 0 || strchr(slash + 1, '/') != NULL))) {
+    snprintf(why, why_size,
+             "malformed path '%.100s': use /<scope>/<key> or /<scope> (scope and key are not "
+             "empty and hold no '/')",
+             url);
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  if (scope[0] == '_') {
+    snprintf(why, why_size, "scope names starting with '_' are reserved for the server");
+    return MHD_HTTP_BAD_REQUEST;
+  }
+  if (req->scope_len > max || req->key_len > max) {
+    bool scope_long = req->scope_len > max;
+    snprintf(why, why_size, "%s of %zu bytes exceeds the limit of %zu bytes",
+             scope_long ? "scope" : "key", scope_long ? req->scope_len : req->key_len, max);
+    return MHD_HTTP_URI_TOO_LONG;
+  }
+  req->scope = hvd_strndup(scope, req->scope_len);
+  if (slash != NULL)
+    req->key = hvd_strndup(slash + 1, req->key_len);
+  if (req->scope == NULL || (slash != NULL && req->key == NULL)) {
+    snprintf(why, why_size, "out of memory");
+    return MHD_HTTP_SERVICE_UNAVAILABLE;
+  }
+  return 0;
+}
+
+static enum op pick_op(const char *method, bool has_key, bool *known) {
+  *known = true;
+  if (strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0)
+    return has_key ? OP_GET : OP_GET_SCOPE;
+  if (strcmp(method, MHD_HTTP_METHOD_PUT) == 0)
+    return OP_PUT;
+  if (strcmp(method, MHD_HTTP_METHOD_POST) == 0)
+    return OP_ADD;
+  if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0)
+    return has_key ? OP_DELETE : OP_DELETE_SCOPE;
+  *known = false;
+  return OP_GET;
+}
+
+static const char *allowed_params(enum op op) {
+  switch (op) {
+  case OP_GET: return "wait";
+  case OP_GET_SCOPE: return "count wait";
+  case OP_ADD: return "add";
+  default: return "";
+  }
+}
+
+/* Everything that can be decided from the request line and headers. */
+static enum MHD_Result begin(struct request *req, const char *url) {
+  struct query_check qc = {.req = req};
+  const char *content_length;
+  const char *reason = NULL;
+  char why[256];
+  unsigned code;
+  bool known;
+
+  req->wait_ms = -1;
+  if (strcmp(url, HEALTH_PATH) == 0) {
+    req->op = OP_HEALTH;
+    if (strcmp(req->method, MHD_HTTP_METHOD_GET) != 0 &&
+        strcmp(req->method, MHD_HTTP_METHOD_HEAD) != 0)
+      return answer_text(req, MHD_HTTP_METHOD_NOT_ALLOWED, "%s supports GET and HEAD only",
+                         HEALTH_PATH);
+    return MHD_YES;
+  }
+  req->op = pick_op(req->method, strchr(url + (url[0] == '/'), '/') != NULL, &known);
+  if (!known)
+    return answer_text(req, MHD_HTTP_METHOD_NOT_ALLOWED, "method %.20s is not supported (use %s)",
+                       req->method, ALLOWED_METHODS);
+  if (!authorized(req))
+    return answer_text(req, MHD_HTTP_UNAUTHORIZED,
+                       "this rendezvous server needs the job token: send 'Authorization: Bearer "
+                       "<token>' (hvd clients read it from HVD_TOKEN)");
+  code = parse_path(req, url, why, sizeof(why));
+  if (code != 0)
+    return answer_text(req, code, "%s", why);
+  if ((req->op == OP_PUT || req->op == OP_ADD) && req->key == NULL)
+    return answer_text(req, MHD_HTTP_BAD_REQUEST, "%s needs a key: /<scope>/<key>", req->method);
+
+  qc.allowed = allowed_params(req->op);
+  MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, query_cb, &qc);
+  if (qc.bad[0] != '\0')
+    return answer_text(req, MHD_HTTP_BAD_REQUEST, "%s", qc.bad);
+  if (req->op == OP_ADD &&
+      MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "add") == NULL)
+    return answer_text(req, MHD_HTTP_BAD_REQUEST,
+                       "POST is the atomic add: POST /<scope>/<key>?add=<delta>");
+
+  if (req->op == OP_PUT) {
+    if (!parse_condition(req, &reason))
+      return answer_text(req, MHD_HTTP_BAD_REQUEST, "%s", reason);
+    content_length = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    int64_t declared;
+    if (content_length != NULL &&
+        hvd_parse_int64(content_length, strlen(content_length), &declared) &&
+        (uint64_t)declared > req->srv->limits.max_value_bytes)
+      return answer_text(req, MHD_HTTP_CONTENT_TOO_LARGE,
+                         "value of %" PRId64 " bytes exceeds the limit of %zu bytes", declared,
+                         req->srv->limits.max_value_bytes);
+  }
+  return MHD_YES;
+}
+
+/* ---- execution (the whole body has arrived) ---------------------------------- */
+
+static void park_cb(struct rdzv_waiter *w, void *arg) {
+  struct request *req = w->owner;
+  (void)arg;
+  req->parked = true;
+  req->counted = true;
+  pthread_mutex_lock(&req->srv->parked_mu);
+  req->srv->parked++;
+  pthread_mutex_unlock(&req->srv->parked_mu);
+  MHD_suspend_connection(req->conn);
+}
+
+static void fire_cb(struct rdzv_waiter *w, void *arg) {
+  struct request *req = w->owner;
+  (void)arg;
+  MHD_resume_connection(req->conn);
+}
+
+static enum MHD_Result answer_wait(struct request *req) {
+  struct rdzv_waiter *w = &req->waiter;
+  struct rdzv_blob *value = w->value;
+  int64_t wait_ms = req->wait_ms < 0 ? 0 : req->wait_ms;
+
+  req->parked = false;
+  w->value = NULL;
+  switch (w->result) {
+  case RDZV_WAIT_READY:
+    return answer_blob(req, MHD_HTTP_OK, value, w->key == NULL, w->count);
+  case RDZV_WAIT_TIMEOUT:
+    if (w->key != NULL)
+      return answer_text(req, MHD_HTTP_REQUEST_TIMEOUT,
+                         "timed out after %" PRId64 " ms waiting for key '%s' in scope '%s'",
+                         wait_ms, req->key, req->scope);
+    return answer_text(req, MHD_HTTP_REQUEST_TIMEOUT,
+                       "timed out after %" PRId64 " ms waiting for scope '%s' to hold %" PRId64
+                       " keys",
+                       wait_ms, req->scope, req->count);
+  case RDZV_WAIT_CANCELLED:
+  default:
+    rdzv_blob_unref(value);
+    return answer_text(req, MHD_HTTP_SERVICE_UNAVAILABLE, "the rendezvous server is shutting down");
+  }
+}
+
+static enum MHD_Result start_wait(struct request *req) {
+  struct rdzv_waiter *w = &req->waiter;
+  hvd_status st;
+
+  memset(w, 0, sizeof(*w));
+  w->scope = req->scope;
+  w->scope_len = req->scope_len;
+  w->key = req->key;
+  w->key_len = req->key_len;
+  w->min_count = (size_t)req->count;
+  w->deadline_ns = hvd_deadline_after_ms(req->wait_ms < 0 ? 0 : req->wait_ms);
+  w->owner = req;
+  st = rdzv_store_wait(req->srv->store, w, park_cb, NULL);
+  if (st != HVD_OK)
+    return answer_store_error(req, st);
+  /* Once parked, the result belongs to whoever fires the waiter; only
+   * req->parked (set by park_cb on this thread) may be read here. */
+  if (req->parked)
+    return MHD_YES;
+  return answer_wait(req);
+}
+
+static enum MHD_Result answer_health(struct request *req) {
+  struct rdzv_server *srv = req->srv;
+  struct rdzv_store_stats stats;
+  const union MHD_DaemonInfo *info =
+      MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+  cJSON *doc = cJSON_CreateObject();
+  struct MHD_Response *resp;
+  char *text;
+
+  rdzv_store_get_stats(srv->store, &stats);
+  if (doc == NULL)
+    return MHD_NO;
+  cJSON_AddStringToObject(doc, "status", "ok");
+  cJSON_AddStringToObject(doc, "version", hvd_version());
+  cJSON_AddNumberToObject(doc, "uptime_seconds",
+                          (double)(hvd_now_ns() - srv->started_ns) / 1e9);
+  cJSON_AddNumberToObject(doc, "connections", info != NULL ? info->num_connections : 0);
+  cJSON_AddNumberToObject(doc, "requests", (double)atomic_load(&srv->requests));
+  cJSON_AddNumberToObject(doc, "scopes", (double)stats.scopes);
+  cJSON_AddNumberToObject(doc, "planned_scopes", (double)stats.planned_scopes);
+  cJSON_AddNumberToObject(doc, "keys", (double)stats.keys);
+  cJSON_AddNumberToObject(doc, "bytes", (double)stats.bytes);
+  cJSON_AddNumberToObject(doc, "max_bytes", (double)srv->limits.max_total_bytes);
+  cJSON_AddNumberToObject(doc, "waiters", (double)stats.waiters);
+  cJSON_AddBoolToObject(doc, "token_required", srv->token != NULL);
+  text = cJSON_PrintUnformatted(doc);
+  cJSON_Delete(doc);
+  if (text == NULL)
+    return MHD_NO;
+  resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY);
+  cJSON_free(text);
+  if (resp != NULL)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  return queue(req, MHD_HTTP_OK, resp);
+}
+
+static enum MHD_Result execute(struct request *req) {
+  struct rdzv_store *store = req->srv->store;
+  struct rdzv_blob *blob = NULL;
+  uint64_t version = 0;
+  int64_t sum = 0;
+  size_t count = 0;
+  hvd_status st;
+
+  switch (req->op) {
+  case OP_HEALTH:
+    return answer_health(req);
+  case OP_GET:
+    if (req->wait_ms >= 0)
+      return start_wait(req);
+    st = rdzv_store_get(store, req->scope, req->scope_len, req->key, req->key_len, &blob);
+    if (st == HVD_ERR_NOT_FOUND)
+      return answer_empty(req, MHD_HTTP_NOT_FOUND); /* empty, as Horovod's clients expect */
+    if (st != HVD_OK)
+      return answer_store_error(req, st);
+    return answer_blob(req, MHD_HTTP_OK, blob, false, 0);
+  case OP_GET_SCOPE:
+    if (req->wait_ms >= 0 || req->count > 0)
+      return start_wait(req);
+    st = rdzv_store_snapshot(store, req->scope, req->scope_len, &blob, &count);
+    if (st != HVD_OK)
+      return answer_store_error(req, st);
+    return answer_blob(req, MHD_HTTP_OK, blob, true, count);
+  case OP_PUT:
+    if (req->body_too_large)
+      return answer_text(req, MHD_HTTP_CONTENT_TOO_LARGE,
+                         "value exceeds the limit of %zu bytes", req->srv->limits.max_value_bytes);
+    st = rdzv_store_set(store, req->scope, req->scope_len, req->key, req->key_len, req->body.data,
+                        req->body.len, req->cond, req->expected_version, &version, &blob);
+    if (st == HVD_ERR_CONFLICT) {
+      if (blob == NULL)
+        return answer_text(req, MHD_HTTP_PRECONDITION_FAILED, "%s", hvd_last_error_message());
+      return answer_blob(req, MHD_HTTP_PRECONDITION_FAILED, blob, false, 0);
+    }
+    if (st != HVD_OK)
+      return answer_store_error(req, st);
+    {
+      struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+      if (resp != NULL)
+        add_etag(resp, version);
+      return queue(req, MHD_HTTP_OK, resp);
+    }
+  case OP_ADD:
+    st = rdzv_store_add(store, req->scope, req->scope_len, req->key, req->key_len, req->delta,
+                        &sum, &version);
+    if (st != HVD_OK)
+      return answer_store_error(req, st);
+    {
+      char text[24];
+      int n = snprintf(text, sizeof(text), "%" PRId64, sum);
+      struct MHD_Response *resp =
+          MHD_create_response_from_buffer((size_t)n, text, MHD_RESPMEM_MUST_COPY);
+      if (resp != NULL)
+        add_etag(resp, version);
+      return queue(req, MHD_HTTP_OK, resp);
+    }
+  case OP_DELETE:
+    st = rdzv_store_delete(store, req->scope, req->scope_len, req->key, req->key_len);
+    return st == HVD_OK ? answer_empty(req, MHD_HTTP_OK) : answer_store_error(req, st);
+  case OP_DELETE_SCOPE:
+    st = rdzv_store_delete_scope(store, req->scope, req->scope_len);
+    return st == HVD_OK ? answer_empty(req, MHD_HTTP_OK) : answer_store_error(req, st);
+  }
+  return answer_text(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "unknown operation");
+}
+
+/* ---- libmicrohttpd callbacks ------------------------------------------------- */
+
+static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version,
+                                 const char *upload_data, size_t *upload_data_size,
+                                 void **con_cls) {
+  struct request *req = *con_cls;
+  (void)version;
+
+  if (req == NULL) {
+    /* First call: request line and headers only. */
+    struct rdzv_server *srv = cls;
+    req = calloc(1, sizeof(*req));
+    if (req == NULL)
+      return MHD_NO;
+    *con_cls = req;
+    req->srv = srv;
+    req->conn = conn;
+    req->method = method;
+    hvd_buf_init(&req->body, srv->limits.max_value_bytes);
+    atomic_fetch_add_explicit(&srv->requests, 1, memory_order_relaxed);
+    return begin(req, url);
+  }
+  if (*upload_data_size > 0) {
+    /* Only PUT keeps its body; an oversized one is drained, then refused. */
+    if (req->op == OP_PUT && !req->answered && !req->body_too_large &&
+        hvd_buf_append(&req->body, upload_data, *upload_data_size) != HVD_OK)
+      req->body_too_large = true;
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+  if (req->answered)
+    return MHD_YES;
+  if (req->parked)
+    return answer_wait(req); /* resumed by the store */
+  return execute(req);
+}
+
+static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  struct request *req = *con_cls;
+  (void)cls;
+  (void)conn;
+  (void)toe;
+
+  if (req == NULL)
+    return;
+  *con_cls = NULL;
+  if (req->parked && req->waiter.result == RDZV_WAIT_PENDING) {
+    /* The store still points at this request; leaking it is the safe choice. */
+    HVD_LOG_ERROR("rendezvous server: a connection closed while its long-poll was pending");
+    return;
+  }
+  if (req->counted) {
+    pthread_mutex_lock(&req->srv->parked_mu);
+    if (--req->srv->parked == 0)
+      pthread_cond_broadcast(&req->srv->parked_cond);
+    pthread_mutex_unlock(&req->srv->parked_mu);
+  }
+  rdzv_blob_unref(req->waiter.value);
+  hvd_buf_fini(&req->body);
+  free(req->scope);
+  free(req->key);
+  free(req);
+}
+
+static void mhd_log_cb(void *cls, const char *fmt, va_list ap) {
+  char text[512];
+  size_t len;
+  (void)cls;
+  vsnprintf(text, sizeof(text), fmt, ap);
+  len = strlen(text);
+  while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+    text[--len] = '\0';
+  HVD_LOG_DEBUG("libmicrohttpd: %s", text);
+}
+
+/* ---- life cycle ---------------------------------------------------------------- */
+
+void rdzv_server_config_default(struct rdzv_server_config *cfg) {
+  memset(cfg, 0, sizeof(*cfg));
+  rdzv_store_limits_default(&cfg->limits);
+  cfg->idle_timeout_s = 60;
+  cfg->max_header_bytes = 32 * 1024;
+}
+
+static void destroy(struct rdzv_server *srv) {
+  pthread_cond_destroy(&srv->parked_cond);
+  pthread_mutex_destroy(&srv->parked_mu);
+  free(srv->token);
+  free(srv);
+}
+
+/* Connections the file-descriptor limit allows, after raising it to the hard limit. */
+static unsigned connection_capacity(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return 1024;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+      rl.rlim_cur = old;
+  }
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 1u << 20)
+    return 1u << 20;
+  return rl.rlim_cur > 2 * FD_RESERVE ? (unsigned)(rl.rlim_cur - FD_RESERVE) : FD_RESERVE;
+}
+
+static unsigned default_threads(void) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus < 1)
+    return 1;
+  return cpus > 4 ? 4 : (unsigned)cpus;
+}
+
+hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_server **out) {
+  struct rdzv_server *srv = calloc(1, sizeof(*srv));
+  unsigned capacity = connection_capacity();
+  unsigned max_conn = cfg->max_connections ? cfg->max_connections : capacity;
+  unsigned threads = cfg->threads ? cfg->threads : default_threads();
+  hvd_status st;
+
+  if (srv == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the rendezvous server");
+  srv->listen_fd = -1;
+  srv->limits = cfg->limits;
+  pthread_mutex_init(&srv->parked_mu, NULL);
+  hvd_cond_init(&srv->parked_cond);
+  srv->started_ns = hvd_now_ns();
+  if (cfg->token != NULL && cfg->token[0] != '\0') {
+    srv->token = strdup(cfg->token);
+    srv->token_len = strlen(cfg->token);
+    if (srv->token == NULL) {
+      st = hvd_error(HVD_ERR_NO_MEMORY, "cannot copy the token");
+      goto fail;
+    }
+  }
+  if (max_conn > capacity) {
+    HVD_LOG_WARN("rendezvous server: %u connections requested but the open-file limit allows %u",
+                 max_conn, capacity);
+    max_conn = capacity;
+  }
+  if (max_conn < threads)
+    threads = 1;
+  st = rdzv_store_create(&cfg->limits, fire_cb, srv, &srv->store);
+  if (st != HVD_OK)
+    goto fail;
+  st = rdzv_listen(cfg->bind_address, cfg->port, &srv->listen_fd, srv->address,
+                   sizeof(srv->address), &srv->port);
+  if (st != HVD_OK) {
+    hvd_error_prefix("rendezvous server");
+    goto fail;
+  }
+  srv->daemon = MHD_start_daemon(
+      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL,
+      NULL, access_cb, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, srv,
+      MHD_OPTION_LISTEN_SOCKET, srv->listen_fd,
+      MHD_OPTION_THREAD_POOL_SIZE, threads > 1 ? threads : 0,
+      MHD_OPTION_CONNECTION_LIMIT, max_conn,
+      MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header_bytes,
+      MHD_OPTION_NOTIFY_COMPLETED, completed_cb, srv, MHD_OPTION_END);
+  if (srv->daemon == NULL) {
+    st = hvd_error(HVD_ERR_IO,
+                   "rendezvous server: libmicrohttpd could not start on %s (see debug log)",
+                   srv->address);
+    goto fail;
+  }
+  HVD_LOG_INFO("rendezvous server listening on %s (%u event loops, up to %u connections%s)",
+               srv->address, threads, max_conn, srv->token ? ", token required" : "");
+  *out = srv;
+  return HVD_OK;
+
+fail:
+  if (srv->listen_fd >= 0)
+    close(srv->listen_fd);
+  rdzv_store_destroy(srv->store);
+  destroy(srv);
+  return st;
+}
+
+void rdzv_server_stop(struct rdzv_server *srv) {
+  int64_t deadline = hvd_deadline_after_ms(STOP_DRAIN_MS);
+
+  if (srv == NULL)
+    return;
+  /* Stop accepting, answer the waiting clients (503), give the event loops a
+   * moment to send those answers, then close every connection.
+   * rdzv_store_close returns only once no thread can resume a connection. */
+  MHD_quiesce_daemon(srv->daemon);
+  rdzv_store_close(srv->store);
+  pthread_mutex_lock(&srv->parked_mu);
+  while (srv->parked > 0 &&
+         hvd_cond_wait_until(&srv->parked_cond, &srv->parked_mu, deadline) == 0) {
+  }
+  pthread_mutex_unlock(&srv->parked_mu);
+  MHD_stop_daemon(srv->daemon);
+  close(srv->listen_fd);
+  rdzv_store_destroy(srv->store);
+  destroy(srv);
+}
+
+int rdzv_server_port(const struct rdzv_server *srv) { return srv->port; }
+const char *rdzv_server_address(const struct rdzv_server *srv) { return srv->address; }
+struct rdzv_store *rdzv_server_store(struct rdzv_server *srv) { return srv->store; }

@@ -1,0 +1,64 @@
+/* The store's internals, shared by store.c (data) and store_wait.c (waiters). */
+#ifndef HVD_RENDEZVOUS_STORE_PRIVATE_H
+#define HVD_RENDEZVOUS_STORE_PRIVATE_H
+
+#include <pthread.h>
+
+#include "rendezvous.h"
+
+struct rdzv_scope {
+  char *name;
+  size_t name_len;
+  struct hvd_map items;    /* key -> struct rdzv_blob * */
+  struct hvd_map finished; /* planned scopes: rank keys deleted so far (value unused) */
+  size_t bytes;            /* accounted bytes of the items */
+  struct rdzv_blob *snapshot; /* serialized items, NULL when stale */
+  size_t snapshot_count;
+  struct rdzv_waiter *waiters; /* doubly linked through prev/next */
+};
+
+/* Lock order: mu is a leaf; no callback is ever made while holding it except
+ * the park callback, which must not call back into the store. */
+struct rdzv_store {
+  pthread_mutex_t mu;
+  pthread_cond_t deadline_cond; /* wakes the deadline thread */
+  pthread_cond_t idle_cond;     /* signalled when delivering drops to 0 */
+  pthread_t deadline_thread;
+  bool deadline_thread_started;
+
+  /* Everything below is protected by mu. */
+  struct rdzv_store_limits limits;
+  struct hvd_map scopes; /* name -> struct rdzv_scope * */
+  struct hvd_map plans;  /* name -> planned size, stored as a pointer-sized integer */
+  size_t bytes;
+  size_t keys;
+  uint64_t version; /* last version handed out */
+  struct rdzv_waiter **heap; /* min-heap of pending waiters by deadline */
+  size_t heap_len, heap_cap;
+  bool closing;
+  bool stop_thread;
+  unsigned delivering; /* threads handing fired waiters to the callback */
+
+  rdzv_fire_cb fire;
+  void *fire_arg;
+};
+
+/* store.c */
+struct rdzv_scope *store_find_scope(struct rdzv_store *s, const char *name, size_t len);
+struct rdzv_scope *store_get_scope(struct rdzv_store *s, const char *name, size_t len);
+void store_maybe_drop_scope(struct rdzv_store *s, struct rdzv_scope *scope);
+hvd_status store_scope_snapshot(struct rdzv_store *s, struct rdzv_scope *scope,
+                                struct rdzv_blob **out);
+
+/* store_wait.c */
+hvd_status store_wait_start(struct rdzv_store *s);
+void store_wait_stop(struct rdzv_store *s);
+/* Detaches the waiters of scope that are now satisfied onto *fired. */
+void store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, struct rdzv_waiter **fired);
+/* Releases the lock, then hands fired waiters to the fire callback. Closing
+ * waits for every such delivery, so none can outlive rdzv_store_close. */
+void store_unlock_deliver(struct rdzv_store *s, struct rdzv_waiter *fired);
+/* Detaches every pending waiter as cancelled onto *fired. */
+void store_wait_cancel_all(struct rdzv_store *s, struct rdzv_waiter **fired);
+
+#endif

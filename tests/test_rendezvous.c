@@ -1,0 +1,1787 @@
+/*
+ * Tests of the rendezvous module: the store (direct calls), the scope body
+ * codec, the HTTP server and client together, raw-socket robustness, a
+ * concurrency stress, and the hvd-rendezvous binary.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "rendezvous/rendezvous.h"
+
+#define S(x) (x), strlen(x)
+
+/* ==== shared helpers ======================================================== */
+
+static struct rdzv_server *start_server_with(const char *token,
+                                             void (*tweak)(struct rdzv_server_config *)) {
+  struct rdzv_server_config cfg;
+  struct rdzv_server *srv = NULL;
+
+  rdzv_server_config_default(&cfg);
+  cfg.bind_address = "127.0.0.1";
+  cfg.token = token;
+  if (tweak != NULL)
+    tweak(&cfg);
+  ck_assert_msg(rdzv_server_start(&cfg, &srv) == HVD_OK, "%s", hvd_last_error_message());
+  return srv;
+}
+
+static struct rdzv_server *start_server(void) { return start_server_with(NULL, NULL); }
+
+static struct rdzv_client *client_for(struct rdzv_server *srv, const char *token,
+                                      int64_t timeout_ms) {
+  struct rdzv_client *c = NULL;
+  ck_assert_msg(rdzv_client_create("127.0.0.1", rdzv_server_port(srv), token, timeout_ms, &c) ==
+                    HVD_OK,
+                "%s", hvd_last_error_message());
+  return c;
+}
+
+/* A port on which nothing listens (bound, then released). */
+static int free_port(void) {
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(sin);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
+  close(fd);
+  return ntohs(sin.sin_port);
+}
+
+static int connect_to(int port) {
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct timeval tv = {.tv_sec = 10};
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+  ck_assert_int_ge(fd, 0);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ck_assert_msg(connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0, "connect: %s",
+                strerror(errno));
+  return fd;
+}
+
+static void send_all(int fd, const char *data, size_t len) {
+  while (len > 0) {
+    ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return; /* the server may close early; the reply tells */
+    data += n;
+    len -= (size_t)n;
+  }
+}
+
+/*
+ * Reads one HTTP response: headers, then Content-Length bytes of body.
+ * Returns the status code, 0 if the connection closed before a status line.
+ * headers/body may be NULL.
+ */
+struct response {
+  int code;
+  char headers[4096];
+  char body[8192];
+  size_t body_len;
+  bool has_length;
+};
+
+static int read_response_body(int fd, struct response *r, bool body) {
+  char buf[16384];
+  size_t len = 0;
+  char *end = NULL;
+  long content_length = -1;
+
+  memset(r, 0, sizeof(*r));
+  while (end == NULL) {
+    ssize_t n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+    if (n <= 0)
+      return 0;
+    len += (size_t)n;
+    buf[len] = '\0';
+    end = strstr(buf, "\r\n\r\n");
+    if (len == sizeof(buf) - 1)
+      return 0;
+  }
+  *end = '\0';
+  size_t header_len = strlen(buf);
+  if (header_len >= sizeof(r->headers))
+    header_len = sizeof(r->headers) - 1;
+  memcpy(r->headers, buf, header_len);
+  r->headers[header_len] = '\0';
+  if (sscanf(buf, "HTTP/1.%*d %d", &r->code) != 1)
+    return 0;
+  for (char *line = strstr(r->headers, "\r\n"); line != NULL; line = strstr(line + 2, "\r\n")) {
+    if (strncasecmp(line + 2, "Content-Length:", 15) == 0) {
+      content_length = strtol(line + 2 + 15, NULL, 10);
+      r->has_length = true;
+    }
+  }
+  size_t have = len - (size_t)(end + 4 - buf);
+  memcpy(r->body, end + 4, have < sizeof(r->body) ? have : sizeof(r->body));
+  r->body_len = have;
+  while (body && content_length >= 0 && r->body_len < (size_t)content_length &&
+         r->body_len < sizeof(r->body)) {
+    ssize_t n = recv(fd, r->body + r->body_len, sizeof(r->body) - r->body_len, 0);
+    if (n <= 0)
+      break;
+    r->body_len += (size_t)n;
+  }
+  r->body[r->body_len < sizeof(r->body) ? r->body_len : sizeof(r->body) - 1] = '\0';
+  return r->code;
+}
+
+static int read_response(int fd, struct response *r) { return read_response_body(fd, r, true); }
+
+/* One request on a fresh connection; returns the status code. */
+static int raw_exchange(int port, const char *request, struct response *r) {
+  int fd = connect_to(port);
+  int code;
+  send_all(fd, request, strlen(request));
+  code = read_response(fd, r);
+  close(fd);
+  return code;
+}
+
+/* Whether the peer closes the connection within 10 s (recv returns 0/error). */
+static bool closed_by_peer(int fd) {
+  char c;
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, 10000) <= 0)
+    return false;
+  return recv(fd, &c, 1, 0) <= 0;
+}
+
+/* ==== store ================================================================= */
+
+struct fired_log {
+  pthread_mutex_t mu;
+  pthread_cond_t cond;
+  int count;
+  struct rdzv_waiter *last;
+};
+
+static struct fired_log fired;
+
+static void test_fire_cb(struct rdzv_waiter *w, void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&fired.mu);
+  fired.count++;
+  fired.last = w;
+  pthread_cond_broadcast(&fired.cond);
+  pthread_mutex_unlock(&fired.mu);
+}
+
+static int parked;
+static void test_park_cb(struct rdzv_waiter *w, void *arg) {
+  (void)w;
+  (void)arg;
+  parked++;
+}
+
+/* Waits (10 s at most) until the fire callback ran `n` times in total. */
+static bool wait_fired(int n) {
+  int64_t deadline = hvd_deadline_after_ms(10000);
+  bool ok;
+  pthread_mutex_lock(&fired.mu);
+  while (fired.count < n && hvd_cond_wait_until(&fired.cond, &fired.mu, deadline) == 0) {
+  }
+  ok = fired.count >= n;
+  pthread_mutex_unlock(&fired.mu);
+  return ok;
+}
+
+static struct rdzv_store *store;
+
+static void store_setup(void) {
+  pthread_mutex_init(&fired.mu, NULL);
+  hvd_cond_init(&fired.cond);
+  fired.count = 0;
+  fired.last = NULL;
+  parked = 0;
+  ck_assert_int_eq(rdzv_store_create(NULL, test_fire_cb, NULL, &store), HVD_OK);
+}
+
+static void store_teardown(void) {
+  rdzv_store_destroy(store);
+  store = NULL;
+}
+
+static void put(const char *scope, const char *key, const char *value) {
+  ck_assert_int_eq(rdzv_store_set(store, S(scope), S(key), S(value), RDZV_SET_ALWAYS, 0, NULL,
+                                  NULL),
+                   HVD_OK);
+}
+
+static bool present(const char *scope, const char *key) {
+  struct rdzv_blob *b = NULL;
+  hvd_status st = rdzv_store_get(store, S(scope), S(key), &b);
+  rdzv_blob_unref(b);
+  return st == HVD_OK;
+}
+
+START_TEST(store_set_get_versions) {
+  struct rdzv_blob *b = NULL;
+  uint64_t v1 = 0, v2 = 0;
+
+  ck_assert_int_eq(rdzv_store_set(store, S("s"), S("k"), S("one"), RDZV_SET_ALWAYS, 0, &v1, NULL),
+                   HVD_OK);
+  ck_assert_int_eq(rdzv_store_get(store, S("s"), S("k"), &b), HVD_OK);
+  ck_assert_uint_eq(b->len, 3);
+  ck_assert_str_eq((char *)b->data, "one");
+  ck_assert_uint_eq(b->version, v1);
+  rdzv_blob_unref(b);
+  ck_assert_int_eq(rdzv_store_set(store, S("s"), S("k"), S("one"), RDZV_SET_ALWAYS, 0, &v2, NULL),
+                   HVD_OK);
+  ck_assert_uint_gt(v2, v1); /* same bytes, new version */
+  ck_assert_int_eq(rdzv_store_get(store, S("s"), S("nope"), &b), HVD_ERR_NOT_FOUND);
+  ck_assert_int_eq(rdzv_store_get(store, S("nope"), S("k"), &b), HVD_ERR_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "nope"));
+}
+END_TEST
+
+START_TEST(store_binary_and_empty_values) {
+  static const char bin[] = {'a', '\0', '\n', (char)0xff};
+  struct rdzv_blob *b = NULL;
+
+  ck_assert_int_eq(rdzv_store_set(store, S("s"), S("bin"), bin, sizeof(bin), RDZV_SET_ALWAYS, 0,
+                                  NULL, NULL),
+                   HVD_OK);
+  ck_assert_int_eq(rdzv_store_get(store, S("s"), S("bin"), &b), HVD_OK);
+  ck_assert_uint_eq(b->len, sizeof(bin));
+  ck_assert_mem_eq(b->data, bin, sizeof(bin));
+  rdzv_blob_unref(b);
+  ck_assert_int_eq(rdzv_store_set(store, S("s"), S("empty"), NULL, 0, RDZV_SET_ALWAYS, 0, NULL,
+                                  NULL),
+                   HVD_OK);
+  ck_assert_int_eq(rdzv_store_get(store, S("s"), S("empty"), &b), HVD_OK);
+  ck_assert_uint_eq(b->len, 0);
+  rdzv_blob_unref(b);
+}
+END_TEST
+
+START_TEST(store_compare_and_set) {
+  struct rdzv_blob *cur = NULL;
+  uint64_t v1 = 0, v2 = 0;
+
+  ck_assert_int_eq(rdzv_store_set(store, S("s"), S("k"), S("a"), RDZV_SET_IF_VERSION, 7, &v1,
+                                  &cur),
+                   HVD_ERR_CONFLICT);
+  ck_assert_ptr_null(cur);
+  ck_assert_int_eq(rdzv_store_set(store, S("s"), S("k"), S("a"), RDZV_SET_IF_ABSENT, 0, &v1, NULL),
+                   HVD_OK);
+  ck_assert_int_eq(rdzv_store_set(store, S("s"), S("k"), S("b"), RDZV_SET_IF_ABSENT, 0, &v2, &cur),
+                   HVD_ERR_CONFLICT);
+  ck_assert_ptr_nonnull(cur);
+  ck_assert_str_eq((char *)cur->data, "a");
+  ck_assert_uint_eq(cur->version, v1);
+  rdzv_blob_unref(cur);
+  cur = NULL;
+  ck_assert_int_eq(rdzv_store_set(store, S("s"), S("k"), S("c"), RDZV_SET_IF_VERSION, v1 + 100,
+                                  &v2, &cur),
+                   HVD_ERR_CONFLICT);
+  ck_assert_str_eq((char *)cur->data, "a");
+  rdzv_blob_unref(cur);
+  ck_assert_int_eq(rdzv_store_set(store, S("s"), S("k"), S("d"), RDZV_SET_IF_VERSION, v1, &v2,
+                                  NULL),
+                   HVD_OK);
+  ck_assert_uint_gt(v2, v1);
+  /* A failed create leaves no empty scope behind. */
+  struct rdzv_store_stats stats;
+  rdzv_store_get_stats(store, &stats);
+  ck_assert_uint_eq(stats.scopes, 1);
+}
+END_TEST
+
+START_TEST(store_atomic_add) {
+  int64_t r = 0;
+  ck_assert_int_eq(rdzv_store_add(store, S("c"), S("n"), 5, &r, NULL), HVD_OK);
+  ck_assert_int_eq(r, 5);
+  ck_assert_int_eq(rdzv_store_add(store, S("c"), S("n"), -7, &r, NULL), HVD_OK);
+  ck_assert_int_eq(r, -2);
+  put("c", "text", "hello");
+  ck_assert_int_eq(rdzv_store_add(store, S("c"), S("text"), 1, &r, NULL), HVD_ERR_CONFLICT);
+  put("c", "big", "9223372036854775807");
+  ck_assert_int_eq(rdzv_store_add(store, S("c"), S("big"), 1, &r, NULL), HVD_ERR_CONFLICT);
+  ck_assert_int_eq(rdzv_store_add(store, S("c"), S("big"), -1, &r, NULL), HVD_OK);
+  ck_assert_int_eq(r, INT64_MAX - 1);
+  put("c", "small", "-9223372036854775808");
+  ck_assert_int_eq(rdzv_store_add(store, S("c"), S("small"), -1, &r, NULL), HVD_ERR_CONFLICT);
+}
+END_TEST
+
+START_TEST(store_delete_and_delete_scope) {
+  struct rdzv_store_stats stats;
+  put("s", "a", "1");
+  put("s", "b", "2");
+  put("t", "a", "3");
+  ck_assert_int_eq(rdzv_store_delete(store, S("s"), S("a")), HVD_OK);
+  ck_assert(!present("s", "a"));
+  ck_assert(present("s", "b"));
+  ck_assert_int_eq(rdzv_store_delete(store, S("s"), S("zzz")), HVD_OK);
+  ck_assert_int_eq(rdzv_store_delete(store, S("nope"), S("a")), HVD_OK);
+  ck_assert_int_eq(rdzv_store_delete_scope(store, S("s")), HVD_OK);
+  ck_assert(!present("s", "b"));
+  ck_assert(present("t", "a"));
+  rdzv_store_get_stats(store, &stats);
+  ck_assert_uint_eq(stats.scopes, 1);
+  ck_assert_uint_eq(stats.keys, 1);
+  ck_assert_int_eq(rdzv_store_delete(store, S("t"), S("a")), HVD_OK);
+  rdzv_store_get_stats(store, &stats);
+  ck_assert_uint_eq(stats.scopes, 0);
+  ck_assert_uint_eq(stats.keys, 0);
+}
+END_TEST
+
+START_TEST(store_planned_scope_cleanup) {
+  struct rdzv_store_stats stats;
+
+  ck_assert_int_eq(rdzv_store_plan(store, S("global"), 3), HVD_OK);
+  ck_assert_int_eq(rdzv_store_plan(store, S("local_h"), 2), HVD_OK);
+  put("global", "0", "a0");
+  put("global", "1", "a1");
+  put("global", "2", "a2");
+  put("global", "extra", "x");
+  put("local_h", "0", "b0");
+  put("local_h", "1", "b1");
+
+  /* Rank keys are marked finished, not removed; duplicates count once. */
+  ck_assert_int_eq(rdzv_store_delete(store, S("global"), S("0")), HVD_OK);
+  ck_assert_int_eq(rdzv_store_delete(store, S("global"), S("1")), HVD_OK);
+  ck_assert_int_eq(rdzv_store_delete(store, S("global"), S("1")), HVD_OK);
+  ck_assert(present("global", "0"));
+  ck_assert(present("global", "1"));
+  /* A non-rank key, or a rank outside the plan, is removed as usual. */
+  ck_assert_int_eq(rdzv_store_delete(store, S("global"), S("extra")), HVD_OK);
+  ck_assert(!present("global", "extra"));
+  ck_assert_int_eq(rdzv_store_delete(store, S("global"), S("3")), HVD_OK);
+  ck_assert_int_eq(rdzv_store_delete(store, S("global"), S("01")), HVD_OK);
+  ck_assert(present("global", "2"));
+
+  /* Another scope finishing does not disturb global's count. */
+  ck_assert_int_eq(rdzv_store_delete(store, S("local_h"), S("0")), HVD_OK);
+  ck_assert_int_eq(rdzv_store_delete(store, S("local_h"), S("1")), HVD_OK);
+  ck_assert(!present("local_h", "0"));
+  ck_assert(present("global", "0"));
+
+  ck_assert_int_eq(rdzv_store_delete(store, S("global"), S("2")), HVD_OK);
+  ck_assert(!present("global", "0"));
+  ck_assert(!present("global", "1"));
+  ck_assert(!present("global", "2"));
+  rdzv_store_get_stats(store, &stats);
+  ck_assert_uint_eq(stats.keys, 0);
+  ck_assert_uint_eq(stats.scopes, 0);
+  ck_assert_uint_eq(stats.planned_scopes, 2);
+
+  /* The plan stays: the next round is counted afresh. */
+  put("global", "0", "r2");
+  ck_assert_int_eq(rdzv_store_delete(store, S("global"), S("0")), HVD_OK);
+  ck_assert(present("global", "0"));
+}
+END_TEST
+
+START_TEST(store_reset_drops_keys_and_plans) {
+  struct rdzv_store_stats stats;
+  ck_assert_int_eq(rdzv_store_plan(store, S("global"), 2), HVD_OK);
+  put("global", "0", "x");
+  put("other", "k", "y");
+  rdzv_store_reset(store);
+  rdzv_store_get_stats(store, &stats);
+  ck_assert_uint_eq(stats.keys, 0);
+  ck_assert_uint_eq(stats.scopes, 0);
+  ck_assert_uint_eq(stats.planned_scopes, 0);
+  ck_assert_uint_eq(stats.bytes, 0);
+  put("global", "0", "x");
+  ck_assert_int_eq(rdzv_store_delete(store, S("global"), S("0")), HVD_OK);
+  ck_assert(!present("global", "0")); /* no plan any more: plain delete */
+}
+END_TEST
+
+START_TEST(store_limits) {
+  struct rdzv_store_limits limits = {.max_name_bytes = 8, .max_value_bytes = 16,
+                                     .max_total_bytes = 2000};
+  struct rdzv_store *small = NULL;
+  char value[16] = {0};
+  char key[8];
+  hvd_status st = HVD_OK;
+  int stored = 0;
+
+  ck_assert_int_eq(rdzv_store_create(&limits, test_fire_cb, NULL, &small), HVD_OK);
+  ck_assert_int_eq(rdzv_store_set(small, S("s"), S("k"), value, 17, RDZV_SET_ALWAYS, 0, NULL, NULL),
+                   HVD_ERR_TOO_LARGE);
+  ck_assert_int_eq(rdzv_store_set(small, S("s"), S("123456789"), value, 1, RDZV_SET_ALWAYS, 0,
+                                  NULL, NULL),
+                   HVD_ERR_TOO_LARGE);
+  ck_assert_int_eq(rdzv_store_set(small, "", 0, S("k"), value, 1, RDZV_SET_ALWAYS, 0, NULL, NULL),
+                   HVD_ERR_INVALID_ARGUMENT);
+  for (int i = 0; i < 100 && st == HVD_OK; i++) {
+    snprintf(key, sizeof(key), "%d", i);
+    st = rdzv_store_set(small, S("s"), S(key), value, 16, RDZV_SET_ALWAYS, 0, NULL, NULL);
+    if (st == HVD_OK)
+      stored++;
+  }
+  ck_assert_int_eq(st, HVD_ERR_TOO_LARGE);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "full"));
+  ck_assert_int_gt(stored, 5);
+  /* Deleting frees room again. */
+  ck_assert_int_eq(rdzv_store_delete(small, S("s"), S("0")), HVD_OK);
+  ck_assert_int_eq(rdzv_store_set(small, S("s"), S("x"), value, 16, RDZV_SET_ALWAYS, 0, NULL, NULL),
+                   HVD_OK);
+  rdzv_store_destroy(small);
+}
+END_TEST
+
+START_TEST(store_snapshot_order_and_cache) {
+  struct rdzv_blob *a = NULL, *b = NULL, *c = NULL;
+  struct rdzv_scope_view view;
+  size_t count = 0;
+
+  put("s", "10", "ten");
+  put("s", "2", "two");
+  put("s", "b", "bee");
+  put("s", "a", "ay");
+  ck_assert_int_eq(rdzv_store_snapshot(store, S("s"), &a, &count), HVD_OK);
+  ck_assert_uint_eq(count, 4);
+  ck_assert_int_eq(rdzv_store_snapshot(store, S("s"), &b, &count), HVD_OK);
+  ck_assert_ptr_eq(a, b); /* unchanged scope: one serialization shared */
+  put("s", "a", "changed");
+  ck_assert_int_eq(rdzv_store_snapshot(store, S("s"), &c, &count), HVD_OK);
+  ck_assert_ptr_ne(a, c);
+
+  ck_assert_int_eq(rdzv_scope_decode(hvd_strndup((char *)a->data, a->len), a->len, &view), HVD_OK);
+  ck_assert_uint_eq(view.count, 4);
+  ck_assert_str_eq(view.entries[0].key, "2");
+  ck_assert_str_eq(view.entries[1].key, "10");
+  ck_assert_str_eq(view.entries[2].key, "a");
+  ck_assert_str_eq(view.entries[3].key, "b");
+  ck_assert_str_eq((char *)view.entries[1].value, "ten");
+  rdzv_scope_view_fini(&view);
+  rdzv_blob_unref(a);
+  rdzv_blob_unref(b);
+  rdzv_blob_unref(c);
+
+  ck_assert_int_eq(rdzv_store_snapshot(store, S("empty"), &a, &count), HVD_OK);
+  ck_assert_uint_eq(count, 0);
+  ck_assert_uint_eq(a->len, 0);
+  rdzv_blob_unref(a);
+}
+END_TEST
+
+static void init_waiter(struct rdzv_waiter *w, const char *scope, const char *key, size_t count,
+                        int64_t timeout_ms) {
+  memset(w, 0, sizeof(*w));
+  w->scope = scope;
+  w->scope_len = strlen(scope);
+  w->key = key;
+  w->key_len = key ? strlen(key) : 0;
+  w->min_count = count;
+  w->deadline_ns = hvd_deadline_after_ms(timeout_ms);
+}
+
+START_TEST(store_wait_ready_now_and_later) {
+  struct rdzv_waiter now, later;
+
+  put("s", "k", "v");
+  init_waiter(&now, "s", "k", 0, 10000);
+  ck_assert_int_eq(rdzv_store_wait(store, &now, test_park_cb, NULL), HVD_OK);
+  ck_assert_int_eq(now.result, RDZV_WAIT_READY);
+  ck_assert_int_eq(parked, 0);
+  ck_assert_str_eq((char *)now.value->data, "v");
+  rdzv_blob_unref(now.value);
+
+  init_waiter(&later, "s", "k2", 0, 10000);
+  ck_assert_int_eq(rdzv_store_wait(store, &later, test_park_cb, NULL), HVD_OK);
+  ck_assert_int_eq(parked, 1);
+  put("s", "other", "x");
+  ck_assert_int_eq(fired.count, 0);
+  put("s", "k2", "v2");
+  ck_assert(wait_fired(1));
+  ck_assert_ptr_eq(fired.last, &later);
+  ck_assert_int_eq(later.result, RDZV_WAIT_READY);
+  ck_assert_str_eq((char *)later.value->data, "v2");
+  rdzv_blob_unref(later.value);
+}
+END_TEST
+
+START_TEST(store_wait_scope_count) {
+  struct rdzv_waiter w;
+  struct rdzv_scope_view view;
+
+  init_waiter(&w, "peers", NULL, 3, 10000);
+  ck_assert_int_eq(rdzv_store_wait(store, &w, test_park_cb, NULL), HVD_OK);
+  ck_assert_int_eq(parked, 1);
+  put("peers", "0", "a");
+  put("peers", "1", "b");
+  ck_assert_int_eq(fired.count, 0);
+  int64_t r;
+  ck_assert_int_eq(rdzv_store_add(store, S("peers"), S("2"), 1, &r, NULL), HVD_OK);
+  ck_assert(wait_fired(1));
+  ck_assert_int_eq(w.result, RDZV_WAIT_READY);
+  ck_assert_uint_eq(w.count, 3);
+  ck_assert_int_eq(rdzv_scope_decode(hvd_strndup((char *)w.value->data, w.value->len),
+                                     w.value->len, &view),
+                   HVD_OK);
+  ck_assert_uint_eq(view.count, 3);
+  ck_assert_str_eq((char *)view.entries[2].value, "1");
+  rdzv_scope_view_fini(&view);
+  rdzv_blob_unref(w.value);
+}
+END_TEST
+
+START_TEST(store_wait_deadlines) {
+  struct rdzv_waiter past, soon, late;
+  struct rdzv_store_stats stats;
+
+  init_waiter(&past, "s", "k", 0, 0);
+  ck_assert_int_eq(rdzv_store_wait(store, &past, test_park_cb, NULL), HVD_OK);
+  ck_assert_int_eq(past.result, RDZV_WAIT_TIMEOUT);
+  ck_assert_int_eq(parked, 0);
+
+  init_waiter(&late, "s", "k", 0, 60000);
+  init_waiter(&soon, "s", "k", 0, 50);
+  ck_assert_int_eq(rdzv_store_wait(store, &late, test_park_cb, NULL), HVD_OK);
+  ck_assert_int_eq(rdzv_store_wait(store, &soon, test_park_cb, NULL), HVD_OK);
+  ck_assert(wait_fired(1));
+  ck_assert_ptr_eq(fired.last, &soon);
+  ck_assert_int_eq(soon.result, RDZV_WAIT_TIMEOUT);
+  ck_assert_ptr_null(soon.value);
+  ck_assert_int_eq(late.result, RDZV_WAIT_PENDING);
+  rdzv_store_get_stats(store, &stats);
+  ck_assert_uint_eq(stats.waiters, 1);
+
+  /* Closing answers the rest, and later waits at once. */
+  rdzv_store_close(store);
+  ck_assert(wait_fired(2));
+  ck_assert_int_eq(late.result, RDZV_WAIT_CANCELLED);
+  init_waiter(&past, "s", "k", 0, 60000);
+  ck_assert_int_eq(rdzv_store_wait(store, &past, test_park_cb, NULL), HVD_OK);
+  ck_assert_int_eq(past.result, RDZV_WAIT_CANCELLED);
+}
+END_TEST
+
+/* Many waiters with random deadlines all time out, earliest first. */
+START_TEST(store_wait_many_deadlines) {
+  enum { N = 200 };
+  static struct rdzv_waiter w[N];
+
+  for (int i = 0; i < N; i++) {
+    init_waiter(&w[i], "s", "never", 0, 20 + (i * 37) % 150);
+    ck_assert_int_eq(rdzv_store_wait(store, &w[i], test_park_cb, NULL), HVD_OK);
+  }
+  ck_assert(wait_fired(N));
+  for (int i = 0; i < N; i++)
+    ck_assert_int_eq(w[i].result, RDZV_WAIT_TIMEOUT);
+}
+END_TEST
+
+/* ==== codec ================================================================= */
+
+static struct rdzv_scope_view decode_text(const char *text, hvd_status expect) {
+  struct rdzv_scope_view v;
+  memset(&v, 0, sizeof(v));
+  ck_assert_int_eq(rdzv_scope_decode(hvd_strndup(text, strlen(text)), strlen(text), &v), expect);
+  return v;
+}
+
+START_TEST(codec_roundtrip_binary) {
+  static const char bin[] = {'x', '\n', '\0', 'y'};
+  struct hvd_buf b;
+  struct rdzv_scope_view v;
+
+  hvd_buf_init(&b, 0);
+  ck_assert_int_eq(rdzv_scope_encode_entry(&b, S("0"), S("10.0.0.1:4000")), HVD_OK);
+  ck_assert_int_eq(rdzv_scope_encode_entry(&b, S("1"), bin, sizeof(bin)), HVD_OK);
+  ck_assert_int_eq(rdzv_scope_encode_entry(&b, S("key with space"), "", 0), HVD_OK);
+  ck_assert_str_eq(b.data, "1 13\n0\n10.0.0.1:4000\n1 4\n1\nx\n\0y\n");
+  size_t len = b.len;
+  ck_assert_int_eq(rdzv_scope_decode(hvd_buf_detach(&b, NULL), len, &v), HVD_OK);
+  ck_assert_uint_eq(v.count, 3);
+  ck_assert_str_eq(v.entries[0].key, "0");
+  ck_assert_str_eq((char *)v.entries[0].value, "10.0.0.1:4000");
+  ck_assert_uint_eq(v.entries[1].value_len, 4);
+  ck_assert_mem_eq(v.entries[1].value, bin, 4);
+  ck_assert_uint_eq(v.entries[2].value_len, 0);
+  ck_assert_ptr_eq(rdzv_scope_find(&v, "1"), &v.entries[1]);
+  ck_assert_ptr_eq(rdzv_scope_find(&v, "key with space"), &v.entries[2]);
+  ck_assert_ptr_null(rdzv_scope_find(&v, "2"));
+  rdzv_scope_view_fini(&v);
+
+  v = decode_text("", HVD_OK);
+  ck_assert_uint_eq(v.count, 0);
+  rdzv_scope_view_fini(&v);
+}
+END_TEST
+
+START_TEST(codec_rejects_malformed) {
+  static const char *const bad[] = {
+      "1 1\n0\nx",            /* missing final separator */
+      "1 1\n0\nxy",           /* value longer than declared */
+      "1 5\n0\nx\n",          /* value shorter than declared */
+      "2 1\n0\nx\n",          /* key length runs into the value */
+      "1 1 \n0\nx\n",         /* extra blank */
+      "a 1\n0\nx\n",          /* not a number */
+      "1\n0\nx\n",            /* one length */
+      "-1 1\n0\nx\n",         /* negative */
+      "99999999999999999999 1\n0\nx\n", /* too many digits */
+      "1 18446744073709551615\n0\nx\n", /* length past the body */
+      "1 1\n1\nx\n1 1\n0\ny\n",          /* out of order */
+      "1 1\n0\nx\n1 1\n0\ny\n",          /* duplicate */
+      "1 1\n0?x\n",           /* wrong key separator */
+  };
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(bad); i++) {
+    struct rdzv_scope_view v;
+    ck_assert_msg(rdzv_scope_decode(hvd_strndup(bad[i], strlen(bad[i])), strlen(bad[i]), &v) ==
+                      HVD_ERR_PROTOCOL,
+                  "accepted case %zu", i);
+  }
+}
+END_TEST
+
+START_TEST(codec_key_order) {
+  ck_assert_int_lt(rdzv_key_compare(S("2"), S("10")), 0);
+  ck_assert_int_gt(rdzv_key_compare(S("10"), S("9")), 0);
+  ck_assert_int_lt(rdzv_key_compare(S("99999999999999999999999"), S("a")), 0);
+  ck_assert_int_lt(rdzv_key_compare(S("9"), S("10000000000000000000000")), 0);
+  ck_assert_int_lt(rdzv_key_compare(S("007"), S("7")), 0); /* same number: bytes decide */
+  ck_assert_int_ne(rdzv_key_compare(S("007"), S("7")), 0);
+  ck_assert_int_lt(rdzv_key_compare(S("a"), S("ab")), 0);
+  ck_assert_int_eq(rdzv_key_compare(S("host:1"), S("host:1")), 0);
+}
+END_TEST
+
+/* ==== http ================================================================== */
+
+static struct rdzv_server *srv;
+static struct rdzv_client *cli;
+
+static void http_setup(void) {
+  srv = start_server();
+  cli = client_for(srv, NULL, 10000);
+}
+
+static void http_teardown(void) {
+  rdzv_client_destroy(cli);
+  rdzv_server_stop(srv);
+}
+
+START_TEST(http_set_get_delete) {
+  struct hvd_buf v;
+  uint64_t version = 0;
+
+  hvd_buf_init(&v, 0);
+  ck_assert_int_eq(rdzv_client_set(cli, "global", "0", S("10.0.0.1:4000")), HVD_OK);
+  ck_assert_int_eq(rdzv_client_get(cli, "global", "0", &v, &version), HVD_OK);
+  ck_assert_str_eq(v.data, "10.0.0.1:4000");
+  ck_assert_uint_gt(version, 0);
+  ck_assert_int_eq(rdzv_client_get(cli, "global", "1", &v, NULL), HVD_ERR_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "404"));
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "/global/1"));
+  /* Keys with bytes that need escaping survive the trip. */
+  ck_assert_int_eq(rdzv_client_set(cli, "rank_and_size", "host-a:0", S("1,2,3")), HVD_OK);
+  ck_assert_int_eq(rdzv_client_set(cli, "s p", "k?&=#%", S("odd")), HVD_OK);
+  ck_assert_int_eq(rdzv_client_get(cli, "s p", "k?&=#%", &v, NULL), HVD_OK);
+  ck_assert_str_eq(v.data, "odd");
+  ck_assert_int_eq(rdzv_client_delete(cli, "global", "0"), HVD_OK);
+  ck_assert_int_eq(rdzv_client_get(cli, "global", "0", &v, NULL), HVD_ERR_NOT_FOUND);
+  ck_assert_int_eq(rdzv_client_delete(cli, "global", "0"), HVD_OK);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
+START_TEST(http_scope_add_cas) {
+  struct rdzv_scope_view view;
+  struct hvd_buf cur;
+  uint64_t v1 = 0, v2 = 0, seen = 0;
+  int64_t n = 0;
+
+  hvd_buf_init(&cur, 0);
+  ck_assert_int_eq(rdzv_client_get_scope(cli, "none", 0, 1000, &view), HVD_OK);
+  ck_assert_uint_eq(view.count, 0);
+  rdzv_scope_view_fini(&view);
+  for (int i = 0; i < 12; i++) {
+    char key[8], value[32];
+    snprintf(key, sizeof(key), "%d", i);
+    snprintf(value, sizeof(value), "addr-%d", i);
+    ck_assert_int_eq(rdzv_client_set(cli, "peers", key, S(value)), HVD_OK);
+  }
+  ck_assert_int_eq(rdzv_client_get_scope(cli, "peers", 12, 1000, &view), HVD_OK);
+  ck_assert_uint_eq(view.count, 12);
+  ck_assert_str_eq(view.entries[11].key, "11");
+  ck_assert_str_eq((char *)rdzv_scope_find(&view, "7")->value, "addr-7");
+  rdzv_scope_view_fini(&view);
+  ck_assert_int_eq(rdzv_client_get_scope(cli, "peers", 13, 0, &view), HVD_ERR_TIMEOUT);
+
+  ck_assert_int_eq(rdzv_client_add(cli, "ctr", "n", 3, &n), HVD_OK);
+  ck_assert_int_eq(n, 3);
+  ck_assert_int_eq(rdzv_client_add(cli, "ctr", "n", -10, &n), HVD_OK);
+  ck_assert_int_eq(n, -7);
+  ck_assert_int_eq(rdzv_client_add(cli, "peers", "0", 1, &n), HVD_ERR_CONFLICT);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "409"));
+
+  ck_assert_int_eq(rdzv_client_cas(cli, "lock", "owner", 0, S("rank0"), &v1, NULL, NULL), HVD_OK);
+  ck_assert_int_eq(rdzv_client_cas(cli, "lock", "owner", 0, S("rank1"), NULL, &cur, &seen),
+                   HVD_ERR_CONFLICT);
+  ck_assert_str_eq(cur.data, "rank0");
+  ck_assert_uint_eq(seen, v1);
+  ck_assert_int_eq(rdzv_client_cas(cli, "lock", "owner", v1 + 1000, S("rank1"), NULL, &cur, &seen),
+                   HVD_ERR_CONFLICT);
+  ck_assert_int_eq(rdzv_client_cas(cli, "lock", "owner", v1, S("rank1"), &v2, NULL, NULL), HVD_OK);
+  ck_assert_uint_gt(v2, v1);
+  ck_assert_int_eq(rdzv_client_cas(cli, "lock", "absent", 5, S("x"), NULL, &cur, &seen),
+                   HVD_ERR_CONFLICT);
+  ck_assert_uint_eq(seen, 0);
+  ck_assert_uint_eq(cur.len, 0);
+
+  ck_assert_int_eq(rdzv_client_delete_scope(cli, "peers"), HVD_OK);
+  ck_assert_int_eq(rdzv_client_get_scope(cli, "peers", 0, 1000, &view), HVD_OK);
+  ck_assert_uint_eq(view.count, 0);
+  rdzv_scope_view_fini(&view);
+  hvd_buf_fini(&cur);
+}
+END_TEST
+
+struct waiter_thread {
+  pthread_t thread;
+  int64_t timeout_ms; /* 0: 20 s */
+  const char *scope;
+  const char *key;
+  size_t count;
+  int port;
+  hvd_status status;
+  char value[64];
+  size_t entries;
+};
+
+static void *waiter_main(void *arg) {
+  struct waiter_thread *t = arg;
+  struct rdzv_client *c = NULL;
+  struct hvd_buf v;
+
+  hvd_buf_init(&v, 0);
+  t->status = rdzv_client_create("127.0.0.1", t->port, NULL,
+                                 t->timeout_ms > 0 ? t->timeout_ms : 20000, &c);
+  if (t->status == HVD_OK && t->key != NULL) {
+    t->status = rdzv_client_wait(c, t->scope, t->key, -1, &v);
+    if (t->status == HVD_OK)
+      snprintf(t->value, sizeof(t->value), "%s", v.data);
+  } else if (t->status == HVD_OK) {
+    struct rdzv_scope_view view;
+    t->status = rdzv_client_get_scope(c, t->scope, t->count, -1, &view);
+    if (t->status == HVD_OK) {
+      t->entries = view.count;
+      rdzv_scope_view_fini(&view);
+    }
+  }
+  hvd_buf_fini(&v);
+  rdzv_client_destroy(c);
+  return NULL;
+}
+
+START_TEST(http_long_poll_gets_value_put_later) {
+  struct waiter_thread key_waiter = {.scope = "s", .key = "late", .port = rdzv_server_port(srv)};
+  struct waiter_thread scope_waiter = {.scope = "s", .count = 2, .port = rdzv_server_port(srv)};
+  struct rdzv_store_stats stats;
+
+  pthread_create(&key_waiter.thread, NULL, waiter_main, &key_waiter);
+  pthread_create(&scope_waiter.thread, NULL, waiter_main, &scope_waiter);
+  /* Both are parked on the server before anything is written. */
+  for (int i = 0; i < 1000; i++) {
+    rdzv_store_get_stats(rdzv_server_store(srv), &stats);
+    if (stats.waiters == 2)
+      break;
+    hvd_sleep_ns(5000000);
+  }
+  ck_assert_uint_eq(stats.waiters, 2);
+  ck_assert_int_eq(rdzv_client_set(cli, "s", "late", S("arrived")), HVD_OK);
+  pthread_join(key_waiter.thread, NULL);
+  ck_assert_int_eq(key_waiter.status, HVD_OK);
+  ck_assert_str_eq(key_waiter.value, "arrived");
+  ck_assert_int_eq(rdzv_client_set(cli, "s", "second", S("x")), HVD_OK);
+  pthread_join(scope_waiter.thread, NULL);
+  ck_assert_int_eq(scope_waiter.status, HVD_OK);
+  ck_assert_uint_eq(scope_waiter.entries, 2);
+}
+END_TEST
+
+START_TEST(http_wait_deadline) {
+  struct hvd_buf v;
+  const char *keys[] = {"a", "b"};
+
+  hvd_buf_init(&v, 0);
+  ck_assert_int_eq(rdzv_client_wait(cli, "s", "never", 200, &v), HVD_ERR_TIMEOUT);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "did not appear"));
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "HOROVOD_GLOO_TIMEOUT_SECONDS"));
+  ck_assert_int_eq(rdzv_client_set(cli, "s", "a", S("1")), HVD_OK);
+  ck_assert_int_eq(rdzv_client_wait_keys(cli, "s", keys, 2, 200), HVD_ERR_TIMEOUT);
+  ck_assert_int_eq(rdzv_client_set(cli, "s", "b", S("2")), HVD_OK);
+  ck_assert_int_eq(rdzv_client_wait_keys(cli, "s", keys, 2, 200), HVD_OK);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
+START_TEST(http_planned_scope_over_http) {
+  struct hvd_buf v;
+  hvd_buf_init(&v, 0);
+  ck_assert_int_eq(rdzv_store_plan(rdzv_server_store(srv), S("global"), 2), HVD_OK);
+  ck_assert_int_eq(rdzv_client_set(cli, "global", "0", S("a")), HVD_OK);
+  ck_assert_int_eq(rdzv_client_set(cli, "global", "1", S("b")), HVD_OK);
+  ck_assert_int_eq(rdzv_client_delete(cli, "global", "0"), HVD_OK);
+  ck_assert_int_eq(rdzv_client_get(cli, "global", "0", &v, NULL), HVD_OK);
+  ck_assert_int_eq(rdzv_client_delete(cli, "global", "1"), HVD_OK);
+  ck_assert_int_eq(rdzv_client_get(cli, "global", "0", &v, NULL), HVD_ERR_NOT_FOUND);
+  ck_assert_int_eq(rdzv_client_get(cli, "global", "1", &v, NULL), HVD_ERR_NOT_FOUND);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
+START_TEST(http_health) {
+  struct hvd_buf json;
+  cJSON *doc;
+
+  hvd_buf_init(&json, 0);
+  ck_assert_int_eq(rdzv_client_set(cli, "s", "k", S("v")), HVD_OK);
+  ck_assert_int_eq(rdzv_client_health(cli, &json), HVD_OK);
+  doc = cJSON_Parse(json.data);
+  ck_assert_ptr_nonnull(doc);
+  ck_assert_str_eq(cJSON_GetObjectItem(doc, "status")->valuestring, "ok");
+  ck_assert_int_eq(cJSON_GetObjectItem(doc, "keys")->valueint, 1);
+  ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(doc, "token_required")));
+  cJSON_Delete(doc);
+  hvd_buf_fini(&json);
+}
+END_TEST
+
+START_TEST(http_no_server_fails_with_clear_message) {
+  struct rdzv_client *c = NULL;
+  int port = free_port();
+  char where[64];
+
+  ck_assert_int_eq(rdzv_client_create("127.0.0.1", port, NULL, 300, &c), HVD_OK);
+  ck_assert_int_eq(rdzv_client_set(c, "s", "k", S("v")), HVD_ERR_NETWORK);
+  snprintf(where, sizeof(where), "127.0.0.1:%d", port);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), where));
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "PUT /s/k"));
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "HOROVOD_GLOO_TIMEOUT_SECONDS"));
+  rdzv_client_destroy(c);
+}
+END_TEST
+
+struct late_server {
+  int port;
+  struct rdzv_server *srv;
+};
+
+static void *late_server_main(void *arg) {
+  struct late_server *ls = arg;
+  struct rdzv_server_config cfg;
+  hvd_sleep_ns(400 * 1000000LL);
+  rdzv_server_config_default(&cfg);
+  cfg.bind_address = "127.0.0.1";
+  cfg.port = ls->port;
+  if (rdzv_server_start(&cfg, &ls->srv) != HVD_OK)
+    ls->srv = NULL;
+  return NULL;
+}
+
+START_TEST(http_client_waits_for_late_server) {
+  struct late_server ls = {.port = free_port()};
+  struct rdzv_client *c = NULL;
+  struct hvd_buf v;
+  pthread_t t;
+
+  hvd_buf_init(&v, 0);
+  ck_assert_int_eq(rdzv_client_create("127.0.0.1", ls.port, NULL, 20000, &c), HVD_OK);
+  pthread_create(&t, NULL, late_server_main, &ls);
+  ck_assert_msg(rdzv_client_set(c, "s", "k", S("v")) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_int_eq(rdzv_client_get(c, "s", "k", &v, NULL), HVD_OK);
+  ck_assert_str_eq(v.data, "v");
+  pthread_join(t, NULL);
+  ck_assert_ptr_nonnull(ls.srv);
+  rdzv_client_destroy(c);
+  rdzv_server_stop(ls.srv);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
+START_TEST(http_token) {
+  struct rdzv_server *secured = start_server_with("s3cret", NULL);
+  struct rdzv_client *none = client_for(secured, NULL, 2000);
+  struct rdzv_client *wrong = client_for(secured, "guess", 2000);
+  struct rdzv_client *right = client_for(secured, "s3cret", 2000);
+  struct hvd_buf v;
+
+  hvd_buf_init(&v, 0);
+  ck_assert_int_eq(rdzv_client_set(none, "s", "k", S("v")), HVD_ERR_UNAUTHORIZED);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "401"));
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "HVD_TOKEN"));
+  ck_assert_int_eq(rdzv_client_set(wrong, "s", "k", S("v")), HVD_ERR_UNAUTHORIZED);
+  ck_assert_int_eq(rdzv_client_get(wrong, "s", "k", &v, NULL), HVD_ERR_UNAUTHORIZED);
+  ck_assert_int_eq(rdzv_client_set(right, "s", "k", S("v")), HVD_OK);
+  ck_assert_int_eq(rdzv_client_get(right, "s", "k", &v, NULL), HVD_OK);
+  ck_assert_int_eq(rdzv_client_get(none, "s", "k", &v, NULL), HVD_ERR_UNAUTHORIZED);
+  /* Health probes need no token. */
+  ck_assert_int_eq(rdzv_client_health(none, &v), HVD_OK);
+  ck_assert_ptr_nonnull(strstr(v.data, "\"token_required\":true"));
+  rdzv_client_destroy(none);
+  rdzv_client_destroy(wrong);
+  rdzv_client_destroy(right);
+  rdzv_server_stop(secured);
+  hvd_buf_fini(&v);
+
+  /* A server without a token accepts requests that carry one. */
+  ck_assert_int_eq(rdzv_client_set(cli, "s", "k", S("v")), HVD_OK);
+}
+END_TEST
+
+static void small_limits(struct rdzv_server_config *cfg) {
+  cfg->limits.max_value_bytes = 1024;
+  cfg->limits.max_total_bytes = 8192;
+}
+
+START_TEST(http_limits) {
+  struct rdzv_server *small = start_server_with(NULL, small_limits);
+  struct rdzv_client *c = client_for(small, NULL, 2000);
+  char big[2000];
+  hvd_status st = HVD_OK;
+
+  memset(big, 'x', sizeof(big));
+  ck_assert_int_eq(rdzv_client_set(c, "s", "k", big, sizeof(big)), HVD_ERR_TOO_LARGE);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "413"));
+  ck_assert_int_eq(rdzv_client_set(c, "s", "k", big, 1024), HVD_OK);
+  for (int i = 0; i < 20 && st == HVD_OK; i++) {
+    char key[8];
+    snprintf(key, sizeof(key), "%d", i);
+    st = rdzv_client_set(c, "s", key, big, 1000);
+  }
+  ck_assert_int_eq(st, HVD_ERR_TOO_LARGE);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "507"));
+  /* Still serving. */
+  ck_assert_int_eq(rdzv_client_delete_scope(c, "s"), HVD_OK);
+  ck_assert_int_eq(rdzv_client_set(c, "s", "k", "v", 1), HVD_OK);
+  rdzv_client_destroy(c);
+  rdzv_server_stop(small);
+}
+END_TEST
+
+START_TEST(http_client_from_env) {
+  struct rdzv_client *c = NULL;
+  char port[16];
+
+  unsetenv("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  ck_assert_int_eq(rdzv_client_create_from_env(&c), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "HOROVOD_GLOO_RENDEZVOUS_ADDR"));
+  setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1", 1);
+  unsetenv("HOROVOD_GLOO_RENDEZVOUS_PORT");
+  ck_assert_int_eq(rdzv_client_create_from_env(&c), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "HOROVOD_GLOO_RENDEZVOUS_PORT"));
+  setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", "80x", 1);
+  ck_assert_int_eq(rdzv_client_create_from_env(&c), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "80x"));
+  snprintf(port, sizeof(port), "%d", rdzv_server_port(srv));
+  setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", port, 1);
+  setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", "0", 1);
+  ck_assert_int_eq(rdzv_client_create_from_env(&c), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "HOROVOD_GLOO_TIMEOUT_SECONDS"));
+  setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", "7", 1);
+  ck_assert_int_eq(rdzv_client_create_from_env(&c), HVD_OK);
+  ck_assert_int_eq(rdzv_client_timeout_ms(c), 7000);
+  ck_assert_int_eq(rdzv_client_set(c, "s", "k", S("v")), HVD_OK);
+  rdzv_client_destroy(c);
+}
+END_TEST
+
+START_TEST(http_shutdown_answers_waiters) {
+  struct waiter_thread w = {
+      .scope = "s", .key = "never", .port = rdzv_server_port(srv), .timeout_ms = 3000};
+  struct rdzv_store_stats stats;
+
+  pthread_create(&w.thread, NULL, waiter_main, &w);
+  for (int i = 0; i < 1000; i++) {
+    rdzv_store_get_stats(rdzv_server_store(srv), &stats);
+    if (stats.waiters == 1)
+      break;
+    hvd_sleep_ns(5000000);
+  }
+  ck_assert_uint_eq(stats.waiters, 1);
+  rdzv_client_destroy(cli);
+  cli = NULL;
+  rdzv_server_stop(srv);
+  srv = start_server(); /* for the teardown */
+  cli = client_for(srv, NULL, 1000);
+  pthread_join(w.thread, NULL);
+  /* The server answers its waiting clients before it closes. */
+  ck_assert_msg(w.status == HVD_ERR_ABORTED, "%s", hvd_strerror(w.status));
+}
+END_TEST
+
+/* ==== robustness (raw sockets) =============================================== */
+
+START_TEST(raw_http10_and_keepalive) {
+  struct response r;
+  int fd, port = rdzv_server_port(srv);
+
+  ck_assert_int_eq(rdzv_client_set(cli, "s", "k", S("hello")), HVD_OK);
+  /* HTTP/1.0: one request, then the server closes. */
+  fd = connect_to(port);
+  send_all(fd, S("GET /s/k HTTP/1.0\r\n\r\n"));
+  ck_assert_int_eq(read_response(fd, &r), 200);
+  ck_assert(r.has_length);
+  ck_assert_str_eq(r.body, "hello");
+  ck_assert(closed_by_peer(fd));
+  close(fd);
+  /* HTTP/1.0 PUT without a Host header, as the simplest clients send it. */
+  ck_assert_int_eq(raw_exchange(port, "PUT /s/k2 HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc", &r),
+                   200);
+  ck_assert(r.has_length);
+  /* HTTP/1.1 keep-alive: several requests on one connection. */
+  fd = connect_to(port);
+  send_all(fd, S("GET /s/k2 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ck_assert_int_eq(read_response(fd, &r), 200);
+  ck_assert_str_eq(r.body, "abc");
+  send_all(fd, S("PUT /s/k3 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nzz"));
+  ck_assert_int_eq(read_response(fd, &r), 200);
+  send_all(fd, S("GET /s/missing HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ck_assert_int_eq(read_response(fd, &r), 404);
+  ck_assert(r.has_length);
+  ck_assert_uint_eq(r.body_len, 0);
+  send_all(fd, S("HEAD /s/k3 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ck_assert_int_eq(read_response_body(fd, &r, false), 200);
+  ck_assert_ptr_nonnull(strstr(r.headers, "Content-Length: 2"));
+  ck_assert_uint_eq(r.body_len, 0);
+  send_all(fd, S("DELETE /s/k3 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ck_assert_int_eq(read_response(fd, &r), 200);
+  close(fd);
+}
+END_TEST
+
+START_TEST(raw_malformed_requests) {
+  static const struct {
+    const char *request;
+    int code;
+  } cases[] = {
+      {"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET /a/b/c HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET /a/ HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET //b HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET /_secret/b HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"PUT /_health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 405},
+      {"GET /a/b?bogus=1 HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET /a/b?wait=abc HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET /a/b?wait=-1 HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET /a/b?wait=99999999999 HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET /a/b?wait HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET /a?count=x HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"POST /a/b HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 400},
+      {"POST /a/b?add=1.5 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 400},
+      {"PUT /a HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx", 400},
+      {"PUT /a/b HTTP/1.1\r\nHost: x\r\nIf-Match: 12\r\nContent-Length: 1\r\n\r\nx", 400},
+      {"PUT /a/b HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"1\"\r\nContent-Length: 1\r\n\r\nx", 400},
+      {"BREW /a/b HTTP/1.1\r\nHost: x\r\n\r\n", 405},
+      {"OPTIONS /a/b HTTP/1.1\r\nHost: x\r\n\r\n", 405},
+  };
+  struct response r;
+  int port = rdzv_server_port(srv);
+
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(cases); i++) {
+    ck_assert_msg(raw_exchange(port, cases[i].request, &r) == cases[i].code,
+                  "case %zu (%s): got %d", i, cases[i].request, r.code);
+    ck_assert_msg(r.has_length, "case %zu has no Content-Length", i);
+    if (cases[i].code == 405)
+      ck_assert_ptr_nonnull(strstr(r.headers, "Allow:"));
+    ck_assert_msg(r.body_len > 0, "case %zu has no reason", i);
+  }
+  ck_assert_int_eq(rdzv_client_set(cli, "still", "ok", S("yes")), HVD_OK);
+}
+END_TEST
+
+static void short_idle(struct rdzv_server_config *cfg) { cfg->idle_timeout_s = 1; }
+
+START_TEST(raw_garbage_and_truncation) {
+  static const char garbage[] = "\x00\x01\x02garbage\xff\xfe\r\n\r\n";
+  struct rdzv_server *impatient = start_server_with(NULL, short_idle);
+  struct response r;
+  struct hvd_buf v;
+  int fd, port = rdzv_server_port(impatient);
+
+  hvd_buf_init(&v, 0);
+  /* Garbage: an error answer or a closed connection, never a crash. */
+  fd = connect_to(port);
+  send_all(fd, garbage, sizeof(garbage) - 1);
+  int code = read_response(fd, &r);
+  ck_assert(code == 0 || code == 400);
+  close(fd);
+  fd = connect_to(port);
+  send_all(fd, S("\r\n\r\nGET\r\n\r\n"));
+  code = read_response(fd, &r);
+  ck_assert(code == 0 || code == 400);
+  close(fd);
+  /* A truncated body is not stored. */
+  fd = connect_to(port);
+  send_all(fd, S("PUT /t/k HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789"));
+  close(fd);
+  fd = connect_to(port);
+  send_all(fd, S("PUT /t/k2 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabc"));
+  close(fd);
+  hvd_sleep_ns(100 * 1000000LL);
+  ck_assert_int_eq(raw_exchange(port, "GET /t/k HTTP/1.1\r\nHost: x\r\n\r\n", &r), 404);
+  ck_assert_int_eq(raw_exchange(port, "GET /t/k2 HTTP/1.1\r\nHost: x\r\n\r\n", &r), 404);
+  /* A complete chunked upload is stored. */
+  ck_assert_int_eq(raw_exchange(port,
+                                "PUT /t/k3 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+                                &r),
+                   200);
+  struct rdzv_client *c = client_for(impatient, NULL, 5000);
+  ck_assert_int_eq(rdzv_client_get(c, "t", "k3", &v, NULL), HVD_OK);
+  ck_assert_str_eq(v.data, "abcde");
+  rdzv_client_destroy(c);
+  rdzv_server_stop(impatient);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
+static void tiny_limits(struct rdzv_server_config *cfg) {
+  cfg->limits.max_value_bytes = 100;
+  cfg->limits.max_name_bytes = 16;
+  cfg->idle_timeout_s = 1;
+}
+
+START_TEST(raw_oversized_requests) {
+  struct rdzv_server *small = start_server_with(NULL, tiny_limits);
+  int port = rdzv_server_port(small);
+  struct response r;
+  char *big_header = malloc(64 * 1024);
+  char chunked[512];
+  int fd;
+
+  /* Refused from Content-Length alone: the body is never sent. */
+  fd = connect_to(port);
+  send_all(fd, S("PUT /s/k HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n"));
+  ck_assert_int_eq(read_response(fd, &r), 413);
+  ck_assert_ptr_nonnull(strstr(r.body, "100 bytes"));
+  close(fd);
+  /* Chunked bodies have no length up front: refused once they pass the limit. */
+  snprintf(chunked, sizeof(chunked),
+           "PUT /s/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+           "c8\r\n%0200d\r\n0\r\n\r\n", 0);
+  ck_assert_int_eq(raw_exchange(port, chunked, &r), 413);
+  ck_assert_int_eq(raw_exchange(port, "GET /s/12345678901234567 HTTP/1.1\r\nHost: x\r\n\r\n", &r),
+                   414);
+  ck_assert_int_eq(raw_exchange(port, "GET /12345678901234567/k HTTP/1.1\r\nHost: x\r\n\r\n", &r),
+                   414);
+  int n = snprintf(big_header, 64 * 1024, "GET /s/k HTTP/1.1\r\nHost: x\r\nX-Big: ");
+  memset(big_header + n, 'a', 40000);
+  strcpy(big_header + n + 40000, "\r\n\r\n");
+  ck_assert_int_eq(raw_exchange(port, big_header, &r), 431);
+  free(big_header);
+
+  /* A client that stalls mid-request is dropped after the idle timeout. */
+  fd = connect_to(port);
+  send_all(fd, S("GET /s/k HTT"));
+  ck_assert(closed_by_peer(fd));
+  close(fd);
+  ck_assert_int_eq(raw_exchange(port, "GET /s/k HTTP/1.1\r\nHost: x\r\n\r\n", &r), 404);
+  rdzv_server_stop(small);
+}
+END_TEST
+
+START_TEST(raw_token_and_content_length_everywhere) {
+  struct rdzv_server *secured = start_server_with("tok", NULL);
+  int port = rdzv_server_port(secured);
+  struct response r;
+
+  ck_assert_int_eq(raw_exchange(port, "GET /s/k HTTP/1.1\r\nHost: x\r\n\r\n", &r), 401);
+  ck_assert(r.has_length);
+  ck_assert_ptr_nonnull(strstr(r.headers, "WWW-Authenticate: Bearer"));
+  ck_assert_int_eq(
+      raw_exchange(port, "GET /s/k HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok2\r\n\r\n", &r),
+      401);
+  ck_assert_int_eq(
+      raw_exchange(port, "GET /s/k HTTP/1.1\r\nHost: x\r\nAuthorization: Basic dG9r\r\n\r\n", &r),
+      401);
+  /* Refused before the body is read. */
+  ck_assert_int_eq(raw_exchange(port,
+                                "PUT /s/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+                                &r),
+                   401);
+  ck_assert_int_eq(
+      raw_exchange(port, "GET /s/k HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n\r\n", &r),
+      404);
+  ck_assert(r.has_length);
+  ck_assert_int_eq(raw_exchange(port, "GET /_health HTTP/1.0\r\n\r\n", &r), 200);
+  ck_assert_ptr_nonnull(strstr(r.headers, "application/json"));
+  rdzv_server_stop(secured);
+}
+END_TEST
+
+/* ==== stress =================================================================== */
+
+enum { STRESS_THREADS = 64, STRESS_OPS = 1000, HOT_MAX = 300 };
+
+struct stress_thread {
+  pthread_t thread;
+  int id;
+  int port;
+  int failures;
+  char failure[256];
+};
+
+/* A self-describing value: "<id>:<i>:<len>:" then fill bytes derived from id and i. */
+static size_t make_value(char *out, int id, int i) {
+  size_t len = 16 + (size_t)((id * 131 + i * 17) % (HOT_MAX - 32));
+  int n = snprintf(out, len + 1, "%d:%d:%zu:", id, i, len);
+  for (size_t j = (size_t)n; j < len; j++)
+    out[j] = (char)('a' + (id + i + (int)j) % 26);
+  return len;
+}
+
+static bool value_consistent(const char *v, size_t len) {
+  int id, i;
+  size_t declared;
+  char expect[HOT_MAX + 1];
+  if (sscanf(v, "%d:%d:%zu:", &id, &i, &declared) != 3 || declared != len)
+    return false;
+  return make_value(expect, id, i) == len && memcmp(expect, v, len) == 0;
+}
+
+static void *stress_main(void *arg) {
+  struct stress_thread *t = arg;
+  struct rdzv_client *c = NULL;
+  struct hvd_buf got;
+  char key[32], value[HOT_MAX + 1];
+  int64_t sum;
+
+  hvd_buf_init(&got, 0);
+  if (rdzv_client_create("127.0.0.1", t->port, NULL, 60000, &c) != HVD_OK) {
+    t->failures = STRESS_OPS;
+    return NULL;
+  }
+  for (int i = 0; i < STRESS_OPS; i++) {
+    hvd_status st;
+    size_t len = make_value(value, t->id, i);
+    switch (i % 4) {
+    case 0: /* own key, then read it back */
+      snprintf(key, sizeof(key), "t%d-%d", t->id, i % 50);
+      st = rdzv_client_set(c, "stress", key, value, len);
+      if (st == HVD_OK)
+        st = rdzv_client_get(c, "stress", key, &got, NULL);
+      if (st == HVD_OK && (got.len != len || memcmp(got.data, value, len) != 0))
+        st = HVD_ERR_CONFLICT;
+      break;
+    case 1: /* everybody writes the hot key */
+      st = rdzv_client_set(c, "stress", "hot", value, len);
+      break;
+    case 2: /* whatever the hot key holds must be one whole write */
+      st = rdzv_client_get(c, "stress", "hot", &got, NULL);
+      if (st == HVD_OK && !value_consistent(got.data, got.len))
+        st = HVD_ERR_CONFLICT;
+      break;
+    default:
+      st = rdzv_client_add(c, "stress", "counter", 1, &sum);
+      break;
+    }
+    if (st != HVD_OK) {
+      if (t->failures++ == 0)
+        snprintf(t->failure, sizeof(t->failure), "op %d: %s", i, hvd_last_error_message());
+    }
+  }
+  /* Final state of this thread's keys: the last write of each. */
+  snprintf(key, sizeof(key), "t%d-final", t->id);
+  if (rdzv_client_set(c, "stress", key, "done", 4) != HVD_OK)
+    t->failures++;
+  hvd_buf_fini(&got);
+  rdzv_client_destroy(c);
+  return NULL;
+}
+
+START_TEST(stress_64_threads_no_lost_or_torn_writes) {
+  static struct stress_thread t[STRESS_THREADS];
+  struct rdzv_scope_view view;
+  struct hvd_buf got;
+  int64_t counter = 0;
+
+  hvd_buf_init(&got, 0);
+  for (int i = 0; i < STRESS_THREADS; i++) {
+    t[i] = (struct stress_thread){.id = i, .port = rdzv_server_port(srv)};
+    ck_assert_int_eq(pthread_create(&t[i].thread, NULL, stress_main, &t[i]), 0);
+  }
+  for (int i = 0; i < STRESS_THREADS; i++) {
+    pthread_join(t[i].thread, NULL);
+    ck_assert_msg(t[i].failures == 0, "thread %d: %d failures, first: %s", i, t[i].failures,
+                  t[i].failure);
+  }
+  /* No lost adds. */
+  ck_assert_int_eq(rdzv_client_add(cli, "stress", "counter", 0, &counter), HVD_OK);
+  ck_assert_int_eq(counter, STRESS_THREADS * STRESS_OPS / 4);
+  /* Every key holds the last value its thread wrote. */
+  ck_assert_int_eq(rdzv_client_get_scope(cli, "stress", 0, 10000, &view), HVD_OK);
+  size_t expected = (size_t)STRESS_THREADS + 2; /* final markers, hot, counter */
+  for (int id = 0; id < STRESS_THREADS; id++) {
+    for (int k = 0; k < 50; k++) {
+      char key[32], value[HOT_MAX + 1];
+      int last = -1;
+      for (int i = 0; i < STRESS_OPS; i += 4)
+        if (i % 50 == k)
+          last = i;
+      snprintf(key, sizeof(key), "t%d-%d", id, k);
+      const struct rdzv_entry *e = rdzv_scope_find(&view, key);
+      if (last < 0) {
+        ck_assert_ptr_null(e);
+        continue;
+      }
+      ck_assert_msg(e != NULL, "lost %s", key);
+      expected++;
+      size_t len = make_value(value, id, last);
+      ck_assert_uint_eq(e->value_len, len);
+      ck_assert(memcmp(e->value, value, len) == 0);
+    }
+  }
+  ck_assert_uint_eq(view.count, expected);
+  const struct rdzv_entry *hot = rdzv_scope_find(&view, "hot");
+  ck_assert_ptr_nonnull(hot);
+  ck_assert(value_consistent((const char *)hot->value, hot->value_len));
+  rdzv_scope_view_fini(&view);
+  hvd_buf_fini(&got);
+}
+END_TEST
+
+/* N ranks: each publishes a record, then long-polls for the whole scope. */
+struct rank_thread {
+  pthread_t thread;
+  int rank;
+  int size;
+  int port;
+  hvd_status status;
+  size_t seen;
+};
+
+static void *rank_main(void *arg) {
+  struct rank_thread *t = arg;
+  struct rdzv_client *c = NULL;
+  struct rdzv_scope_view view;
+  char key[16], value[64];
+
+  t->status = rdzv_client_create("127.0.0.1", t->port, NULL, 60000, &c);
+  snprintf(key, sizeof(key), "%d", t->rank);
+  snprintf(value, sizeof(value), "10.0.%d.%d:%d", t->rank / 256, t->rank % 256, 40000 + t->rank);
+  if (t->status == HVD_OK)
+    t->status = rdzv_client_set(c, "global", key, S(value));
+  if (t->status == HVD_OK)
+    t->status = rdzv_client_get_scope(c, "global", (size_t)t->size, -1, &view);
+  if (t->status == HVD_OK) {
+    for (size_t i = 0; i < view.count; i++) {
+      int r = atoi(view.entries[i].key);
+      snprintf(value, sizeof(value), "10.0.%d.%d:%d", r / 256, r % 256, 40000 + r);
+      if (strcmp((const char *)view.entries[i].value, value) == 0)
+        t->seen++;
+    }
+    rdzv_scope_view_fini(&view);
+    t->status = rdzv_client_delete(c, "global", key);
+  }
+  rdzv_client_destroy(c);
+  return NULL;
+}
+
+START_TEST(stress_256_ranks_rendezvous) {
+  enum { N = 256 };
+  static struct rank_thread t[N];
+  pthread_attr_t attr;
+  struct rdzv_store_stats stats;
+
+  ck_assert_int_eq(rdzv_store_plan(rdzv_server_store(srv), S("global"), N), HVD_OK);
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  for (int i = 0; i < N; i++) {
+    t[i] = (struct rank_thread){.rank = i, .size = N, .port = rdzv_server_port(srv)};
+    ck_assert_int_eq(pthread_create(&t[i].thread, &attr, rank_main, &t[i]), 0);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i].thread, NULL);
+    ck_assert_msg(t[i].status == HVD_OK, "rank %d: %s", i, hvd_strerror(t[i].status));
+    ck_assert_uint_eq(t[i].seen, N);
+  }
+  pthread_attr_destroy(&attr);
+  /* Every rank finished: the planned scope cleared itself. */
+  rdzv_store_get_stats(rdzv_server_store(srv), &stats);
+  ck_assert_uint_eq(stats.keys, 0);
+  ck_assert_uint_eq(stats.waiters, 0);
+}
+END_TEST
+
+/* ==== cli (the hvd-rendezvous binary) ============================================ */
+
+struct child {
+  pid_t pid;
+  FILE *out;
+  int err_fd;
+  int port;
+  char first_line[128];
+};
+
+/* Starts hvd-rendezvous with args (NULL-terminated); reads its first line. */
+static void spawn(struct child *ch, const char *const *args, const char *env_token) {
+  int out[2], err[2];
+  const char *argv[32];
+  size_t n = 0;
+
+  ck_assert_int_eq(pipe(out), 0);
+  ck_assert_int_eq(pipe(err), 0);
+  argv[n++] = HVD_BIN_DIR "/hvd-rendezvous";
+  for (; args[n - 1] != NULL && n < 31; n++)
+    argv[n] = args[n - 1];
+  argv[n] = NULL;
+  ch->pid = fork();
+  ck_assert_int_ge(ch->pid, 0);
+  if (ch->pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    close(out[0]);
+    close(err[0]);
+    if (env_token != NULL)
+      setenv("HVD_TOKEN", env_token, 1);
+    else
+      unsetenv("HVD_TOKEN");
+    alarm(60); /* never outlive a broken test */
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  ch->out = fdopen(out[0], "r");
+  ch->err_fd = err[0];
+  ch->first_line[0] = '\0';
+  ch->port = 0;
+  if (fgets(ch->first_line, sizeof(ch->first_line), ch->out) != NULL) {
+    char *colon = strrchr(ch->first_line, ':');
+    if (colon != NULL)
+      ch->port = atoi(colon + 1);
+  }
+}
+
+/* Sends sig (0: none) and returns the exit code, or -1 if it had to be killed. */
+static int finish(struct child *ch, int sig) {
+  int status = 0;
+  if (sig != 0)
+    kill(ch->pid, sig);
+  for (int i = 0; i < 200; i++) {
+    if (waitpid(ch->pid, &status, WNOHANG) == ch->pid) {
+      fclose(ch->out);
+      close(ch->err_fd);
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    hvd_sleep_ns(50 * 1000000LL);
+  }
+  kill(ch->pid, SIGKILL);
+  waitpid(ch->pid, &status, 0);
+  fclose(ch->out);
+  close(ch->err_fd);
+  return -1;
+}
+
+/* Waits for the child to exit; returns its exit code and everything it wrote to stderr. */
+static int finish_with_stderr(struct child *ch, char *buf, size_t size) {
+  size_t len = 0;
+  ssize_t n;
+  int fd = dup(ch->err_fd);
+  int code = finish(ch, 0);
+
+  while (len < size - 1 && (n = read(fd, buf + len, size - 1 - len)) > 0)
+    len += (size_t)n;
+  buf[len] = '\0';
+  close(fd);
+  return code;
+}
+
+START_TEST(cli_put_get_and_clean_shutdown) {
+  const char *args[] = {"--port", "0", "--bind", "127.0.0.1", NULL};
+  struct child ch;
+  struct response r;
+  char expect[64];
+
+  spawn(&ch, args, NULL);
+  ck_assert_int_gt(ch.port, 0);
+  snprintf(expect, sizeof(expect), "listening on 127.0.0.1:%d\n", ch.port);
+  ck_assert_str_eq(ch.first_line, expect);
+  ck_assert_int_eq(raw_exchange(ch.port, "PUT /s/k HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx",
+                                &r),
+                   200);
+  ck_assert_int_eq(raw_exchange(ch.port, "GET /s/k HTTP/1.1\r\nHost: x\r\n\r\n", &r), 200);
+  ck_assert_str_eq(r.body, "x");
+  ck_assert_int_eq(raw_exchange(ch.port, "GET /s/nope HTTP/1.1\r\nHost: x\r\n\r\n", &r), 404);
+  ck_assert_int_eq(finish(&ch, SIGTERM), 0);
+}
+END_TEST
+
+START_TEST(cli_sigint_with_waiting_client) {
+  const char *args[] = {NULL};
+  struct child ch;
+  struct waiter_thread w = {.scope = "s", .key = "never", .timeout_ms = 3000};
+
+  spawn(&ch, args, NULL);
+  ck_assert_ptr_nonnull(strstr(ch.first_line, "listening on "));
+  ck_assert_int_gt(ch.port, 0);
+  w.port = ch.port;
+  pthread_create(&w.thread, NULL, waiter_main, &w);
+  hvd_sleep_ns(300 * 1000000LL);
+  ck_assert_int_eq(finish(&ch, SIGINT), 0);
+  pthread_join(w.thread, NULL);
+  ck_assert_int_ne(w.status, HVD_OK);
+}
+END_TEST
+
+START_TEST(cli_token_file_and_env) {
+  char path[] = "/tmp/hvd-token-XXXXXX";
+  int fd = mkstemp(path);
+  const char *args[] = {"--bind", "127.0.0.1", "--token-file", path, NULL};
+  const char *plain[] = {"--bind", "127.0.0.1", NULL};
+  struct child ch;
+  struct response r;
+
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, "filetoken\n", 10), 10);
+  close(fd);
+  spawn(&ch, args, "envtoken");
+  ck_assert_int_eq(raw_exchange(ch.port, "GET /s/k HTTP/1.1\r\nHost: x\r\n\r\n", &r), 401);
+  ck_assert_int_eq(raw_exchange(ch.port,
+                                "GET /s/k HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer envtoken\r\n\r\n",
+                                &r),
+                   401);
+  ck_assert_int_eq(raw_exchange(ch.port,
+                                "GET /s/k HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer filetoken\r\n\r\n",
+                                &r),
+                   404);
+  ck_assert_int_eq(finish(&ch, SIGTERM), 0);
+
+  spawn(&ch, plain, "envtoken");
+  ck_assert_int_eq(raw_exchange(ch.port, "GET /s/k HTTP/1.1\r\nHost: x\r\n\r\n", &r), 401);
+  ck_assert_int_eq(raw_exchange(ch.port,
+                                "GET /s/k HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer envtoken\r\n\r\n",
+                                &r),
+                   404);
+  ck_assert_int_eq(finish(&ch, SIGTERM), 0);
+  unlink(path);
+}
+END_TEST
+
+START_TEST(cli_plan_flag) {
+  const char *args[] = {"--bind", "127.0.0.1", "--plan", "global=2", NULL};
+  struct child ch;
+  struct response r;
+
+  spawn(&ch, args, NULL);
+  raw_exchange(ch.port, "PUT /global/0 HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\na", &r);
+  raw_exchange(ch.port, "DELETE /global/0 HTTP/1.1\r\nHost: x\r\n\r\n", &r);
+  ck_assert_int_eq(raw_exchange(ch.port, "GET /global/0 HTTP/1.1\r\nHost: x\r\n\r\n", &r), 200);
+  raw_exchange(ch.port, "DELETE /global/1 HTTP/1.1\r\nHost: x\r\n\r\n", &r);
+  ck_assert_int_eq(raw_exchange(ch.port, "GET /global/0 HTTP/1.1\r\nHost: x\r\n\r\n", &r), 404);
+  ck_assert_int_eq(finish(&ch, SIGTERM), 0);
+}
+END_TEST
+
+START_TEST(cli_ipv6_bind) {
+  const char *args[] = {"--bind", "::1", NULL};
+  struct child ch;
+
+  spawn(&ch, args, NULL);
+  if (strstr(ch.first_line, "listening on") == NULL) {
+    /* No IPv6 loopback on this host: nothing to check. */
+    finish(&ch, SIGTERM);
+    return;
+  }
+  ck_assert_ptr_nonnull(strstr(ch.first_line, "listening on [::1]:"));
+  struct rdzv_client *c = NULL;
+  ck_assert_int_eq(rdzv_client_create("::1", ch.port, NULL, 5000, &c), HVD_OK);
+  ck_assert_msg(rdzv_client_set(c, "s", "k", S("v6")) == HVD_OK, "%s", hvd_last_error_message());
+  rdzv_client_destroy(c);
+  ck_assert_int_eq(finish(&ch, SIGTERM), 0);
+}
+END_TEST
+
+START_TEST(cli_bad_input) {
+  static const struct {
+    const char *args[4];
+    const char *mention;
+  } cases[] = {
+      {{"--port", "abc", NULL}, "--port"},
+      {{"--port", "70000", NULL}, "--port"},
+      {{"--bogus", NULL}, "--bogus"},
+      {{"--port", NULL}, "--port"},
+      {{"--plan", "global", NULL}, "--plan"},
+      {{"--plan", "global=0", NULL}, "--plan"},
+      {{"--threads", "0", NULL}, "--threads"},
+      {{"--log-level", "loud", NULL}, "loud"},
+      {{"--token-file", "/nonexistent/token", NULL}, "/nonexistent/token"},
+      {{"stray", NULL}, "stray"},
+  };
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(cases); i++) {
+    struct child ch;
+    char err[1024];
+    spawn(&ch, cases[i].args, NULL);
+    ck_assert_msg(ch.first_line[0] == '\0', "case %zu printed '%s'", i, ch.first_line);
+    ck_assert_int_eq(finish_with_stderr(&ch, err, sizeof(err)), 2);
+    ck_assert_msg(strstr(err, cases[i].mention) != NULL, "case %zu: '%s'", i, err);
+    ck_assert_msg(strchr(err, '\n') == err + strlen(err) - 1, "case %zu not one line: '%s'", i,
+                  err);
+  }
+  /* Bad environment is refused too. */
+  setenv("HOROVOD_LOG_LEVEL", "chatty", 1);
+  {
+    const char *args[] = {NULL};
+    struct child ch;
+    char err[1024];
+    spawn(&ch, args, NULL);
+    ck_assert_int_eq(finish_with_stderr(&ch, err, sizeof(err)), 2);
+    ck_assert_ptr_nonnull(strstr(err, "HOROVOD_LOG_LEVEL"));
+  }
+  unsetenv("HOROVOD_LOG_LEVEL");
+  /* A port in use is a runtime failure with a clear reason. */
+  {
+    struct rdzv_server *busy = start_server();
+    char port[16];
+    snprintf(port, sizeof(port), "%d", rdzv_server_port(busy));
+    const char *args[] = {"--bind", "127.0.0.1", "--port", port, NULL};
+    struct child ch;
+    char err[1024];
+    spawn(&ch, args, NULL);
+    ck_assert_int_eq(finish_with_stderr(&ch, err, sizeof(err)), 1);
+    ck_assert_ptr_nonnull(strstr(err, "in use"));
+    rdzv_server_stop(busy);
+  }
+}
+END_TEST
+
+START_TEST(cli_help_and_version) {
+  const char *help[] = {"--help", NULL};
+  const char *version[] = {"--version", NULL};
+  struct child ch;
+
+  spawn(&ch, help, NULL);
+  ck_assert_ptr_nonnull(strstr(ch.first_line, "usage: hvd-rendezvous"));
+  ck_assert_int_eq(finish(&ch, 0), 0);
+  spawn(&ch, version, NULL);
+  ck_assert_ptr_nonnull(strstr(ch.first_line, hvd_version()));
+  ck_assert_int_eq(finish(&ch, 0), 0);
+}
+END_TEST
+
+/* ==== suites ===================================================================== */
+
+static Suite *store_suite(void) {
+  Suite *s = suite_create("store");
+  TCase *tc = tcase_create("store");
+  tcase_add_checked_fixture(tc, store_setup, store_teardown);
+  tcase_add_test(tc, store_set_get_versions);
+  tcase_add_test(tc, store_binary_and_empty_values);
+  tcase_add_test(tc, store_compare_and_set);
+  tcase_add_test(tc, store_atomic_add);
+  tcase_add_test(tc, store_delete_and_delete_scope);
+  tcase_add_test(tc, store_planned_scope_cleanup);
+  tcase_add_test(tc, store_reset_drops_keys_and_plans);
+  tcase_add_test(tc, store_limits);
+  tcase_add_test(tc, store_snapshot_order_and_cache);
+  tcase_add_test(tc, store_wait_ready_now_and_later);
+  tcase_add_test(tc, store_wait_scope_count);
+  tcase_add_test(tc, store_wait_deadlines);
+  tcase_add_test(tc, store_wait_many_deadlines);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+static Suite *codec_suite(void) {
+  Suite *s = suite_create("codec");
+  TCase *tc = tcase_create("codec");
+  tcase_add_test(tc, codec_roundtrip_binary);
+  tcase_add_test(tc, codec_rejects_malformed);
+  tcase_add_test(tc, codec_key_order);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+static Suite *http_suite(void) {
+  Suite *s = suite_create("http");
+  TCase *tc = tcase_create("http");
+  tcase_add_checked_fixture(tc, http_setup, http_teardown);
+  tcase_add_test(tc, http_set_get_delete);
+  tcase_add_test(tc, http_scope_add_cas);
+  tcase_add_test(tc, http_long_poll_gets_value_put_later);
+  tcase_add_test(tc, http_wait_deadline);
+  tcase_add_test(tc, http_planned_scope_over_http);
+  tcase_add_test(tc, http_health);
+  tcase_add_test(tc, http_no_server_fails_with_clear_message);
+  tcase_add_test(tc, http_client_waits_for_late_server);
+  tcase_add_test(tc, http_token);
+  tcase_add_test(tc, http_limits);
+  tcase_add_test(tc, http_client_from_env);
+  tcase_add_test(tc, http_shutdown_answers_waiters);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+static Suite *robustness_suite(void) {
+  Suite *s = suite_create("robustness");
+  TCase *tc = tcase_create("raw");
+  tcase_add_checked_fixture(tc, http_setup, http_teardown);
+  tcase_add_test(tc, raw_http10_and_keepalive);
+  tcase_add_test(tc, raw_malformed_requests);
+  tcase_add_test(tc, raw_garbage_and_truncation);
+  tcase_add_test(tc, raw_oversized_requests);
+  tcase_add_test(tc, raw_token_and_content_length_everywhere);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+static Suite *stress_suite(void) {
+  Suite *s = suite_create("stress");
+  TCase *tc = tcase_create("stress");
+  tcase_add_checked_fixture(tc, http_setup, http_teardown);
+  tcase_add_test(tc, stress_64_threads_no_lost_or_torn_writes);
+  tcase_add_test(tc, stress_256_ranks_rendezvous);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+static Suite *cli_suite(void) {
+  Suite *s = suite_create("cli");
+  TCase *tc = tcase_create("cli");
+  tcase_add_test(tc, cli_put_get_and_clean_shutdown);
+  tcase_add_test(tc, cli_sigint_with_waiting_client);
+  tcase_add_test(tc, cli_token_file_and_env);
+  tcase_add_test(tc, cli_plan_flag);
+  tcase_add_test(tc, cli_ipv6_bind);
+  tcase_add_test(tc, cli_bad_input);
+  tcase_add_test(tc, cli_help_and_version);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(store_suite());
+  int failed;
+
+  signal(SIGPIPE, SIG_IGN);
+  srunner_add_suite(sr, codec_suite());
+  srunner_add_suite(sr, http_suite());
+  srunner_add_suite(sr, robustness_suite());
+  srunner_add_suite(sr, stress_suite());
+  srunner_add_suite(sr, cli_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}
