@@ -267,7 +267,8 @@ static hvd_status ensure_files(size_t needed, size_t max_ranks, bool in_process)
 /* ---- the spawned server -------------------------------------------------------- */
 
 struct child {
-  pid_t pid; /* 0: none */
+  pid_t pid; /* 0: none, or reaped */
+  bool died; /* ended before the bench stopped it */
   int port;
   char address[256];
 };
@@ -387,14 +388,56 @@ out:
   return st;
 }
 
+static void describe_status(int status, char *out, size_t size) {
+  if (WIFEXITED(status))
+    snprintf(out, size, "exit code %d", WEXITSTATUS(status));
+  else if (WIFSIGNALED(status))
+    snprintf(out, size, "signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  else
+    snprintf(out, size, "status 0x%x", (unsigned)status);
+}
+
+/*
+ * Whether the server is still running. A server that ended on its own
+ * (a crash, or a SIGTERM/SIGINT from somebody else: it then exits 0) is
+ * reaped and reported, so that failed runs name their cause.
+ */
+static bool server_alive(struct child *ch) {
+  int status = 0;
+  char how[64];
+  pid_t got;
+
+  if (ch->pid == 0)
+    return false;
+  got = waitpid(ch->pid, &status, WNOHANG);
+  if (got == 0)
+    return true;
+  describe_status(status, how, sizeof(how));
+  fprintf(stderr,
+          "hvd-bench-rendezvous: hvd-rendezvous (pid %ld) ended on its own with %s before the "
+          "bench stopped it%s\n",
+          (long)ch->pid, how,
+          WIFEXITED(status) && WEXITSTATUS(status) == 0
+              ? " (exit code 0 means it received SIGTERM or SIGINT from another process)"
+              : "");
+  ch->pid = 0;
+  ch->died = true;
+  return false;
+}
+
 /* SIGTERM, then waits; SIGKILL if it does not stop in time. */
 static hvd_status stop_server(struct child *ch) {
   int64_t deadline = hvd_deadline_after_ms(SERVER_STOP_TIMEOUT_MS);
   int status = 0;
+  char how[64];
   pid_t got;
 
+  if (ch->died)
+    return hvd_error(HVD_ERR_ABORTED, "hvd-rendezvous ended during the benchmark");
   if (ch->pid == 0)
     return HVD_OK;
+  if (!server_alive(ch))
+    return hvd_error(HVD_ERR_ABORTED, "hvd-rendezvous ended during the benchmark");
   kill(ch->pid, SIGTERM);
   while ((got = waitpid(ch->pid, &status, WNOHANG)) == 0 && hvd_now_ns() < deadline)
     hvd_sleep_ns(10 * 1000 * 1000);
@@ -408,10 +451,10 @@ static hvd_status stop_server(struct child *ch) {
   ch->pid = 0;
   if (got < 0)
     return hvd_error(HVD_ERR_IO, "waitpid hvd-rendezvous: %s", strerror(errno));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return hvd_error(HVD_ERR_IO, "hvd-rendezvous ended with %s %d after SIGTERM",
-                     WIFEXITED(status) ? "exit code" : "signal",
-                     WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    describe_status(status, how, sizeof(how));
+    return hvd_error(HVD_ERR_IO, "hvd-rendezvous ended with %s after SIGTERM", how);
+  }
   return HVD_OK;
 }
 
@@ -583,19 +626,21 @@ static hvd_status run_once(const char *host, int port, size_t n, unsigned seq, i
     rc = pthread_create(&ranks[created].thread, &attr, rank_main, &ranks[created]);
     if (rc != 0) {
       st = hvd_error(HVD_ERR_IO,
-                     "cannot start rank thread %zu of %zu: pthread_create: %s (check ulimit -u, "
+                     "cannot start rank thread %zu of %zu: pthread_create: %s (check ulimit -u and -v, "
                      "kernel.threads-max and the cgroup's pids.max)",
                      created, n, strerror(rc));
       break;
     }
   }
 
-  /* Open the gate once every started rank holds its client. */
+  /* Open the gate once every rank holds its client; if not every rank could
+   * start, open it at once with abort set, so that the started ones leave. */
   pthread_mutex_lock(&run.mu);
   int64_t deadline = hvd_deadline_after_ms(timeout_ms);
-  while (run.ready < created && hvd_cond_wait_until(&run.cond, &run.mu, deadline) != ETIMEDOUT) {
+  while (st == HVD_OK && run.ready < n &&
+         hvd_cond_wait_until(&run.cond, &run.mu, deadline) != ETIMEDOUT) {
   }
-  if (run.ready < created && st == HVD_OK)
+  if (st == HVD_OK && run.ready < n)
     st = hvd_error(HVD_ERR_TIMEOUT, "only %zu of %zu ranks reached the start gate", run.ready,
                    created);
   run.abort = st != HVD_OK;
@@ -640,7 +685,7 @@ static void print_row(size_t n, unsigned k, const struct result *r) {
 
 /* Runs every repeat of N ranks and prints rows and a summary; false if any failed. */
 static bool bench_ranks(const struct options *o, const char *host, int port, size_t n,
-                        unsigned *seq, struct rdzv_client *admin) {
+                        unsigned *seq, struct rdzv_client *admin, struct child *ch) {
   struct result *results = calloc(o->repeat, sizeof(*results));
   double *walls = calloc(o->repeat, sizeof(*walls));
   size_t failures = 0;
@@ -665,6 +710,10 @@ static bool bench_ranks(const struct options *o, const char *host, int port, siz
     walls[k] = results[k].wall_s;
     failures += results[k].failures;
     done++;
+    if (ch != NULL && !server_alive(ch)) {
+      ok = false;
+      break;
+    }
     /* Leave the server as we found it; not timed. */
     snprintf(scope, sizeof(scope), "bench_%ld_%u", (long)getpid(), s);
     if (rdzv_client_delete_scope(admin, scope) != HVD_OK)
@@ -771,8 +820,10 @@ int main(int argc, char **argv) {
          "req/s", "lat_med(ms)", "lat_max(ms)", "errors");
   fflush(stdout);
   for (size_t i = 0; i < o.nranks; i++) {
-    if (!bench_ranks(&o, host, port, o.ranks[i], &seq, admin))
+    if (!bench_ranks(&o, host, port, o.ranks[i], &seq, admin, child.pid != 0 ? &child : NULL))
       ok = false;
+    if (child.died)
+      break;
   }
   printf("# %s\n", ok ? "every run verified" : "FAILED: see the errors above");
 

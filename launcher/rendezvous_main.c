@@ -209,7 +209,7 @@ int main(int argc, char **argv) {
   static char token[TOKEN_MAX];
   struct rdzv_server *srv = NULL;
   sigset_t signals;
-  int sig = 0;
+  int sig;
   int rc;
 
   hvd_log_set_name("hvd-rendezvous");
@@ -254,9 +254,12 @@ int main(int argc, char **argv) {
   printf("listening on %s\n", rdzv_server_address(srv));
   fflush(stdout);
 
-  while (sigwait(&signals, &sig) != 0) {
+  siginfo_t info;
+  while ((sig = sigwaitinfo(&signals, &info)) < 0) {
   }
-  HVD_LOG_INFO("received %s, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  /* Name the sender: an unexpected stop is then easy to trace. */
+  HVD_LOG_INFO("received %s from pid %d, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM",
+               (int)info.si_pid);
   rdzv_server_stop(srv);
   return 0;
 }

@@ -867,6 +867,31 @@ START_TEST(http_health) {
 }
 END_TEST
 
+START_TEST(http_client_reuses_its_connection) {
+  struct hvd_buf json;
+  struct hvd_buf v;
+  cJSON *doc;
+
+  hvd_buf_init(&json, 0);
+  hvd_buf_init(&v, 0);
+  for (int i = 0; i < 20; i++) {
+    ck_assert_int_eq(rdzv_client_set(cli, "s", "k", S("v")), HVD_OK);
+    ck_assert_int_eq(rdzv_client_get(cli, "s", "k", &v, NULL), HVD_OK);
+    ck_assert_int_eq(rdzv_client_get(cli, "s", "missing", &v, NULL), HVD_ERR_NOT_FOUND);
+  }
+  ck_assert_int_eq(rdzv_client_wait(cli, "s", "missing", 10, &v), HVD_ERR_TIMEOUT);
+  ck_assert_int_eq(rdzv_client_health(cli, &json), HVD_OK);
+  doc = cJSON_Parse(json.data);
+  ck_assert_ptr_nonnull(doc);
+  /* 62 requests so far, all over one keep-alive connection. */
+  ck_assert_int_eq(cJSON_GetObjectItem(doc, "connections")->valueint, 1);
+  ck_assert_int_ge(cJSON_GetObjectItem(doc, "requests")->valueint, 62);
+  cJSON_Delete(doc);
+  hvd_buf_fini(&json);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
 START_TEST(http_no_server_fails_with_clear_message) {
   struct rdzv_client *c = NULL;
   int port = free_port();
@@ -1723,6 +1748,7 @@ static Suite *http_suite(void) {
   tcase_add_test(tc, http_wait_deadline);
   tcase_add_test(tc, http_planned_scope_over_http);
   tcase_add_test(tc, http_health);
+  tcase_add_test(tc, http_client_reuses_its_connection);
   tcase_add_test(tc, http_no_server_fails_with_clear_message);
   tcase_add_test(tc, http_client_waits_for_late_server);
   tcase_add_test(tc, http_token);

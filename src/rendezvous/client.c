@@ -329,6 +329,15 @@ static hvd_status http_error(struct rdzv_client *c, const struct call *call, lon
                    body[0] ? ": " : "", body, hint);
 }
 
+/* Runs the call; any answer but 200 is an error. */
+static hvd_status exchange(struct rdzv_client *c, const struct call *call) {
+  long code = 0;
+  hvd_status st = perform(c, call, &code);
+  if (st == HVD_OK && code != 200)
+    st = http_error(c, call, code);
+  return st;
+}
+
 static struct call make_call(const char *method, const char *scope, const char *key,
                              int64_t deadline_ns) {
   struct call call;
@@ -371,30 +380,22 @@ static hvd_status take_response(struct rdzv_client *c, struct hvd_buf *out) {
 hvd_status rdzv_client_set(struct rdzv_client *c, const char *scope, const char *key,
                            const void *value, size_t len) {
   struct call call = make_call("PUT", scope, key, deadline_for(c, -1));
-  long code = 0;
   hvd_status st = check_names(scope, key, true);
 
   call.body = value != NULL ? value : "";
   call.body_len = len;
-  if (st == HVD_OK)
-    st = perform(c, &call, &code);
-  if (st == HVD_OK && code != 200)
-    st = http_error(c, &call, code);
-  return st;
+  return st == HVD_OK ? exchange(c, &call) : st;
 }
 
 hvd_status rdzv_client_get(struct rdzv_client *c, const char *scope, const char *key,
                            struct hvd_buf *value, uint64_t *version) {
   struct call call = make_call("GET", scope, key, deadline_for(c, -1));
-  long code = 0;
   hvd_status st = check_names(scope, key, true);
 
   if (st == HVD_OK)
-    st = perform(c, &call, &code);
+    st = exchange(c, &call);
   if (st != HVD_OK)
     return st;
-  if (code != 200)
-    return http_error(c, &call, code);
   if (version != NULL)
     *version = response_version(c);
   return take_response(c, value);
@@ -482,18 +483,15 @@ hvd_status rdzv_client_get_scope(struct rdzv_client *c, const char *scope, size_
 hvd_status rdzv_client_add(struct rdzv_client *c, const char *scope, const char *key,
                            int64_t delta, int64_t *result) {
   struct call call = make_call("POST", scope, key, deadline_for(c, -1));
-  long code = 0;
   int64_t value;
   hvd_status st = check_names(scope, key, true);
 
   call.idempotent = false; /* repeating an add that arrived would add twice */
   snprintf(call.query, sizeof(call.query), "add=%" PRId64, delta);
   if (st == HVD_OK)
-    st = perform(c, &call, &code);
+    st = exchange(c, &call);
   if (st != HVD_OK)
     return st;
-  if (code != 200)
-    return http_error(c, &call, code);
   if (!hvd_parse_int64(c->response.data ? c->response.data : "", c->response.len, &value))
     return hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: POST /%s/%s: answer is not an integer",
                      c->base_url, scope, key);
@@ -545,14 +543,9 @@ hvd_status rdzv_client_cas(struct rdzv_client *c, const char *scope, const char 
 
 static hvd_status simple_delete(struct rdzv_client *c, const char *scope, const char *key) {
   struct call call = make_call("DELETE", scope, key, deadline_for(c, -1));
-  long code = 0;
   hvd_status st = check_names(scope, key, key != NULL);
 
-  if (st == HVD_OK)
-    st = perform(c, &call, &code);
-  if (st == HVD_OK && code != 200)
-    st = http_error(c, &call, code);
-  return st;
+  return st == HVD_OK ? exchange(c, &call) : st;
 }
 
 hvd_status rdzv_client_delete(struct rdzv_client *c, const char *scope, const char *key) {
@@ -567,12 +560,7 @@ hvd_status rdzv_client_delete_scope(struct rdzv_client *c, const char *scope) {
 
 hvd_status rdzv_client_health(struct rdzv_client *c, struct hvd_buf *json) {
   struct call call = make_call("GET", "_health", NULL, deadline_for(c, -1));
-  long code = 0;
-  hvd_status st = perform(c, &call, &code);
+  hvd_status st = exchange(c, &call);
 
-  if (st != HVD_OK)
-    return st;
-  if (code != 200)
-    return http_error(c, &call, code);
-  return take_response(c, json);
+  return st == HVD_OK ? take_response(c, json) : st;
 }

@@ -186,47 +186,60 @@ static enum MHD_Result answer_store_error(struct request *req, hvd_status st) {
 
 /* ---- request parsing (headers have arrived, no body yet) --------------------- */
 
-struct query_check {
-  struct request *req;
-  const char *allowed; /* space-separated names */
-  char bad[128];       /* the first problem found */
+/* Query parameters, each allowed only where it means something. */
+enum { PARAM_WAIT = 1, PARAM_COUNT = 2, PARAM_ADD = 4 };
+
+static const struct param {
+  const char *name;
+  unsigned bit;
+  int64_t min, max;
+  const char *range;
+} params[] = {
+    {"wait", PARAM_WAIT, 0, WAIT_MAX_MS, "0..3600000 (milliseconds)"},
+    {"count", PARAM_COUNT, 0, COUNT_MAX, "0..16777216"},
+    {"add", PARAM_ADD, INT64_MIN, INT64_MAX, "the signed 64-bit range"},
 };
 
-static bool parse_int_param(const char *value, int64_t min, int64_t max, int64_t *out) {
-  return value != NULL && hvd_parse_int64(value, strlen(value), out) && *out >= min &&
-         *out <= max;
+struct query_check {
+  struct request *req;
+  unsigned allowed; /* PARAM_* bits */
+  unsigned seen;
+  char bad[160]; /* the first problem found */
+};
+
+static int64_t *param_slot(struct request *req, unsigned bit) {
+  return bit == PARAM_WAIT ? &req->wait_ms : bit == PARAM_COUNT ? &req->count : &req->delta;
 }
 
 static enum MHD_Result query_cb(void *cls, enum MHD_ValueKind kind, const char *name,
                                 const char *value) {
   struct query_check *qc = cls;
-  struct request *req = qc->req;
-  size_t name_len = strlen(name);
-  const char *found = strstr(qc->allowed, name);
-  bool allowed = name_len > 0 && found != NULL && (found[name_len] == ' ' || found[name_len] == '\0') &&
-                 (found == qc->allowed || found[-1] == ' ');
-  bool ok;
-
+  const struct param *p = NULL;
+  int64_t v;
   (void)kind;
-  if (!allowed) {
-    snprintf(qc->bad, sizeof(qc->bad), "unknown query parameter '%.40s' (allowed here: %s)",
-             name, qc->allowed[0] ? qc->allowed : "none");
+
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(params); i++) {
+    if ((qc->allowed & params[i].bit) && strcmp(name, params[i].name) == 0)
+      p = &params[i];
+  }
+  if (p == NULL) {
+    size_t n = (size_t)snprintf(qc->bad, sizeof(qc->bad),
+                                "unknown query parameter '%.40s' (allowed here:", name);
+    for (size_t i = 0; i < HVD_ARRAY_SIZE(params) && n < sizeof(qc->bad); i++) {
+      if (qc->allowed & params[i].bit)
+        n += (size_t)snprintf(qc->bad + n, sizeof(qc->bad) - n, " %s", params[i].name);
+    }
+    if (n < sizeof(qc->bad))
+      snprintf(qc->bad + n, sizeof(qc->bad) - n, "%s)", qc->allowed ? "" : " none");
     return MHD_NO;
   }
-  if (strcmp(name, "wait") == 0)
-    ok = parse_int_param(value, 0, WAIT_MAX_MS, &req->wait_ms);
-  else if (strcmp(name, "count") == 0)
-    ok = parse_int_param(value, 0, COUNT_MAX, &req->count);
-  else
-    ok = parse_int_param(value, INT64_MIN, INT64_MAX, &req->delta);
-  if (!ok) {
+  if (value == NULL || !hvd_parse_int64(value, strlen(value), &v) || v < p->min || v > p->max) {
     snprintf(qc->bad, sizeof(qc->bad), "query parameter %s='%.40s' is not an integer in %s",
-             name, value ? value : "",
-             strcmp(name, "wait") == 0    ? "0..3600000 (milliseconds)"
-             : strcmp(name, "count") == 0 ? "0..16777216"
-                                          : "the 64-bit range");
+             p->name, value ? value : "", p->range);
     return MHD_NO;
   }
+  *param_slot(qc->req, p->bit) = v;
+  qc->seen |= p->bit;
   return MHD_YES;
 }
 
@@ -327,12 +340,12 @@ static enum op pick_op(const char *method, bool has_key, bool *known) {
   return OP_GET;
 }
 
-static const char *allowed_params(enum op op) {
+static unsigned allowed_params(enum op op) {
   switch (op) {
-  case OP_GET: return "wait";
-  case OP_GET_SCOPE: return "count wait";
-  case OP_ADD: return "add";
-  default: return "";
+  case OP_GET: return PARAM_WAIT;
+  case OP_GET_SCOPE: return PARAM_COUNT | PARAM_WAIT;
+  case OP_ADD: return PARAM_ADD;
+  default: return 0;
   }
 }
 
@@ -372,8 +385,7 @@ static enum MHD_Result begin(struct request *req, const char *url) {
   MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, query_cb, &qc);
   if (qc.bad[0] != '\0')
     return answer_text(req, MHD_HTTP_BAD_REQUEST, "%s", qc.bad);
-  if (req->op == OP_ADD &&
-      MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "add") == NULL)
+  if (req->op == OP_ADD && !(qc.seen & PARAM_ADD))
     return answer_text(req, MHD_HTTP_BAD_REQUEST,
                        "POST is the atomic add: POST /<scope>/<key>?add=<delta>");
 

@@ -152,6 +152,7 @@ struct rdzv_scope *store_get_scope(struct rdzv_store *s, const char *name, size_
     return NULL;
   }
   scope->name_len = len;
+  scope->min_count_bound = SIZE_MAX;
   hvd_map_init(&scope->items);
   hvd_map_init(&scope->finished);
   if (hvd_map_put(&s->scopes, name, len, scope, NULL) != HVD_OK) {
@@ -163,7 +164,8 @@ struct rdzv_scope *store_get_scope(struct rdzv_store *s, const char *name, size_
 }
 
 void store_maybe_drop_scope(struct rdzv_store *s, struct rdzv_scope *scope) {
-  if (scope->items.count > 0 || scope->finished.count > 0 || scope->waiters != NULL)
+  if (scope->items.count > 0 || scope->finished.count > 0 || scope->key_waiters != NULL ||
+      scope->count_waiters != NULL)
     return;
   hvd_map_remove(&s->scopes, scope->name, scope->name_len);
   s->bytes -= SCOPE_OVERHEAD + scope->name_len;
@@ -259,7 +261,7 @@ void rdzv_store_reset(struct rdzv_store *s) {
   while (hvd_map_iter_next(&s->scopes, &it, NULL, NULL, &value)) {
     struct rdzv_scope *scope = value;
     clear_scope(s, scope);
-    if (scope->waiters == NULL) {
+    if (scope->key_waiters == NULL && scope->count_waiters == NULL) {
       hvd_map_iter_remove(&s->scopes, &it);
       s->bytes -= SCOPE_OVERHEAD + scope->name_len;
       free_scope(scope);
@@ -367,7 +369,7 @@ hvd_status rdzv_store_set(struct rdzv_store *s, const char *scope, size_t scope_
   }
   st = put_locked(s, sc, key, key_len, data, len, old, &new_version);
   if (st == HVD_OK)
-    store_wait_check(s, sc, &fired);
+    store_wait_check(s, sc, key, key_len, &fired);
   else
     store_maybe_drop_scope(s, sc);
 out:
@@ -413,7 +415,7 @@ hvd_status rdzv_store_add(struct rdzv_store *s, const char *scope, size_t scope_
   n = snprintf(text, sizeof(text), "%lld", (long long)current);
   st = put_locked(s, sc, key, key_len, text, (size_t)n, old, &new_version);
   if (st == HVD_OK)
-    store_wait_check(s, sc, &fired);
+    store_wait_check(s, sc, key, key_len, &fired);
 out:
   if (sc != NULL && st != HVD_OK)
     store_maybe_drop_scope(s, sc);

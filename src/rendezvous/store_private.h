@@ -14,7 +14,12 @@ struct rdzv_scope {
   size_t bytes;            /* accounted bytes of the items */
   struct rdzv_blob *snapshot; /* serialized items, NULL when stale */
   size_t snapshot_count;
-  struct rdzv_waiter *waiters; /* doubly linked through prev/next */
+  /* Pending waiters, doubly linked through prev/next: those for one key,
+   * and those for a number of keys. min_count_bound is at most the smallest
+   * min_count among the latter, so writes below it skip the scan. */
+  struct rdzv_waiter *key_waiters;
+  struct rdzv_waiter *count_waiters;
+  size_t min_count_bound;
 };
 
 /* Lock order: mu is a leaf; no callback is ever made while holding it except
@@ -53,8 +58,9 @@ hvd_status store_scope_snapshot(struct rdzv_store *s, struct rdzv_scope *scope,
 /* store_wait.c */
 hvd_status store_wait_start(struct rdzv_store *s);
 void store_wait_stop(struct rdzv_store *s);
-/* Detaches the waiters of scope that are now satisfied onto *fired. */
-void store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, struct rdzv_waiter **fired);
+/* Detaches the waiters that a write of key made ready onto *fired. */
+void store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, const char *key,
+                      size_t key_len, struct rdzv_waiter **fired);
 /* Releases the lock, then hands fired waiters to the fire callback. Closing
  * waits for every such delivery, so none can outlive rdzv_store_close. */
 void store_unlock_deliver(struct rdzv_store *s, struct rdzv_waiter *fired);

@@ -2,8 +2,9 @@
  * Long-poll waiters of the rendezvous store.
  *
  * DESIGN. A waiter asks for one key of a scope, or for a scope to hold at
- * least N keys. Pending waiters sit on their scope's list (so a write only
- * looks at the waiters of the scope it touched) and on a min-heap ordered by
+ * least N keys. Pending waiters sit on one of their scope's two lists (so a
+ * write only looks at the waiters of the scope it touched, and count waiters
+ * only once the scope could satisfy one) and on a min-heap ordered by
  * deadline, which one thread watches: it sleeps until the earliest deadline
  * and times out whatever is due. A waiter leaves both structures under the
  * lock when it finishes, is chained onto a local "fired" list, and is handed
@@ -80,6 +81,10 @@ static void heap_remove(struct rdzv_store *s, struct rdzv_waiter *w) {
 
 /* ---- registration and firing (lock held) ---------------------------------- */
 
+static struct rdzv_waiter **list_of(struct rdzv_scope *scope, const struct rdzv_waiter *w) {
+  return w->key != NULL ? &scope->key_waiters : &scope->count_waiters;
+}
+
 /* Takes a pending waiter off every structure and chains it onto *fired. */
 static void detach(struct rdzv_store *s, struct rdzv_waiter *w, enum rdzv_wait_result result,
                    struct rdzv_waiter **fired) {
@@ -89,7 +94,7 @@ static void detach(struct rdzv_store *s, struct rdzv_waiter *w, enum rdzv_wait_r
   if (w->prev != NULL)
     w->prev->next = w->next;
   else
-    scope->waiters = w->next;
+    *list_of(scope, w) = w->next;
   if (w->next != NULL)
     w->next->prev = w->prev;
   w->prev = w->next = NULL;
@@ -121,14 +126,28 @@ static bool try_ready(struct rdzv_store *s, struct rdzv_scope *scope, struct rdz
   return true;
 }
 
-void store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, struct rdzv_waiter **fired) {
-  struct rdzv_waiter *w = scope->waiters;
-  while (w != NULL) {
-    struct rdzv_waiter *next = w->next;
+void store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, const char *key,
+                      size_t key_len, struct rdzv_waiter **fired) {
+  struct rdzv_waiter *w, *next;
+  size_t bound = SIZE_MAX;
+
+  for (w = scope->key_waiters; w != NULL; w = next) {
+    next = w->next;
+    if (w->key_len == key_len && memcmp(w->key, key, key_len) == 0 && try_ready(s, scope, w))
+      detach(s, w, RDZV_WAIT_READY, fired);
+  }
+  /* Count waiters only care once the scope is big enough for one of them;
+   * skipping until then keeps N ranks' rendezvous linear, not quadratic. */
+  if (scope->items.count < scope->min_count_bound)
+    return;
+  for (w = scope->count_waiters; w != NULL; w = next) {
+    next = w->next;
     if (try_ready(s, scope, w))
       detach(s, w, RDZV_WAIT_READY, fired);
-    w = next;
+    else if (w->min_count < bound)
+      bound = w->min_count;
   }
+  scope->min_count_bound = bound;
 }
 
 void store_wait_cancel_all(struct rdzv_store *s, struct rdzv_waiter **fired) {
@@ -186,11 +205,14 @@ hvd_status rdzv_store_wait(struct rdzv_store *s, struct rdzv_waiter *w, rdzv_par
   } else if ((st = heap_push(s, w)) != HVD_OK) {
     store_maybe_drop_scope(s, scope);
   } else {
+    struct rdzv_waiter **list = list_of(scope, w);
     w->scope_obj = scope;
-    w->next = scope->waiters;
-    if (scope->waiters != NULL)
-      scope->waiters->prev = w;
-    scope->waiters = w;
+    w->next = *list;
+    if (*list != NULL)
+      (*list)->prev = w;
+    *list = w;
+    if (w->key == NULL && w->min_count < scope->min_count_bound)
+      scope->min_count_bound = w->min_count;
     park(w, park_arg);
     if (w->heap_index == 0)
       pthread_cond_signal(&s->deadline_cond);
