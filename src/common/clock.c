@@ -18,11 +18,12 @@ int64_t hvd_deadline_after_ms(int64_t ms) {
 }
 
 int64_t hvd_remaining_ms(int64_t deadline_ns) {
-  int64_t left;
+  int64_t now = hvd_now_ns();
   if (deadline_ns == HVD_NO_DEADLINE)
     return INT64_MAX / 1000000;
-  left = deadline_ns - hvd_now_ns();
-  return left <= 0 ? 0 : (left + 999999) / 1000000;
+  if (deadline_ns <= now)
+    return 0;
+  return (deadline_ns - now + 999999) / 1000000;
 }
 
 void hvd_sleep_ns(int64_t ns) {

@@ -23,6 +23,8 @@
  */
 enum { HVD_ERROR_MESSAGE_MAX = 1024 };
 
+/* The arguments must not include hvd_last_error_message(); use
+ * hvd_error_prefix to add context to the current message. */
 hvd_status hvd_error(hvd_status status, const char *fmt, ...) HVD_PRINTF(2, 3);
 /* Prepends "<context>: " to this thread's message; returns its status. */
 hvd_status hvd_error_prefix(const char *fmt, ...) HVD_PRINTF(1, 2);
@@ -125,7 +127,8 @@ void hvd_buf_reset(struct hvd_buf *b);
 hvd_status hvd_buf_reserve(struct hvd_buf *b, size_t extra);
 hvd_status hvd_buf_append(struct hvd_buf *b, const void *data, size_t len);
 hvd_status hvd_buf_printf(struct hvd_buf *b, const char *fmt, ...) HVD_PRINTF(2, 3);
-/* Hands the data to the caller (who frees it) and leaves the buffer empty. */
+/* Hands the data to the caller (who frees it) and leaves the buffer empty;
+ * NULL if nothing was ever stored. */
 char *hvd_buf_detach(struct hvd_buf *b, size_t *len);
 
 /* ---- string-keyed hash map (map.c) ---------------------------------------
@@ -160,6 +163,7 @@ bool hvd_map_iter_next(const struct hvd_map *m, struct hvd_map_iter *it, const c
 void hvd_map_iter_remove(struct hvd_map *m, struct hvd_map_iter *it);
 
 /* ---- small helpers (util.c) ----------------------------------------------- */
+/* Copies exactly len bytes (NULs included) and adds a terminating NUL. */
 char *hvd_strndup(const char *s, size_t len);
 /* Constant-time comparison for secrets. */
 bool hvd_secure_equal(const void *a, size_t a_len, const void *b, size_t b_len);

@@ -151,6 +151,8 @@ bool hvd_map_iter_next(const struct hvd_map *m, struct hvd_map_iter *it, const c
 }
 
 void hvd_map_iter_remove(struct hvd_map *m, struct hvd_map_iter *it) {
+  if (it->next == 0)
+    return; /* nothing returned yet */
   struct hvd_map_slot *s = &m->slots[it->next - 1];
   if (slot_live(s))
     remove_slot(m, s);

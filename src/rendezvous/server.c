@@ -170,9 +170,8 @@ static enum MHD_Result answer_store_error(struct request *req, hvd_status st) {
   const char *msg = hvd_last_error_message();
   switch (st) {
   case HVD_ERR_TOO_LARGE:
-    /* The value's own size was checked before; what is left is a full store. */
-    if (req->body.len > req->srv->limits.max_value_bytes)
-      return answer_text(req, MHD_HTTP_CONTENT_TOO_LARGE, "%s", msg);
+    /* Names and values were checked against their limits before the store
+     * was called; what is left is a full store. */
     return answer_text(req, MHD_HTTP_INSUFFICIENT_STORAGE, "%s", msg);
   case HVD_ERR_INVALID_ARGUMENT:
     return answer_text(req, MHD_HTTP_BAD_REQUEST, "%s", msg);
