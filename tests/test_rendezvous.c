@@ -665,6 +665,65 @@ START_TEST(codec_key_order) {
 }
 END_TEST
 
+/* ==== records ================================================================ */
+
+START_TEST(record_roundtrip) {
+  struct rdzv_record r = {.rank = 3, .global_rank = 7, .local_rank = 1, .pid = 4242,
+                          .generation = 18446744073709551615ull / 2, .port = 40123, .naddrs = 2};
+  struct rdzv_record back;
+  struct hvd_buf text;
+
+  snprintf(r.host, sizeof(r.host), "node-\"1\"");
+  snprintf(r.addrs[0], sizeof(r.addrs[0]), "10.0.0.5");
+  snprintf(r.addrs[1], sizeof(r.addrs[1]), "fe80::1%%eth0");
+  hvd_buf_init(&text, 0);
+  ck_assert_int_eq(rdzv_record_encode(&r, &text), HVD_OK);
+  ck_assert_int_eq(rdzv_record_decode(text.data, text.len, &back), HVD_OK);
+  ck_assert_int_eq(back.rank, 3);
+  ck_assert_int_eq(back.global_rank, 7);
+  ck_assert_int_eq(back.local_rank, 1);
+  ck_assert_int_eq(back.pid, 4242);
+  ck_assert(back.generation == 18446744073709551615ull / 2);
+  ck_assert_int_eq(back.port, 40123);
+  ck_assert_str_eq(back.host, "node-\"1\"");
+  ck_assert_uint_eq(back.naddrs, 2);
+  ck_assert_str_eq(back.addrs[1], "fe80::1%eth0");
+  hvd_buf_fini(&text);
+}
+END_TEST
+
+START_TEST(record_rejects_bad_fields) {
+  static const char *const bad[] = {
+      "",
+      "[]",
+      "{\"v\":2,\"rank\":0,\"global_rank\":0,\"host\":\"h\",\"local_rank\":0,\"pid\":1,"
+      "\"gen\":\"0\",\"port\":1,\"addrs\":[\"a\"]}",
+      "{\"v\":1,\"rank\":-1,\"global_rank\":0,\"host\":\"h\",\"local_rank\":0,\"pid\":1,"
+      "\"gen\":\"0\",\"port\":1,\"addrs\":[\"a\"]}",
+      "{\"v\":1,\"rank\":0.5,\"global_rank\":0,\"host\":\"h\",\"local_rank\":0,\"pid\":1,"
+      "\"gen\":\"0\",\"port\":1,\"addrs\":[\"a\"]}",
+      "{\"v\":1,\"rank\":0,\"global_rank\":0,\"host\":\"h\",\"local_rank\":0,\"pid\":1,"
+      "\"gen\":\"0\",\"port\":70000,\"addrs\":[\"a\"]}",
+      "{\"v\":1,\"rank\":0,\"global_rank\":0,\"host\":\"\",\"local_rank\":0,\"pid\":1,"
+      "\"gen\":\"0\",\"port\":1,\"addrs\":[\"a\"]}",
+      "{\"v\":1,\"rank\":0,\"global_rank\":0,\"host\":\"h\",\"local_rank\":0,\"pid\":1,"
+      "\"gen\":\"0\",\"port\":1,\"addrs\":[]}",
+      "{\"v\":1,\"rank\":0,\"global_rank\":0,\"host\":\"h\",\"local_rank\":0,\"pid\":1,"
+      "\"gen\":\"0\",\"port\":1,\"addrs\":[7]}",
+      "{\"v\":1,\"rank\":\"0\",\"global_rank\":0,\"host\":\"h\",\"local_rank\":0,\"pid\":1,"
+      "\"gen\":\"0\",\"port\":1,\"addrs\":[\"a\"]}",
+      "{\"v\":1,\"global_rank\":0,\"host\":\"h\",\"local_rank\":0,\"pid\":1,"
+      "\"gen\":\"0\",\"port\":1,\"addrs\":[\"a\"]}",
+  };
+  struct rdzv_record r;
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(bad); i++)
+    ck_assert_msg(rdzv_record_decode(bad[i], strlen(bad[i]), &r) == HVD_ERR_PROTOCOL,
+                  "accepted case %zu", i);
+  ck_assert_int_eq(rdzv_record_decode(bad[2], strlen(bad[2]), &r), HVD_ERR_PROTOCOL);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "version 2"));
+}
+END_TEST
+
 /* ==== http ================================================================== */
 
 static struct rdzv_server *srv;
@@ -1738,6 +1797,15 @@ static Suite *codec_suite(void) {
   return s;
 }
 
+static Suite *record_suite(void) {
+  Suite *s = suite_create("record");
+  TCase *tc = tcase_create("record");
+  tcase_add_test(tc, record_roundtrip);
+  tcase_add_test(tc, record_rejects_bad_fields);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
 static Suite *http_suite(void) {
   Suite *s = suite_create("http");
   TCase *tc = tcase_create("http");
@@ -1802,6 +1870,7 @@ int main(void) {
 
   signal(SIGPIPE, SIG_IGN);
   srunner_add_suite(sr, codec_suite());
+  srunner_add_suite(sr, record_suite());
   srunner_add_suite(sr, http_suite());
   srunner_add_suite(sr, robustness_suite());
   srunner_add_suite(sr, stress_suite());

@@ -162,6 +162,37 @@ bool hvd_map_iter_next(const struct hvd_map *m, struct hvd_map_iter *it, const c
                        size_t *key_len, void **value);
 void hvd_map_iter_remove(struct hvd_map *m, struct hvd_map_iter *it);
 
+/* ---- little-endian wire integers ------------------------------------------
+ * Every integer hvd puts on a wire is fixed width and little-endian.
+ */
+static inline void hvd_put_le16(unsigned char *p, uint16_t v) {
+  p[0] = (unsigned char)v;
+  p[1] = (unsigned char)(v >> 8);
+}
+static inline void hvd_put_le32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void hvd_put_le64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint16_t hvd_get_le16(const unsigned char *p) {
+  return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t hvd_get_le32(const unsigned char *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--)
+    v = (v << 8) | p[i];
+  return v;
+}
+static inline uint64_t hvd_get_le64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--)
+    v = (v << 8) | p[i];
+  return v;
+}
+
 /* ---- small helpers (util.c) ----------------------------------------------- */
 /* Copies exactly len bytes (NULs included) and adds a terminating NUL. */
 char *hvd_strndup(const char *s, size_t len);

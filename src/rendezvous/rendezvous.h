@@ -59,6 +59,30 @@ hvd_status rdzv_scope_decode(char *body, size_t len, struct rdzv_scope_view *out
 const struct rdzv_entry *rdzv_scope_find(const struct rdzv_scope_view *v, const char *key);
 void rdzv_scope_view_fini(struct rdzv_scope_view *v);
 
+/* ==== peer records (record.c) ==============================================
+ * What a rank publishes about itself in a scope so that its peers can reach
+ * it: JSON, e.g.
+ *   {"v":1,"rank":3,"global_rank":3,"host":"node1","local_rank":1,"pid":4242,
+ *    "gen":"0","port":40123,"addrs":["10.0.0.5","127.0.0.1"]}
+ * Decoding checks every field's type and range.
+ */
+enum { RDZV_RECORD_MAX_ADDRS = 8, RDZV_RECORD_ADDR_MAX = 64, RDZV_RECORD_HOST_MAX = 256 };
+
+struct rdzv_record {
+  int rank;        /* in the scope */
+  int global_rank;
+  char host[RDZV_RECORD_HOST_MAX];
+  int local_rank; /* -1: unknown */
+  int pid;
+  uint64_t generation;
+  int port;
+  char addrs[RDZV_RECORD_MAX_ADDRS][RDZV_RECORD_ADDR_MAX];
+  size_t naddrs;
+};
+
+hvd_status rdzv_record_encode(const struct rdzv_record *r, struct hvd_buf *out);
+hvd_status rdzv_record_decode(const void *text, size_t len, struct rdzv_record *out);
+
 /* ==== the store (store.c, store_wait.c) =====================================
  * Scopes of keys to values, planned scopes that clear themselves once all
  * their ranks have finished, atomic add and compare-and-set, and waiters

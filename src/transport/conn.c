@@ -1,0 +1,221 @@
+/*
+ * Setting up one connection of a communicator.
+ *
+ * DESIGN. Of each pair of members, the lower rank dials and the higher one
+ * waits for the context to hand it the accepted socket, so a pair never ends
+ * up with two connections. Dialling is non-blocking: connect(), HELLO, ACK.
+ * Refused or unreachable attempts (the peer may not be listening yet, or one
+ * of its addresses may be unreachable from here) are retried with backoff,
+ * cycling through the peer's advertised addresses, until the communicator's
+ * progress timeout. A peer on another host is dialled on its non-loopback
+ * addresses first: a loopback address only works between ranks on one host.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "transport_private.h"
+
+enum { BACKOFF_FIRST_MS = 10, BACKOFF_MAX_MS = 1000 };
+
+void conn_start(struct net_comm *comm, struct net_conn *c) {
+  struct net_ctx *ctx = comm->ctx;
+  struct net_hello h;
+
+  if (c->state != CONN_IDLE)
+    return;
+  if (comm->rank > c->peer) {
+    c->state = CONN_ACCEPTING;
+    return;
+  }
+  memset(&h, 0, sizeof(h));
+  h.version = NET_PROTOCOL_VERSION;
+  h.token_len = (uint16_t)ctx->token_len;
+  memcpy(h.token, ctx->token, ctx->token_len);
+  h.comm_id = comm->id;
+  h.from = (uint32_t)comm->rank;
+  h.to = (uint32_t)c->peer;
+  h.from_global = (uint32_t)ctx->rank;
+  h.generation = ctx->generation;
+  c->hello_len = net_hello_encode(&h, c->hello);
+  c->hello_sent = 0;
+  c->ack_have = 0;
+  c->state = CONN_CONNECTING;
+  c->fd = -1;
+  c->retry_at_ns = 0;
+  c->attempts = 0;
+  c->backoff_ms = BACKOFF_FIRST_MS;
+}
+
+short conn_setup_events(const struct net_conn *c) {
+  switch (c->state) {
+  case CONN_CONNECTING: return c->fd >= 0 ? POLLOUT : 0;
+  case CONN_HELLO: return POLLOUT;
+  case CONN_ACK: return POLLIN;
+  default: return 0;
+  }
+}
+
+/* The address to dial on this attempt: same-host peers in the order they
+ * advertised, others with loopback addresses moved last. */
+static hvd_status pick_address(struct net_comm *comm, struct net_conn *c, struct net_addr *out,
+                               char *text, size_t size) {
+  const struct rdzv_record *r = &comm->records[c->peer];
+  bool same_host = strcmp(r->host, comm->ctx->hostname) == 0;
+  size_t order[RDZV_RECORD_MAX_ADDRS];
+  size_t n = 0;
+
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < r->naddrs; i++) {
+      struct net_addr a;
+      if (net_addr_parse(r->addrs[i], &a) != HVD_OK)
+        continue;
+      bool late = !same_host && net_addr_is_loopback(&a);
+      if (late == (pass == 1))
+        order[n++] = i;
+    }
+  }
+  if (n == 0)
+    return hvd_error(HVD_ERR_PROTOCOL, "no usable address in its record");
+  size_t pick = order[c->attempts % n];
+  net_addr_parse(r->addrs[pick], out);
+  net_addr_set_port(out, r->port);
+  net_addr_format_port(out, r->port, text, size);
+  return HVD_OK;
+}
+
+static void close_fd(struct net_conn *c) {
+  if (c->fd >= 0)
+    close(c->fd);
+  c->fd = -1;
+}
+
+/* A failed attempt: retry later if the error can pass, otherwise fail. */
+static hvd_status attempt_failed(struct net_comm *comm, struct net_conn *c, int err,
+                                 const char *where) {
+  char who[NET_WHO_MAX];
+
+  close_fd(c);
+  c->attempts++;
+  switch (err) {
+  case ECONNREFUSED:
+  case ETIMEDOUT:
+  case EHOSTUNREACH:
+  case ENETUNREACH:
+  case ECONNRESET:
+  case ECONNABORTED:
+  case EADDRNOTAVAIL:
+  case EAGAIN:
+    c->retry_at_ns = hvd_deadline_after_ms(c->backoff_ms);
+    c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
+    HVD_LOG_DEBUG("transport: connect to %s: %s; retrying", where, strerror(err));
+    return HVD_OK;
+  default:
+    comm_describe_peer(comm, c->peer, who, sizeof(who));
+    return hvd_error(HVD_ERR_NETWORK, "cannot connect to %s at %s: %s", who, where,
+                     strerror(err));
+  }
+}
+
+static hvd_status dial(struct net_comm *comm, struct net_conn *c, bool *progressed) {
+  struct net_addr addr;
+  char where[96];
+  hvd_status st;
+
+  st = pick_address(comm, c, &addr, where, sizeof(where));
+  if (st != HVD_OK) {
+    char who[NET_WHO_MAX];
+    comm_describe_peer(comm, c->peer, who, sizeof(who));
+    return hvd_error_prefix("cannot connect to %s", who);
+  }
+  if (c->fd < 0) {
+    if (hvd_now_ns() < c->retry_at_ns)
+      return HVD_OK;
+    c->fd = socket(addr.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c->fd < 0)
+      return hvd_error(HVD_ERR_IO, "socket for %s: %s", where, strerror(errno));
+  }
+  /* connect() again tells how a pending attempt went: EISCONN once done. */
+  if (connect(c->fd, (struct sockaddr *)&addr.ss, addr.len) != 0 && errno != EISCONN) {
+    if (errno == EINPROGRESS || errno == EALREADY || errno == EINTR)
+      return HVD_OK;
+    return attempt_failed(comm, c, errno, where);
+  }
+  *progressed = true;
+  ctx_tune_socket(comm->ctx, c->fd);
+  c->state = CONN_HELLO;
+  return HVD_OK;
+}
+
+static hvd_status send_hello(struct net_comm *comm, struct net_conn *c, bool *progressed) {
+  while (c->hello_sent < c->hello_len) {
+    ssize_t n = send(c->fd, c->hello + c->hello_sent, c->hello_len - c->hello_sent, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return HVD_OK;
+      c->state = CONN_CONNECTING;
+      c->hello_sent = 0;
+      return attempt_failed(comm, c, errno, "the peer");
+    }
+    *progressed = true;
+    c->hello_sent += (size_t)n;
+  }
+  c->state = CONN_ACK;
+  return HVD_OK;
+}
+
+static hvd_status read_ack(struct net_comm *comm, struct net_conn *c, bool *progressed) {
+  uint16_t version, status;
+  char who[NET_WHO_MAX];
+
+  while (c->ack_have < NET_ACK_BYTES) {
+    ssize_t n = recv(c->fd, c->ack + c->ack_have, NET_ACK_BYTES - c->ack_have, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return HVD_OK;
+    if (n <= 0) {
+      comm_describe_peer(comm, c->peer, who, sizeof(who));
+      return hvd_error(HVD_ERR_NETWORK,
+                       "%s closed the connection during the handshake (%s); is something else "
+                       "listening on its port?",
+                       who, n == 0 ? "end of stream" : strerror(errno));
+    }
+    *progressed = true;
+    c->ack_have += (size_t)n;
+  }
+  comm_describe_peer(comm, c->peer, who, sizeof(who));
+  if (net_ack_decode(c->ack, &version, &status) != HVD_OK)
+    return hvd_error_prefix("handshake with %s", who);
+  if (status != NET_ACK_OK)
+    return hvd_error(status == NET_ACK_BAD_TOKEN ? HVD_ERR_UNAUTHORIZED : HVD_ERR_PROTOCOL,
+                     "%s refused the connection: %s (the ranks of a job need the same HVD_TOKEN, "
+                     "elastic generation and transport protocol: it speaks version %u, this "
+                     "rank %u)",
+                     who, net_ack_status_text(status), version, NET_PROTOCOL_VERSION);
+  c->state = CONN_READY;
+  return HVD_OK;
+}
+
+hvd_status conn_progress_setup(struct net_comm *comm, struct net_conn *c, bool *progressed) {
+  switch (c->state) {
+  case CONN_CONNECTING:
+    return dial(comm, c, progressed);
+  case CONN_HELLO:
+    return send_hello(comm, c, progressed);
+  case CONN_ACK:
+    return read_ack(comm, c, progressed);
+  case CONN_ACCEPTING:
+    c->fd = ctx_claim(comm->ctx, comm->id, (uint32_t)c->peer, (uint32_t)comm->rank);
+    if (c->fd >= 0) {
+      c->state = CONN_READY;
+      *progressed = true;
+    }
+    return HVD_OK;
+  default:
+    return HVD_OK;
+  }
+}

@@ -1,0 +1,216 @@
+/*
+ * The transport module: which address a rank advertises, the listening
+ * socket, the connection handshake, and communicators (ordered groups of
+ * ranks) with blocking and asynchronous send/recv between any two members.
+ *
+ * Threading: a context and its communicators are driven by one thread at a
+ * time (in hvd, the background thread). Nothing here blocks without a
+ * deadline.
+ */
+#ifndef HVD_TRANSPORT_H
+#define HVD_TRANSPORT_H
+
+#include <net/if.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "common/common.h"
+#include "rendezvous/rendezvous.h"
+
+/* ==== addresses and interfaces (iface.c) ====================================== */
+
+struct net_addr {
+  struct sockaddr_storage ss; /* port 0 unless said otherwise */
+  socklen_t len;
+};
+
+struct net_iface {
+  char name[IF_NAMESIZE];
+  struct net_addr addr;
+  bool loopback;
+};
+
+enum { NET_MAX_IFACES = 64, NET_MAX_ADDRS = 8 };
+
+/* "10.0.0.5" or "fe80::1%eth0" (no port). */
+void net_addr_format(const struct net_addr *a, char *out, size_t size);
+/* "10.0.0.5:4000" or "[fe80::1%eth0]:4000". */
+void net_addr_format_port(const struct net_addr *a, int port, char *out, size_t size);
+/* Parses a numeric IPv4/IPv6 address (IPv6 may carry %scope). */
+hvd_status net_addr_parse(const char *text, struct net_addr *out);
+bool net_addr_is_loopback(const struct net_addr *a);
+void net_addr_set_port(struct net_addr *a, int port);
+
+/*
+ * The host's interface addresses that are up: IPv4 and IPv6, loopback
+ * included, IPv6 link-local excluded, in getifaddrs order.
+ */
+hvd_status net_iface_list(struct net_iface *out, size_t max, size_t *n);
+
+/*
+ * Applies an interface spec (HOROVOD_GLOO_IFACE) to a list of interfaces.
+ * The spec is a comma list of entries; an entry names an interface exactly
+ * if one has that name and is otherwise a prefix (NCCL style: "eth" selects
+ * eth0 and eth1); "=name" is always exact; a leading '^' makes the whole
+ * spec a list of exclusions ("^docker,lo"). selected[i] says whether ifs[i]
+ * is chosen. A spec that selects nothing is HVD_ERR_NOT_FOUND with a message
+ * naming the spec and listing the interfaces that exist; a malformed spec is
+ * HVD_ERR_INVALID_ARGUMENT.
+ */
+hvd_status net_iface_match(const char *spec, const struct net_iface *ifs, size_t n,
+                           bool *selected);
+
+/*
+ * The addresses this rank advertises to its peers, best first.
+ * - spec (HOROVOD_GLOO_IFACE) not NULL: the addresses of the interfaces it
+ *   selects, in interface order, IPv4 before IPv6 unless the rendezvous
+ *   server is reached over IPv6.
+ * - otherwise: the local address of the route to route_host:route_port (the
+ *   rendezvous server). If that is a loopback address, the host's other
+ *   addresses follow it, so that peers on other hosts can still reach this
+ *   rank; a loopback address is only ever used by peers on the same host.
+ * - route_host NULL (no server: a single-process job): loopback only.
+ */
+hvd_status net_select_addresses(const char *spec, const char *route_host, int route_port,
+                                struct net_addr *out, size_t max, size_t *n);
+
+/* ==== listening socket (listener.c) ============================================ */
+
+/*
+ * Opens the process's listening socket on every address of `family`
+ * (AF_INET, or AF_INET6 dual-stack), non-blocking and close-on-exec.
+ * port_range is HVD_PORT_RANGE ("40000-40100" or "40000"); NULL or "" means
+ * an ephemeral port. Within a range, ports are tried from a random start so
+ * that ranks on one host do not all race for the same port.
+ */
+hvd_status net_listen(int family, const char *port_range, int *fd, int *port);
+
+/* ==== peer records (the rendezvous module encodes them: rdzv_record) ========== */
+
+/* ==== context and communicators (ctx.c, conn.c, engine.c, comm.c) ============== */
+
+struct net_ctx;
+struct net_comm;
+
+struct net_ctx_config {
+  int rank;             /* global rank, for messages */
+  const char *hostname; /* HOROVOD_HOSTNAME */
+  const char *token;    /* the job token, or NULL */
+  uint64_t generation;  /* elastic round */
+  int64_t timeout_ms;   /* no progress for this long is a timeout */
+  const char *iface_spec; /* HOROVOD_GLOO_IFACE, or NULL */
+  const char *port_range; /* HVD_PORT_RANGE, or NULL */
+  struct rdzv_client *store; /* borrowed; NULL: single process, no peers */
+  const char *store_host;    /* for the route-based address choice */
+  int store_port;
+};
+
+hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out);
+void net_ctx_destroy(struct net_ctx *ctx);
+int net_ctx_port(const struct net_ctx *ctx);
+
+/* Well-known communicator ids; process sets use NET_COMM_PROCESS_SET + id. */
+enum {
+  NET_COMM_GLOBAL = 1,
+  NET_COMM_LOCAL = 2,
+  NET_COMM_CROSS = 3,
+  NET_COMM_PROCESS_SET = 16,
+};
+
+/*
+ * Builds a communicator: publishes this rank's record under key <rank> of
+ * `scope`, fetches all `size` records with one long-poll, connects to its
+ * ring neighbours (other pairs connect lazily on first use), then deletes
+ * its key so that the server can drop the scope. Every member must call it
+ * with the same scope, comm_id and size.
+ */
+hvd_status net_comm_create(struct net_ctx *ctx, const char *scope, uint32_t comm_id, int rank,
+                           int size, struct net_comm **out);
+void net_comm_destroy(struct net_comm *comm);
+int net_comm_rank(const struct net_comm *comm);
+int net_comm_size(const struct net_comm *comm);
+/* The hostname member r published. */
+const char *net_comm_hostname(const struct net_comm *comm, int r);
+
+/*
+ * Asynchronous operations. A request describes one message to or from one
+ * peer; messages between two members arrive in the order they were posted,
+ * and a receive must be posted with exactly the length the peer sends.
+ * Buffers are borrowed until the request completes. Requests live in
+ * caller memory and must not move while pending.
+ */
+enum { NET_MAX_IOV = 8 };
+
+struct net_req {
+  /* private */
+  struct net_req *next;
+  int peer;
+  bool is_send;
+  bool done;
+  bool header_checked;
+  hvd_status status;
+  uint32_t seq;
+  struct iovec iov[NET_MAX_IOV + 1]; /* [0] is the message header */
+  int iovcnt;
+  int iov_pos; /* first entry not fully transferred */
+  size_t total;
+  size_t offset;
+  size_t payload; /* bytes after the header */
+  unsigned char header[16];
+};
+
+hvd_status net_isend(struct net_comm *comm, int peer, const void *buf, size_t len,
+                     struct net_req *req);
+/* Scatter-gather send: iovcnt entries, at most NET_MAX_IOV. */
+hvd_status net_isendv(struct net_comm *comm, int peer, const struct iovec *iov, int iovcnt,
+                      struct net_req *req);
+hvd_status net_irecv(struct net_comm *comm, int peer, void *buf, size_t len, struct net_req *req);
+/* Drives every pending request of the communicator until all n given ones
+ * are done. The first failure is returned; the communicator is then
+ * poisoned: pending and later requests fail at once with the same status. */
+hvd_status net_wait(struct net_comm *comm, struct net_req *const *reqs, size_t n);
+
+/* Blocking forms. */
+hvd_status net_send(struct net_comm *comm, int peer, const void *buf, size_t len);
+hvd_status net_recv(struct net_comm *comm, int peer, void *buf, size_t len);
+/* Sends to one member while receiving from another (or the same) at once. */
+hvd_status net_sendrecv(struct net_comm *comm, int to, const void *sbuf, size_t slen, int from,
+                        void *rbuf, size_t rlen);
+
+/* ==== the three communicators of a job (world.c) ================================ */
+
+struct net_world_config {
+  struct net_ctx_config ctx;
+  int size;
+  /* -1: derive from the hostnames every rank published in `global` */
+  int local_rank, local_size, cross_rank, cross_size;
+};
+
+/*
+ * Reads HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK/SIZE,
+ * HOROVOD_CROSS_RANK/SIZE, HOROVOD_HOSTNAME (default: this host's name),
+ * HOROVOD_GLOO_IFACE, HVD_PORT_RANGE, HVD_TOKEN and
+ * HOROVOD_GLOO_TIMEOUT_SECONDS. Missing local/cross values are left at -1;
+ * a local rank without its size (or the like) is an error naming both.
+ * The store fields are left for the caller.
+ */
+hvd_status net_world_config_from_env(struct net_world_config *cfg);
+
+struct net_world {
+  struct net_ctx *ctx;
+  struct net_comm *global; /* scope "global" */
+  struct net_comm *local;  /* scope "local_<hostname>": the ranks on this host */
+  struct net_comm *cross;  /* scope "cross_<local_rank>": one rank per host */
+  int rank, size, local_rank, local_size, cross_rank, cross_size;
+};
+
+/* Builds the context, then the global, local and cross communicators, as
+ * Horovod's Gloo path does; local and cross ranks come from the
+ * configuration or, when it has none, from the published hostnames. */
+hvd_status net_world_create(const struct net_world_config *cfg, struct net_world **out);
+void net_world_destroy(struct net_world *w);
+
+#endif /* HVD_TRANSPORT_H */

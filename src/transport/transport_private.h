@@ -1,0 +1,174 @@
+/* The transport's internals, shared by ctx.c, handshake.c, conn.c, engine.c and comm.c. */
+#ifndef HVD_TRANSPORT_PRIVATE_H
+#define HVD_TRANSPORT_PRIVATE_H
+
+#include <poll.h>
+
+#include "transport.h"
+
+/* ---- wire formats (handshake.c) ------------------------------------------------
+ * HELLO, sent by the connecting side, 36 bytes then the token:
+ *   magic u32 "HVDT" | version u16 | token_len u16 | comm_id u32 | from u32 |
+ *   to u32 | from_global u32 | generation u64 | reserved u32 (0)
+ * ACK, the accepting side's answer, 8 bytes:
+ *   magic u32 "HVDA" | version u16 | status u16
+ * Message header, before every message on an established connection:
+ *   seq u32 | magic u32 "HVDM" | length u64
+ * Magic and version keep their place in every future version.
+ */
+#define NET_HELLO_MAGIC 0x54445648u  /* "HVDT" */
+#define NET_ACK_MAGIC 0x41445648u    /* "HVDA" */
+#define NET_MSG_MAGIC 0x4d445648u    /* "HVDM" */
+#define NET_PROTOCOL_VERSION 1
+
+enum {
+  NET_HELLO_FIXED = 36,
+  NET_TOKEN_MAX = 256,
+  NET_HELLO_MAX = NET_HELLO_FIXED + NET_TOKEN_MAX,
+  NET_ACK_BYTES = 8,
+  NET_HEADER_BYTES = 16,
+  NET_WHO_MAX = 320, /* "rank 3 (global rank 7 on <host>)" */
+};
+
+enum net_ack_status {
+  NET_ACK_OK = 0,
+  NET_ACK_BAD_VERSION = 1,
+  NET_ACK_BAD_TOKEN = 2,
+  NET_ACK_BAD_GENERATION = 3,
+};
+
+struct net_hello {
+  uint16_t version;
+  uint16_t token_len;
+  uint32_t comm_id;
+  uint32_t from;
+  uint32_t to;
+  uint32_t from_global;
+  uint64_t generation;
+  char token[NET_TOKEN_MAX];
+};
+
+/* Returns the encoded size (NET_HELLO_FIXED + token_len). */
+size_t net_hello_encode(const struct net_hello *h, unsigned char *out);
+/* Checks the magic and reads the fixed part; the token follows separately. */
+hvd_status net_hello_decode_fixed(const unsigned char *in, struct net_hello *out);
+void net_ack_encode(enum net_ack_status status, unsigned char *out);
+hvd_status net_ack_decode(const unsigned char *in, uint16_t *version, uint16_t *status);
+const char *net_ack_status_text(uint16_t status);
+void net_header_encode(uint32_t seq, uint64_t len, unsigned char *out);
+
+/* ---- the context (ctx.c) ----------------------------------------------------------- */
+
+/* An accepted socket whose HELLO is being read, or a validated one waiting
+ * for its communicator to claim it. */
+struct net_incoming {
+  struct net_incoming *next;
+  int fd;
+  bool validated;
+  int64_t deadline_ns; /* the HELLO must arrive by then */
+  unsigned char buf[NET_HELLO_MAX];
+  size_t have;
+  size_t need;
+  unsigned char ack[NET_ACK_BYTES];
+  size_t ack_sent;
+  struct net_hello hello;
+  char from_text[80]; /* the peer's address, for messages */
+};
+
+struct net_ctx {
+  int rank;
+  char hostname[RDZV_RECORD_HOST_MAX];
+  char token[NET_TOKEN_MAX];
+  size_t token_len;
+  uint64_t generation;
+  int64_t timeout_ms;
+  int64_t spin_ns;
+  int socket_buffer; /* SO_SNDBUF/SO_RCVBUF, 0: the kernel's autotuning */
+  struct rdzv_client *store;
+
+  int listen_fd;
+  int port;
+  struct net_addr addrs[NET_MAX_ADDRS];
+  size_t naddrs;
+  struct net_incoming *incoming; /* handshakes in progress and parked sockets */
+  size_t nincoming;
+};
+
+/* Accepts what is waiting on the listener and advances incoming handshakes. */
+void ctx_progress_incoming(struct net_ctx *ctx, bool *progressed);
+/* Adds the listener and unfinished handshakes to a poll set. */
+void ctx_poll_fds(struct net_ctx *ctx, struct pollfd *fds, size_t *n, size_t max);
+/* The earliest deadline of an unfinished handshake (HVD_NO_DEADLINE if none). */
+int64_t ctx_next_deadline(const struct net_ctx *ctx);
+/* Takes the validated socket that rank `from` of communicator comm_id opened
+ * to rank `to`, or returns -1. */
+int ctx_claim(struct net_ctx *ctx, uint32_t comm_id, uint32_t from, uint32_t to);
+/* Socket options of an established connection. */
+void ctx_tune_socket(const struct net_ctx *ctx, int fd);
+
+/* ---- connections (conn.c) and the engine (engine.c) ------------------------------- */
+
+enum net_conn_state {
+  CONN_IDLE = 0,    /* not needed yet */
+  CONN_CONNECTING,  /* we dial: connect() in progress, or waiting to retry */
+  CONN_HELLO,       /* we dial: sending HELLO */
+  CONN_ACK,         /* we dial: waiting for the ACK */
+  CONN_ACCEPTING,   /* the peer dials: waiting for its socket */
+  CONN_READY,
+  CONN_CLOSED,
+};
+
+struct net_conn {
+  int peer;
+  int fd;
+  enum net_conn_state state;
+  /* dialling */
+  int64_t retry_at_ns;
+  unsigned attempts;
+  int64_t backoff_ms;
+  unsigned char hello[NET_HELLO_MAX];
+  size_t hello_len, hello_sent;
+  unsigned char ack[NET_ACK_BYTES];
+  size_t ack_have;
+  /* established: FIFOs of requests, and the next sequence numbers */
+  struct net_req *send_head, *send_tail;
+  struct net_req *recv_head, *recv_tail;
+  uint32_t send_seq, recv_seq;
+  bool listed; /* on the communicator's active list */
+};
+
+struct net_comm {
+  struct net_ctx *ctx;
+  char scope[RDZV_RECORD_HOST_MAX + 32];
+  uint32_t id;
+  int rank;
+  int size;
+  struct rdzv_record *records; /* size entries, from the store */
+  struct net_conn *conns;      /* size entries; conns[rank] unused */
+  int *active;                 /* peers whose connection has work; the engine only looks there */
+  int nactive;
+  struct pollfd *pfds;         /* room for every active connection and the context's sockets */
+  size_t pfds_cap;
+  hvd_status poison;           /* HVD_OK while healthy */
+  char poison_msg[HVD_ERROR_MESSAGE_MAX];
+  int64_t last_progress_ns;
+};
+
+/* Starts connecting to the peer if nothing has been done yet. */
+void conn_start(struct net_comm *comm, struct net_conn *c);
+/* Puts the connection on the active list (idempotent). */
+void comm_activate(struct net_comm *comm, struct net_conn *c);
+/* Advances a connection that is not READY; may set *progressed. Errors poison. */
+hvd_status conn_progress_setup(struct net_comm *comm, struct net_conn *c, bool *progressed);
+/* What a connection that is being set up waits for in poll(), 0 if nothing. */
+short conn_setup_events(const struct net_conn *c);
+
+/* Fails the communicator: records the error, closes every connection, and
+ * fails pending requests. Returns the status. */
+hvd_status comm_poison(struct net_comm *comm, hvd_status st);
+/* "rank 3 (node2)" for messages. */
+void comm_describe_peer(const struct net_comm *comm, int peer, char *out, size_t size);
+/* Drives connections and requests until done(arg) or a failure. */
+hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg);
+
+#endif

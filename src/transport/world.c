@@ -1,0 +1,152 @@
+/*
+ * The communicators every job has: global, local (the ranks on one host)
+ * and cross (the ranks with the same local rank, one per host), in the
+ * scopes Horovod's Gloo path uses: "global", "local_<host>",
+ * "cross_<local_rank>". When the launcher gave no local and cross ranks
+ * (pods that start on their own), they are derived from the hostnames in
+ * the global records: a rank's local rank is its position among the ranks
+ * of its host in global-rank order, and its cross rank its position among
+ * the ranks that share its local rank, which is the assignment hvdrun makes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "transport_private.h"
+
+static char env_hostname[RDZV_RECORD_HOST_MAX];
+static char env_token[NET_TOKEN_MAX + 1];
+
+/* Reads a rank/size pair; both unset leaves -1, one without the other fails. */
+static hvd_status env_pair(const char *rank_name, const char *size_name, int *rank, int *size) {
+  int64_t r, s;
+  hvd_status st = hvd_env_int(rank_name, -1, 0, 1 << 24, &r);
+  if (st == HVD_OK)
+    st = hvd_env_int(size_name, -1, 1, 1 << 24, &s);
+  if (st != HVD_OK)
+    return st;
+  if ((r < 0) != (s < 0))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s is set but %s is not: set both or neither",
+                     r >= 0 ? rank_name : size_name, r >= 0 ? size_name : rank_name);
+  if (r >= s && s > 0)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s=%lld is not below %s=%lld", rank_name,
+                     (long long)r, size_name, (long long)s);
+  *rank = (int)r;
+  *size = (int)s;
+  return HVD_OK;
+}
+
+hvd_status net_world_config_from_env(struct net_world_config *cfg) {
+  const char *host = hvd_env_str("HOROVOD_HOSTNAME");
+  const char *token = hvd_env_str("HVD_TOKEN");
+  int64_t timeout_s;
+  int rank, size;
+  hvd_status st;
+
+  memset(cfg, 0, sizeof(*cfg));
+  st = env_pair("HOROVOD_RANK", "HOROVOD_SIZE", &rank, &size);
+  if (st == HVD_OK)
+    st = env_pair("HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", &cfg->local_rank, &cfg->local_size);
+  if (st == HVD_OK)
+    st = env_pair("HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", &cfg->cross_rank, &cfg->cross_size);
+  if (st == HVD_OK)
+    st = hvd_env_int("HOROVOD_GLOO_TIMEOUT_SECONDS", RDZV_DEFAULT_TIMEOUT_MS / 1000, 1,
+                     7 * 24 * 3600, &timeout_s);
+  if (st != HVD_OK)
+    return st;
+  if (token != NULL && strlen(token) > NET_TOKEN_MAX)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "HVD_TOKEN is longer than %d bytes", NET_TOKEN_MAX);
+  if (host == NULL) {
+    if (gethostname(env_hostname, sizeof(env_hostname) - 1) != 0)
+      snprintf(env_hostname, sizeof(env_hostname), "localhost");
+  } else {
+    snprintf(env_hostname, sizeof(env_hostname), "%s", host);
+  }
+  snprintf(env_token, sizeof(env_token), "%s", token != NULL ? token : "");
+  cfg->ctx.rank = rank < 0 ? 0 : rank;
+  cfg->size = size < 0 ? 1 : size;
+  cfg->ctx.hostname = env_hostname;
+  cfg->ctx.token = token != NULL ? env_token : NULL;
+  cfg->ctx.timeout_ms = timeout_s * 1000;
+  cfg->ctx.iface_spec = hvd_env_str("HOROVOD_GLOO_IFACE");
+  cfg->ctx.port_range = hvd_env_str("HVD_PORT_RANGE");
+  return HVD_OK;
+}
+
+/* Local and cross ranks from the hostnames of the global communicator. */
+static hvd_status derive(struct net_world *w) {
+  int *local = calloc((size_t)w->size, sizeof(*local));
+  struct net_comm *g = w->global;
+
+  if (local == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot derive local ranks of %d ranks", w->size);
+  for (int r = 0; r < w->size; r++) {
+    for (int q = 0; q < r; q++) {
+      if (strcmp(g->records[q].host, g->records[r].host) == 0)
+        local[r]++;
+    }
+  }
+  w->local_rank = local[w->rank];
+  w->local_size = 0;
+  w->cross_rank = 0;
+  w->cross_size = 0;
+  for (int r = 0; r < w->size; r++) {
+    if (strcmp(g->records[r].host, g->records[w->rank].host) == 0)
+      w->local_size++;
+    if (local[r] == w->local_rank) {
+      if (r < w->rank)
+        w->cross_rank++;
+      w->cross_size++;
+    }
+  }
+  free(local);
+  return HVD_OK;
+}
+
+hvd_status net_world_create(const struct net_world_config *cfg, struct net_world **out) {
+  struct net_world *w = calloc(1, sizeof(*w));
+  char scope[RDZV_RECORD_HOST_MAX + 32];
+  hvd_status st;
+
+  if (w == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the communicators");
+  w->rank = cfg->ctx.rank;
+  w->size = cfg->size;
+  st = net_ctx_create(&cfg->ctx, &w->ctx);
+  if (st == HVD_OK)
+    st = net_comm_create(w->ctx, "global", NET_COMM_GLOBAL, w->rank, w->size, &w->global);
+  if (st != HVD_OK)
+    goto fail;
+  if (cfg->local_rank >= 0 && cfg->cross_rank >= 0) {
+    w->local_rank = cfg->local_rank;
+    w->local_size = cfg->local_size;
+    w->cross_rank = cfg->cross_rank;
+    w->cross_size = cfg->cross_size;
+  } else if ((st = derive(w)) != HVD_OK) {
+    goto fail;
+  }
+  snprintf(scope, sizeof(scope), "local_%s", w->ctx->hostname);
+  st = net_comm_create(w->ctx, scope, NET_COMM_LOCAL, w->local_rank, w->local_size, &w->local);
+  if (st != HVD_OK)
+    goto fail;
+  snprintf(scope, sizeof(scope), "cross_%d", w->local_rank);
+  st = net_comm_create(w->ctx, scope, NET_COMM_CROSS, w->cross_rank, w->cross_size, &w->cross);
+  if (st != HVD_OK)
+    goto fail;
+  *out = w;
+  return HVD_OK;
+fail:
+  net_world_destroy(w);
+  return st;
+}
+
+void net_world_destroy(struct net_world *w) {
+  if (w == NULL)
+    return;
+  net_comm_destroy(w->cross);
+  net_comm_destroy(w->local);
+  net_comm_destroy(w->global);
+  net_ctx_destroy(w->ctx);
+  free(w);
+}

@@ -1,0 +1,697 @@
+/*
+ * Tests of the transport: wire formats, and forked ranks on loopback that
+ * meet through an in-process rendezvous store (rings, layouts, exchanges,
+ * lazy links, failures, stray connections). Children never call ck_assert:
+ * they report through their exit code and stderr; the parent asserts.
+ */
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "transport/transport_private.h"
+
+Suite *iface_suite(void);
+
+/* ==== wire formats ============================================================ */
+
+START_TEST(hello_roundtrip) {
+  struct net_hello h = {.version = NET_PROTOCOL_VERSION, .token_len = 5, .comm_id = 7,
+                        .from = 3, .to = 9, .from_global = 11, .generation = 0x0102030405060708ull};
+  struct net_hello back;
+  unsigned char buf[NET_HELLO_MAX];
+
+  memcpy(h.token, "abcde", 5);
+  ck_assert_uint_eq(net_hello_encode(&h, buf), NET_HELLO_FIXED + 5);
+  ck_assert_uint_eq(buf[0], 'H'); /* little-endian magic reads "HVDT" */
+  ck_assert_uint_eq(buf[3], 'T');
+  ck_assert_int_eq(net_hello_decode_fixed(buf, &back), HVD_OK);
+  ck_assert_uint_eq(back.version, NET_PROTOCOL_VERSION);
+  ck_assert_uint_eq(back.token_len, 5);
+  ck_assert_uint_eq(back.comm_id, 7);
+  ck_assert_uint_eq(back.from, 3);
+  ck_assert_uint_eq(back.to, 9);
+  ck_assert_uint_eq(back.from_global, 11);
+  ck_assert(back.generation == 0x0102030405060708ull);
+  ck_assert_mem_eq(buf + NET_HELLO_FIXED, "abcde", 5);
+
+  buf[0] = 'G';
+  ck_assert_int_eq(net_hello_decode_fixed(buf, &back), HVD_ERR_PROTOCOL);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "not an hvd peer"));
+  buf[0] = 'H';
+  hvd_put_le16(buf + 6, NET_TOKEN_MAX + 1);
+  ck_assert_int_eq(net_hello_decode_fixed(buf, &back), HVD_ERR_PROTOCOL);
+}
+END_TEST
+
+START_TEST(ack_roundtrip) {
+  unsigned char buf[NET_ACK_BYTES];
+  uint16_t version, status;
+
+  net_ack_encode(NET_ACK_BAD_TOKEN, buf);
+  ck_assert_int_eq(net_ack_decode(buf, &version, &status), HVD_OK);
+  ck_assert_uint_eq(version, NET_PROTOCOL_VERSION);
+  ck_assert_uint_eq(status, NET_ACK_BAD_TOKEN);
+  ck_assert_str_eq(net_ack_status_text(status), "wrong job token");
+  buf[1] ^= 0xff;
+  ck_assert_int_eq(net_ack_decode(buf, &version, &status), HVD_ERR_PROTOCOL);
+}
+END_TEST
+
+/* ==== forked ranks ============================================================== */
+
+enum {
+  EXIT_SETUP = 10,    /* could not build the communicators */
+  EXIT_WRONG = 11,    /* data or layout not as expected */
+  EXIT_FAILED = 12,   /* an operation failed (where success was expected) */
+  EXIT_TIMEOUT = 13,  /* an operation failed with HVD_ERR_TIMEOUT */
+  EXIT_NETWORK = 14,  /* an operation failed with HVD_ERR_NETWORK */
+  EXIT_PROTOCOL = 15, /* an operation failed with HVD_ERR_PROTOCOL */
+};
+
+struct job {
+  struct rdzv_server *srv;
+  int port;
+  const char *token;
+  int64_t timeout_ms;
+  const char *hosts[16];  /* fake hostname per rank, NULL: "localhost" */
+  const char *tokens[16]; /* per-rank transport token, NULL: the job's */
+  bool give_layout;      /* pass local/cross ranks instead of deriving them */
+};
+
+typedef int (*rank_fn)(struct net_world *w, struct rdzv_client *store, void *arg);
+
+static int status_exit(hvd_status st) {
+  fprintf(stderr, "rank failed: %s: %s\n", hvd_strerror(st), hvd_last_error_message());
+  switch (st) {
+  case HVD_ERR_TIMEOUT: return EXIT_TIMEOUT;
+  case HVD_ERR_NETWORK: return EXIT_NETWORK;
+  case HVD_ERR_PROTOCOL: return EXIT_PROTOCOL;
+  default: return EXIT_FAILED;
+  }
+}
+
+/* Layout of hvdrun: hosts in order, ranks consecutive per host. */
+static void layout(const struct job *job, int rank, int size, struct net_world_config *cfg) {
+  int local = 0, lsize = 0, cross = 0, csize = 0;
+  const char *mine = job->hosts[rank] ? job->hosts[rank] : "localhost";
+  int locals[16];
+
+  for (int r = 0; r < size; r++) {
+    const char *h = job->hosts[r] ? job->hosts[r] : "localhost";
+    locals[r] = 0;
+    for (int q = 0; q < r; q++)
+      if (strcmp(job->hosts[q] ? job->hosts[q] : "localhost", h) == 0)
+        locals[r]++;
+    if (strcmp(h, mine) == 0)
+      lsize++;
+  }
+  local = locals[rank];
+  for (int r = 0; r < size; r++) {
+    if (locals[r] == local) {
+      if (r < rank)
+        cross++;
+      csize++;
+    }
+  }
+  cfg->local_rank = local;
+  cfg->local_size = lsize;
+  cfg->cross_rank = cross;
+  cfg->cross_size = csize;
+}
+
+static int child_main(const struct job *job, int rank, int size, rank_fn fn, void *arg) {
+  struct net_world_config cfg;
+  struct rdzv_client *store = NULL;
+  struct net_world *w = NULL;
+  hvd_status st;
+  int code;
+
+  hvd_log_set_rank(rank);
+  memset(&cfg, 0, sizeof(cfg));
+  st = rdzv_client_create("127.0.0.1", job->port, job->token, 20000, &store);
+  if (st != HVD_OK)
+    return status_exit(st);
+  cfg.ctx.rank = rank;
+  cfg.ctx.hostname = job->hosts[rank] ? job->hosts[rank] : "localhost";
+  cfg.ctx.token = job->tokens[rank] ? job->tokens[rank] : job->token;
+  cfg.ctx.timeout_ms = job->timeout_ms ? job->timeout_ms : 20000;
+  cfg.ctx.store = store;
+  cfg.ctx.store_host = "127.0.0.1";
+  cfg.ctx.store_port = job->port;
+  cfg.size = size;
+  cfg.local_rank = cfg.local_size = cfg.cross_rank = cfg.cross_size = -1;
+  if (job->give_layout)
+    layout(job, rank, size, &cfg);
+  st = net_world_create(&cfg, &w);
+  if (st != HVD_OK) {
+    fprintf(stderr, "rank %d: setup: %s\n", rank, hvd_last_error_message());
+    rdzv_client_destroy(store);
+    return EXIT_SETUP;
+  }
+  code = fn(w, store, arg);
+  net_world_destroy(w);
+  rdzv_client_destroy(store);
+  return code;
+}
+
+/*
+ * Runs `size` forked ranks; each runs fn after building its world. Fills
+ * codes[] with exit codes (-SIG for a signal, -1000 for killed at the
+ * deadline). Returns the seconds it took.
+ */
+static double run_job(struct job *job, int size, rank_fn fn, void *arg, int *codes,
+                      int deadline_s) {
+  pid_t pids[16];
+  int64_t start = hvd_now_ns();
+  int64_t deadline = hvd_deadline_after_ms(deadline_s * 1000LL);
+  int left = size;
+
+  for (int r = 0; r < size; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0) {
+      alarm((unsigned)deadline_s + 5); /* never outlive the test */
+      _exit(child_main(job, r, size, fn, arg));
+    }
+    codes[r] = -2000;
+  }
+  while (left > 0) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (int r = 0; r < size; r++) {
+        if (pids[r] == pid) {
+          codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+          left--;
+        }
+      }
+      continue;
+    }
+    if (hvd_now_ns() > deadline) {
+      for (int r = 0; r < size; r++) {
+        if (codes[r] == -2000) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], NULL, 0);
+          codes[r] = -1000;
+        }
+      }
+      break;
+    }
+    hvd_sleep_ns(2 * 1000000LL);
+  }
+  return (double)(hvd_now_ns() - start) / 1e9;
+}
+
+static struct job job;
+
+static void job_setup(void) {
+  struct rdzv_server_config cfg;
+  memset(&job, 0, sizeof(job));
+  rdzv_server_config_default(&cfg);
+  cfg.bind_address = "127.0.0.1";
+  ck_assert_int_eq(rdzv_server_start(&cfg, &job.srv), HVD_OK);
+  job.port = rdzv_server_port(job.srv);
+}
+
+static void job_teardown(void) { rdzv_server_stop(job.srv); }
+
+static void expect_all(const int *codes, int size, int code) {
+  for (int r = 0; r < size; r++)
+    ck_assert_msg(codes[r] == code, "rank %d exited with %d, expected %d", r, codes[r], code);
+}
+
+/* ---- rings ----------------------------------------------------------------------- */
+
+/* Each rank tells its right neighbour who it is and checks its left one. */
+static int ring_check(struct net_comm *c) {
+  int size = net_comm_size(c), rank = net_comm_rank(c);
+  int32_t mine[2] = {rank, 1000 + rank}, got[2] = {-1, -1};
+  hvd_status st;
+
+  if (size == 1)
+    return 0;
+  st = net_sendrecv(c, (rank + 1) % size, mine, sizeof(mine), (rank + size - 1) % size, got,
+                    sizeof(got));
+  if (st != HVD_OK)
+    return status_exit(st);
+  if (got[0] != (rank + size - 1) % size || got[1] != 1000 + got[0]) {
+    fprintf(stderr, "rank %d got %d from its left\n", rank, got[0]);
+    return EXIT_WRONG;
+  }
+  return 0;
+}
+
+static int rings_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  int code;
+  (void)store;
+  (void)arg;
+  if ((code = ring_check(w->global)) != 0 || (code = ring_check(w->local)) != 0 ||
+      (code = ring_check(w->cross)) != 0)
+    return code;
+  /* One host: every rank is local, each cross ring has one member. */
+  if (w->local_rank != w->rank || w->local_size != w->size || w->cross_size != 1 ||
+      w->cross_rank != 0)
+    return EXIT_WRONG;
+  return 0;
+}
+
+START_TEST(rings_of_1_to_8) {
+  for (int size = 1; size <= 8; size++) {
+    int codes[16];
+    run_job(&job, size, rings_fn, NULL, codes, 60);
+    for (int r = 0; r < size; r++)
+      ck_assert_msg(codes[r] == 0, "size %d: rank %d exited with %d", size, r, codes[r]);
+  }
+}
+END_TEST
+
+/* 2 hosts x 3 slots: local rings of 3, cross rings of 2. */
+static int layout_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  int code;
+  (void)store;
+  (void)arg;
+  if (w->local_size != 3 || w->local_rank != w->rank % 3 || w->cross_size != 2 ||
+      w->cross_rank != w->rank / 3) {
+    fprintf(stderr, "rank %d: local %d/%d cross %d/%d\n", w->rank, w->local_rank, w->local_size,
+            w->cross_rank, w->cross_size);
+    return EXIT_WRONG;
+  }
+  if (strcmp(net_comm_hostname(w->local, (w->local_rank + 1) % 3),
+             net_comm_hostname(w->global, w->rank)) != 0)
+    return EXIT_WRONG;
+  if ((code = ring_check(w->global)) != 0 || (code = ring_check(w->local)) != 0 ||
+      (code = ring_check(w->cross)) != 0)
+    return code;
+  /* The cross peer is the same slot on the other host: global rank +-3. */
+  int32_t mine = w->rank, theirs = -1;
+  hvd_status st = net_sendrecv(w->cross, 1 - w->cross_rank, &mine, 4, 1 - w->cross_rank, &theirs, 4);
+  if (st != HVD_OK)
+    return status_exit(st);
+  return theirs == (w->rank + 3) % 6 ? 0 : EXIT_WRONG;
+}
+
+START_TEST(two_hosts_three_slots_derived) {
+  int codes[6];
+  const char *hosts[] = {"hostA", "hostA", "hostA", "hostB", "hostB", "hostB"};
+  memcpy(job.hosts, hosts, sizeof(hosts));
+  run_job(&job, 6, layout_fn, NULL, codes, 60);
+  expect_all(codes, 6, 0);
+}
+END_TEST
+
+START_TEST(two_hosts_three_slots_given) {
+  int codes[6];
+  const char *hosts[] = {"hostA", "hostA", "hostA", "hostB", "hostB", "hostB"};
+  memcpy(job.hosts, hosts, sizeof(hosts));
+  job.give_layout = true;
+  run_job(&job, 6, layout_fn, NULL, codes, 60);
+  expect_all(codes, 6, 0);
+}
+END_TEST
+
+/* ---- exchanges ------------------------------------------------------------------- */
+
+static unsigned char pattern(int rank, size_t i) { return (unsigned char)(rank * 31 + i * 7 + (i >> 13)); }
+
+/* Two ranks send each other the same sizes at the same time. */
+static int exchange_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  static const size_t sizes[] = {0, 1, 3, 4096, 65537, 64u << 20};
+  int peer = 1 - w->rank;
+  (void)store;
+  (void)arg;
+  for (size_t k = 0; k < HVD_ARRAY_SIZE(sizes); k++) {
+    size_t n = sizes[k];
+    unsigned char *out = malloc(n + 1), *in = malloc(n + 1);
+    hvd_status st;
+    if (out == NULL || in == NULL)
+      return EXIT_FAILED;
+    for (size_t i = 0; i < n; i++)
+      out[i] = pattern(w->rank, i);
+    memset(in, 0xee, n + 1);
+    st = net_sendrecv(w->global, peer, out, n, peer, in, n);
+    if (st != HVD_OK)
+      return status_exit(st);
+    for (size_t i = 0; i < n; i++) {
+      if (in[i] != pattern(peer, i)) {
+        fprintf(stderr, "size %zu: byte %zu differs\n", n, i);
+        return EXIT_WRONG;
+      }
+    }
+    if (in[n] != 0xee)
+      return EXIT_WRONG; /* wrote past the end */
+    free(out);
+    free(in);
+  }
+  /* Both sides send first, then receive: the engine must not deadlock. */
+  size_t n = 8u << 20;
+  unsigned char *out = calloc(1, n), *in = calloc(1, n);
+  struct net_req s, r;
+  struct net_req *reqs[] = {&s, &r};
+  if (net_isend(w->global, peer, out, n, &s) != HVD_OK ||
+      net_irecv(w->global, peer, in, n, &r) != HVD_OK)
+    return EXIT_FAILED;
+  hvd_status st = net_wait(w->global, reqs, 2);
+  free(out);
+  free(in);
+  return st == HVD_OK ? 0 : status_exit(st);
+}
+
+START_TEST(sendrecv_sizes_both_directions) {
+  int codes[2];
+  run_job(&job, 2, exchange_fn, NULL, codes, 120);
+  expect_all(codes, 2, 0);
+}
+END_TEST
+
+/* Scatter-gather sends and many queued messages per peer. */
+static int iov_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  int peer = 1 - w->rank;
+  char a[] = "hello ", b[] = "scatter ", c[] = "gather";
+  struct iovec iov[] = {{a, 6}, {b, 0}, {b, 8}, {c, 6}};
+  char got[21] = {0};
+  struct net_req reqs[64];
+  struct net_req *ptrs[64];
+  int32_t vals[32], back[32];
+  (void)store;
+  (void)arg;
+
+  if (net_isendv(w->global, peer, iov, 4, &reqs[0]) != HVD_OK ||
+      net_irecv(w->global, peer, got, 20, &reqs[1]) != HVD_OK)
+    return EXIT_FAILED;
+  ptrs[0] = &reqs[0];
+  ptrs[1] = &reqs[1];
+  if (net_wait(w->global, ptrs, 2) != HVD_OK || strcmp(got, "hello scatter gather") != 0)
+    return EXIT_WRONG;
+  for (int i = 0; i < 32; i++) {
+    vals[i] = w->rank * 100 + i;
+    net_isend(w->global, peer, &vals[i], 4, &reqs[i]);
+    net_irecv(w->global, peer, &back[i], 4, &reqs[32 + i]);
+  }
+  for (int i = 0; i < 64; i++)
+    ptrs[i] = &reqs[i];
+  if (net_wait(w->global, ptrs, 64) != HVD_OK)
+    return EXIT_FAILED;
+  for (int i = 0; i < 32; i++)
+    if (back[i] != peer * 100 + i)
+      return EXIT_WRONG;
+  return 0;
+}
+
+START_TEST(scatter_gather_and_ordering) {
+  int codes[2];
+  run_job(&job, 2, iov_fn, NULL, codes, 60);
+  expect_all(codes, 2, 0);
+}
+END_TEST
+
+/* Every pair exchanges, most of them over lazily made links. */
+static int mesh_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  int size = w->size;
+  (void)store;
+  (void)arg;
+  for (int step = 1; step < size; step++) {
+    int to = (w->rank + step) % size, from = (w->rank + size - step) % size;
+    int32_t out = w->rank * 1000 + to, in = -1;
+    hvd_status st = net_sendrecv(w->global, to, &out, 4, from, &in, 4);
+    if (st != HVD_OK)
+      return status_exit(st);
+    if (in != from * 1000 + w->rank)
+      return EXIT_WRONG;
+  }
+  return 0;
+}
+
+START_TEST(lazy_links_full_mesh) {
+  int codes[6];
+  run_job(&job, 6, mesh_fn, NULL, codes, 60);
+  expect_all(codes, 6, 0);
+}
+END_TEST
+
+/* A receive posted with the wrong length is caught, not silently misread. */
+static int mismatch_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  char buf[20] = {0};
+  hvd_status st;
+  (void)store;
+  (void)arg;
+  if (w->rank == 0)
+    return net_send(w->global, 1, buf, 10) == HVD_OK ? 0 : EXIT_FAILED;
+  st = net_recv(w->global, 0, buf, 20);
+  if (st != HVD_ERR_PROTOCOL)
+    return EXIT_WRONG;
+  /* Poisoned: later operations fail at once with the same error. */
+  if (net_send(w->global, 0, buf, 1) != HVD_ERR_PROTOCOL ||
+      strstr(hvd_last_error_message(), "expected 20") == NULL)
+    return EXIT_WRONG;
+  return EXIT_PROTOCOL;
+}
+
+START_TEST(length_mismatch_is_an_error) {
+  int codes[2];
+  run_job(&job, 2, mismatch_fn, NULL, codes, 60);
+  ck_assert_int_eq(codes[0], 0);
+  ck_assert_int_eq(codes[1], EXIT_PROTOCOL);
+}
+END_TEST
+
+/* ==== failures ====================================================================== */
+
+/* Ranks pass messages around the ring until told to stop or failure. */
+static int ring_loop(struct net_comm *c, int rounds) {
+  int size = net_comm_size(c), rank = net_comm_rank(c);
+  char out[4096], in[4096];
+  for (int i = 0; i < rounds; i++) {
+    hvd_status st = net_sendrecv(c, (rank + 1) % size, out, sizeof(out), (rank + size - 1) % size,
+                                 in, sizeof(in));
+    if (st != HVD_OK)
+      return status_exit(st);
+  }
+  return 0;
+}
+
+static int killed_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  (void)store;
+  (void)arg;
+  if (ring_loop(w->global, 100) != 0)
+    return EXIT_FAILED;
+  if (w->rank == 2)
+    raise(SIGKILL);
+  return ring_loop(w->global, 1000000);
+}
+
+START_TEST(killed_peer_fails_others_fast) {
+  int codes[4];
+  /* EOF, not the timeout, must stop the survivors: with a 60 s timeout and a
+   * 40 s deadline, waiting for the timeout would get them killed. */
+  job.timeout_ms = 60000;
+  run_job(&job, 4, killed_fn, NULL, codes, 40);
+  ck_assert_int_eq(codes[2], -SIGKILL);
+  for (int r = 0; r < 4; r++) {
+    if (r == 2)
+      continue;
+    ck_assert_msg(codes[r] == EXIT_NETWORK, "rank %d exited with %d", r, codes[r]);
+  }
+}
+END_TEST
+
+static int silent_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  char byte;
+  hvd_status st;
+  (void)store;
+  (void)arg;
+  if (w->rank == 1) {
+    hvd_sleep_ns(4000 * 1000000LL); /* alive but silent */
+    return 0;
+  }
+  st = net_recv(w->global, 1, &byte, 1);
+  if (st != HVD_ERR_TIMEOUT || strstr(hvd_last_error_message(), "HOROVOD_GLOO_TIMEOUT_SECONDS") ==
+                                   NULL)
+    return EXIT_WRONG;
+  return net_recv(w->global, 1, &byte, 1) == HVD_ERR_TIMEOUT ? EXIT_TIMEOUT : EXIT_WRONG;
+}
+
+START_TEST(silent_peer_times_out) {
+  int codes[2];
+  job.timeout_ms = 1000;
+  run_job(&job, 2, silent_fn, NULL, codes, 60);
+  ck_assert_int_eq(codes[0], EXIT_TIMEOUT);
+  ck_assert_int_eq(codes[1], 0);
+}
+END_TEST
+
+/* ---- stray connections ------------------------------------------------------------- */
+
+/* Publishes its port, then keeps the ring busy until the parent says stop. */
+static int busy_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  char key[16], port[16];
+  struct hvd_buf v;
+  (void)arg;
+  snprintf(key, sizeof(key), "port%d", w->rank);
+  snprintf(port, sizeof(port), "%d", net_ctx_port(w->ctx));
+  if (rdzv_client_set(store, "test", key, port, strlen(port)) != HVD_OK)
+    return EXIT_FAILED;
+  hvd_buf_init(&v, 0);
+  for (int i = 0; i < 100000; i++) {
+    int code = ring_loop(w->global, 20);
+    if (code != 0)
+      return code;
+    if (rdzv_client_get(store, "test", "stop", &v, NULL) == HVD_OK)
+      break;
+  }
+  hvd_buf_fini(&v);
+  return mesh_fn(w, store, arg);
+}
+
+struct stray_result {
+  int ack_status; /* -1: closed without an ACK */
+};
+
+static int stray_hello(int port, const struct net_hello *h, const void *raw, size_t raw_len) {
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct timeval tv = {.tv_sec = 15};
+  unsigned char buf[NET_HELLO_MAX], ack[NET_ACK_BYTES];
+  size_t len = raw != NULL ? raw_len : net_hello_encode(h, buf);
+  size_t have = 0;
+  uint16_t version, status;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+  ck_assert_int_eq(send(fd, raw != NULL ? raw : buf, len, MSG_NOSIGNAL), (ssize_t)len);
+  while (have < NET_ACK_BYTES) {
+    ssize_t n = recv(fd, ack + have, NET_ACK_BYTES - have, 0);
+    if (n <= 0)
+      break;
+    have += (size_t)n;
+  }
+  close(fd);
+  if (have < NET_ACK_BYTES || net_ack_decode(ack, &version, &status) != HVD_OK)
+    return -1;
+  return status;
+}
+
+START_TEST(stray_connections_rejected) {
+  int codes[3];
+  pid_t runner;
+  int pipefd[2];
+  struct net_hello h = {.version = NET_PROTOCOL_VERSION, .comm_id = NET_COMM_GLOBAL, .from = 1,
+                        .to = 0};
+  struct rdzv_client *c = NULL;
+  struct hvd_buf v;
+  int port;
+
+  job.token = "jobtoken";
+  job.timeout_ms = 3000; /* also how long a silent stranger may hold a socket */
+  ck_assert_int_eq(pipe(pipefd), 0);
+  runner = fork(); /* runs the job while this process plays the stranger */
+  if (runner == 0) {
+    close(pipefd[0]);
+    run_job(&job, 3, busy_fn, NULL, codes, 60);
+    ck_assert_int_eq(write(pipefd[1], codes, sizeof(codes)), sizeof(codes));
+    _exit(0);
+  }
+  close(pipefd[1]);
+  hvd_buf_init(&v, 0);
+  ck_assert_int_eq(rdzv_client_create("127.0.0.1", job.port, "jobtoken", 30000, &c), HVD_OK);
+  ck_assert_int_eq(rdzv_client_wait(c, "test", "port0", -1, &v), HVD_OK);
+  port = atoi(v.data);
+
+  memcpy(h.token, "wrongtoken", 10);
+  h.token_len = 10;
+  ck_assert_int_eq(stray_hello(port, &h, NULL, 0), NET_ACK_BAD_TOKEN);
+  memcpy(h.token, "jobtoken", 8);
+  h.token_len = 8;
+  h.version = NET_PROTOCOL_VERSION + 1;
+  ck_assert_int_eq(stray_hello(port, &h, NULL, 0), NET_ACK_BAD_VERSION);
+  h.version = NET_PROTOCOL_VERSION;
+  h.generation = 99;
+  ck_assert_int_eq(stray_hello(port, &h, NULL, 0), NET_ACK_BAD_GENERATION);
+  ck_assert_int_eq(stray_hello(port, NULL, "GET / HTTP/1.1\r\nHost: x\r\n\r\n\r\n\r\n\r\n", 42), -1);
+  ck_assert_int_eq(stray_hello(port, NULL, "", 0), -1); /* connects and says nothing... */
+
+  ck_assert_int_eq(rdzv_client_set(c, "test", "stop", "1", 1), HVD_OK);
+  ck_assert_int_eq(read(pipefd[0], codes, sizeof(codes)), sizeof(codes));
+  waitpid(runner, NULL, 0);
+  expect_all(codes, 3, 0); /* ...and the job went on */
+  rdzv_client_destroy(c);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
+/* A rank with another token cannot join: its peer refuses it. */
+static int lone_token_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  (void)store;
+  (void)arg;
+  return ring_check(w->global);
+}
+
+START_TEST(wrong_token_rank_is_refused) {
+  int codes[2];
+  job.timeout_ms = 3000;
+  job.tokens[1] = "another job's token";
+  run_job(&job, 2, lone_token_fn, NULL, codes, 30);
+  /* Rank 0 dials and is refused; rank 1 waits in vain and times out. */
+  ck_assert_int_eq(codes[0], EXIT_SETUP);
+  ck_assert_int_eq(codes[1], EXIT_SETUP);
+}
+END_TEST
+
+/* ==== suites ======================================================================= */
+
+static Suite *wire_suite(void) {
+  Suite *s = suite_create("wire");
+  TCase *tc = tcase_create("wire");
+  tcase_add_test(tc, hello_roundtrip);
+  tcase_add_test(tc, ack_roundtrip);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+static Suite *comm_suite(void) {
+  Suite *s = suite_create("comm");
+  TCase *tc = tcase_create("comm");
+  tcase_add_checked_fixture(tc, job_setup, job_teardown);
+  tcase_add_test(tc, rings_of_1_to_8);
+  tcase_add_test(tc, two_hosts_three_slots_derived);
+  tcase_add_test(tc, two_hosts_three_slots_given);
+  tcase_add_test(tc, sendrecv_sizes_both_directions);
+  tcase_add_test(tc, scatter_gather_and_ordering);
+  tcase_add_test(tc, lazy_links_full_mesh);
+  tcase_add_test(tc, length_mismatch_is_an_error);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+static Suite *failure_suite(void) {
+  Suite *s = suite_create("failure");
+  TCase *tc = tcase_create("failure");
+  tcase_add_checked_fixture(tc, job_setup, job_teardown);
+  tcase_add_test(tc, killed_peer_fails_others_fast);
+  tcase_add_test(tc, silent_peer_times_out);
+  tcase_add_test(tc, stray_connections_rejected);
+  tcase_add_test(tc, wrong_token_rank_is_refused);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(wire_suite());
+  int failed;
+
+  signal(SIGPIPE, SIG_IGN);
+  srunner_add_suite(sr, iface_suite());
+  srunner_add_suite(sr, comm_suite());
+  srunner_add_suite(sr, failure_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}
