@@ -21,6 +21,8 @@
 
 #include "rendezvous/rendezvous.h"
 
+extern char **environ;
+
 #define S(x) (x), strlen(x)
 
 /* ==== shared helpers ======================================================== */
@@ -1524,12 +1526,27 @@ static void spawn(struct child *ch, const char *const *args, const char *env_tok
   const char *argv[32];
   size_t n = 0;
 
+  const char *envp[256];
+  char token_var[128];
+  size_t m = 0;
+
   ck_assert_int_eq(pipe(out), 0);
   ck_assert_int_eq(pipe(err), 0);
   argv[n++] = HVD_BIN_DIR "/hvd-rendezvous";
   for (; args[n - 1] != NULL && n < 31; n++)
     argv[n] = args[n - 1];
   argv[n] = NULL;
+  /* The environment is built here: between fork and exec the child of a
+   * threaded process may only make async-signal-safe calls. */
+  for (char **e = environ; *e != NULL && m < HVD_ARRAY_SIZE(envp) - 2; e++) {
+    if (strncmp(*e, "HVD_TOKEN=", 10) != 0)
+      envp[m++] = *e;
+  }
+  if (env_token != NULL) {
+    snprintf(token_var, sizeof(token_var), "HVD_TOKEN=%s", env_token);
+    envp[m++] = token_var;
+  }
+  envp[m] = NULL;
   ch->pid = fork();
   ck_assert_int_ge(ch->pid, 0);
   if (ch->pid == 0) {
@@ -1537,12 +1554,8 @@ static void spawn(struct child *ch, const char *const *args, const char *env_tok
     dup2(err[1], 2);
     close(out[0]);
     close(err[0]);
-    if (env_token != NULL)
-      setenv("HVD_TOKEN", env_token, 1);
-    else
-      unsetenv("HVD_TOKEN");
     alarm(60); /* never outlive a broken test */
-    execv(argv[0], (char *const *)argv);
+    execve(argv[0], (char *const *)argv, (char *const *)envp);
     _exit(127);
   }
   close(out[1]);

@@ -257,11 +257,18 @@ void comm_activate(struct net_comm *comm, struct net_conn *c) {
   }
 }
 
-/* One pass over the active connections; idle ones leave the list. */
+/* One pass over the active connections; idle ones leave the list. The
+ * listener costs a syscall, so while spinning it is only checked when this
+ * communicator waits for a peer to connect, or every 64th pass (a sleeping
+ * pass always checks it). */
 static hvd_status pass(struct net_comm *comm, bool *progressed) {
   hvd_status st = HVD_OK;
+  bool accepting = (comm->passes++ & 63) == 0;
 
-  ctx_progress_incoming(comm->ctx, progressed);
+  for (int k = 0; k < comm->nactive && !accepting; k++)
+    accepting = comm->conns[comm->active[k]].state == CONN_ACCEPTING;
+  if (accepting)
+    ctx_progress_incoming(comm->ctx, progressed);
   for (int k = 0; k < comm->nactive && st == HVD_OK;) {
     struct net_conn *c = &comm->conns[comm->active[k]];
     if (!busy(c)) {
@@ -395,6 +402,7 @@ hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg)
     st = sleep_in_poll(comm, poll_timeout_ms(comm, now, deadline));
     if (st != HVD_OK)
       return comm_poison(comm, st);
+    comm->passes = 0; /* after sleeping, the next pass looks at the listener */
   }
 }
 

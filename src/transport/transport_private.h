@@ -152,6 +152,7 @@ struct net_comm {
   hvd_status poison;           /* HVD_OK while healthy */
   char poison_msg[HVD_ERROR_MESSAGE_MAX];
   int64_t last_progress_ns;
+  unsigned passes; /* engine passes since the last sleep */
 };
 
 /* Starts connecting to the peer if nothing has been done yet. */
