@@ -8,6 +8,8 @@
 #ifndef HVD_HVD_H
 #define HVD_HVD_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -42,6 +44,43 @@ typedef enum hvd_status {
   HVD_ERR_ABORTED = 13,         /* cancelled by shutdown or by a failure elsewhere */
   HVD_ERR_INTERNAL = 14         /* a broken invariant inside hvd: please report it */
 } hvd_status;
+
+/* Element types of tensors. Values are stable. */
+typedef enum hvd_dtype {
+  HVD_UINT8 = 0,
+  HVD_INT8 = 1,
+  HVD_UINT16 = 2,
+  HVD_INT16 = 3,
+  HVD_INT32 = 4,
+  HVD_INT64 = 5,
+  HVD_FLOAT16 = 6,  /* IEEE 754 binary16 */
+  HVD_BFLOAT16 = 7, /* the upper half of a binary32 */
+  HVD_FLOAT32 = 8,
+  HVD_FLOAT64 = 9,
+  HVD_BOOL = 10, /* one byte, 0 or 1 */
+} hvd_dtype;
+
+#define HVD_DTYPE_COUNT 11
+
+/*
+ * Reduction operations. For HVD_BOOL, SUM and MAX are logical or, MIN and
+ * PRODUCT logical and; AVERAGE is not defined for bool. AVERAGE divides the
+ * sum by the number of ranks (integers truncate toward zero, as Horovod does).
+ */
+typedef enum hvd_reduce_op {
+  HVD_SUM = 0,
+  HVD_AVERAGE = 1,
+  HVD_MIN = 2,
+  HVD_MAX = 3,
+  HVD_PRODUCT = 4,
+} hvd_reduce_op;
+
+/* Size in bytes of one element, 0 for a value that is not a dtype. */
+HVD_API size_t hvd_dtype_size(hvd_dtype dtype);
+/* "float32", "bfloat16", ...; "unknown" otherwise. */
+HVD_API const char *hvd_dtype_name(hvd_dtype dtype);
+/* "sum", "average", "min", "max", "product"; "unknown" otherwise. */
+HVD_API const char *hvd_reduce_op_name(hvd_reduce_op op);
 
 /*
  * A short, static, English description of a status ("timed out").

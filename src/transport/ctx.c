@@ -56,6 +56,8 @@ hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out
   st = hvd_env_int("HVD_SPIN_US", SPIN_US_DEFAULT, 0, 1000000, &spin_us);
   if (st == HVD_OK)
     st = hvd_env_int("HVD_SOCKET_BUFFER_BYTES", 0, 0, 1 << 30, &sockbuf);
+  if (st == HVD_OK)
+    st = hvd_env_bool("HVD_SPIN_YIELD", true, &ctx->spin_yield);
   if (st != HVD_OK)
     goto fail;
   ctx->spin_ns = spin_us * 1000;

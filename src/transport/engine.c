@@ -16,6 +16,7 @@
  * notice at once, and every pending and later request fails.
  */
 #include <errno.h>
+#include <sched.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -336,7 +337,9 @@ static int poll_timeout_ms(const struct net_comm *comm, int64_t now, int64_t pro
   return (next - now) / 1000000 + 1 > 60000 ? 60000 : (int)((next - now) / 1000000 + 1);
 }
 
-static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms) {
+/* Waits in poll() for any socket the communicator needs; *ready says
+ * whether one is ready (timeout 0 only checks). */
+static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, bool *ready) {
   size_t need = (size_t)comm->nactive + 1 + comm->ctx->nincoming;
   size_t n = 0;
 
@@ -359,14 +362,18 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms) {
       comm->pfds[n++] = (struct pollfd){.fd = c->fd, .events = events};
   }
   ctx_poll_fds(comm->ctx, comm->pfds, &n, comm->pfds_cap);
-  if (poll(comm->pfds, n, timeout_ms) < 0 && errno != EINTR)
+  int rc = poll(comm->pfds, n, timeout_ms);
+  if (rc < 0 && errno != EINTR)
     return hvd_error(HVD_ERR_IO, "poll: %s", strerror(errno));
+  *ready = rc != 0;
   return HVD_OK;
 }
 
 hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg) {
   struct net_ctx *ctx = comm->ctx;
   int64_t spin_until = hvd_now_ns() + ctx->spin_ns;
+
+  bool ready = true; /* whether a socket may have something for us */
 
   comm->last_progress_ns = hvd_now_ns();
   for (;;) {
@@ -376,11 +383,13 @@ hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg)
 
     if (comm->poison != HVD_OK)
       return poisoned(comm);
-    st = pass(comm, &progressed);
-    if (st != HVD_OK)
-      return comm_poison(comm, st);
-    if (done(arg))
-      return HVD_OK;
+    if (ready) {
+      st = pass(comm, &progressed);
+      if (st != HVD_OK)
+        return comm_poison(comm, st);
+      if (done(arg))
+        return HVD_OK;
+    }
     now = hvd_now_ns();
     if (progressed) {
       comm->last_progress_ns = now;
@@ -397,11 +406,22 @@ hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg)
                 (double)ctx->timeout_ms / 1000.0, what[0] ? what : "waiting");
       return comm_poison(comm, HVD_ERR_TIMEOUT);
     }
-    if (now < spin_until)
+    if (now < spin_until) {
+      /* Spin on a zero-timeout poll rather than on failing reads: a read
+       * takes the socket lock that the kernel needs to deliver our data.
+       * Yield too: when ranks outnumber cores, the peer we wait for may
+       * need this core; with a core to spare that costs ~0.3 us. */
+      if (ctx->spin_yield)
+        sched_yield();
+      st = sleep_in_poll(comm, 0, &ready);
+      if (st != HVD_OK)
+        return comm_poison(comm, st);
       continue;
-    st = sleep_in_poll(comm, poll_timeout_ms(comm, now, deadline));
+    }
+    st = sleep_in_poll(comm, poll_timeout_ms(comm, now, deadline), &ready);
     if (st != HVD_OK)
       return comm_poison(comm, st);
+    ready = true; /* timers (retries, handshake deadlines) need a pass too */
     comm->passes = 0; /* after sleeping, the next pass looks at the listener */
   }
 }
@@ -420,6 +440,28 @@ static bool all_done(void *arg) {
       return false;
   }
   return true;
+}
+
+static bool any_done(void *arg) {
+  const struct wait_set *w = arg;
+  for (size_t i = 0; i < w->n; i++) {
+    if (w->reqs[i]->done)
+      return true;
+  }
+  return false;
+}
+
+hvd_status net_wait_any(struct net_comm *comm, struct net_req *const *reqs, size_t n) {
+  struct wait_set w = {reqs, n};
+  hvd_status st = HVD_OK;
+
+  if (!any_done(&w))
+    st = engine_run(comm, any_done, &w);
+  for (size_t i = 0; i < n && st == HVD_OK; i++) {
+    if (reqs[i]->done && reqs[i]->status != HVD_OK)
+      st = poisoned(comm);
+  }
+  return st;
 }
 
 hvd_status net_wait(struct net_comm *comm, struct net_req *const *reqs, size_t n) {

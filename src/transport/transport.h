@@ -172,6 +172,8 @@ hvd_status net_irecv(struct net_comm *comm, int peer, void *buf, size_t len, str
  * are done. The first failure is returned; the communicator is then
  * poisoned: pending and later requests fail at once with the same status. */
 hvd_status net_wait(struct net_comm *comm, struct net_req *const *reqs, size_t n);
+/* Like net_wait, but returns as soon as one of the n requests is done. */
+hvd_status net_wait_any(struct net_comm *comm, struct net_req *const *reqs, size_t n);
 
 /* Blocking forms. */
 hvd_status net_send(struct net_comm *comm, int peer, const void *buf, size_t len);

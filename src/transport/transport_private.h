@@ -83,6 +83,7 @@ struct net_ctx {
   uint64_t generation;
   int64_t timeout_ms;
   int64_t spin_ns;
+  bool spin_yield; /* sched_yield() between spins (HVD_SPIN_YIELD) */
   int socket_buffer; /* SO_SNDBUF/SO_RCVBUF, 0: the kernel's autotuning */
   struct rdzv_client *store;
 

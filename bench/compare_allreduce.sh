@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# Side-by-side allreduce (float32 sum, loopback TCP) of hvd, Open MPI and Gloo
+# on this machine: installs the peers' Debian packages if missing (as root),
+# builds bench/peers/ into build/peers/, builds hvd if build/bin/hvd-bench is
+# missing, runs the three INTERLEAVED for each np and repetition (rep 1: hvd,
+# mpi, gloo; rep 2: mpi, gloo, hvd; ...), keeps the raw outputs under
+# build/compare/<timestamp>/ and prints one markdown table per np (medians
+# over repetitions). Exits 1 if any run fails or reports wrong elements.
+#
+# Environment (defaults):
+#   REPS=3             repetitions per np
+#   NPS="2 4"          rank counts
+#   WITH_256M=0        1 adds the 256 MiB size
+#   TARGET_S=0.4       seconds of timed ops per size (peers; hvd via calibration)
+#   GLOO_ALGOS=...     comma list, default all: new_ring,new_bcube,ring,
+#                      ring_chunked,halving_doubling,bcube
+#   SKIP_HVD=0         1 runs only the peers
+#   HVD_BENCH=build/bin/hvd-bench
+#   HVD_ITERS=         set: one hvd-bench sweep per run with -n HVD_ITERS
+#                      -w HVD_WARMUP (default 20); unset: a short calibration
+#                      sweep per np, then one run per size sized to TARGET_S
+#   RUN_TIMEOUT=900    seconds before one program run is killed
+# See bench/peers/README.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+REPS=${REPS:-3}
+NPS=${NPS:-"2 4"}
+WITH_256M=${WITH_256M:-0}
+TARGET_S=${TARGET_S:-0.4}
+GLOO_ALGOS=${GLOO_ALGOS:-new_ring,new_bcube,ring,ring_chunked,halving_doubling,bcube}
+SKIP_HVD=${SKIP_HVD:-0}
+HVD_BENCH=${HVD_BENCH:-build/bin/hvd-bench}
+HVD_ITERS=${HVD_ITERS:-}
+HVD_WARMUP=${HVD_WARMUP:-20}
+RUN_TIMEOUT=${RUN_TIMEOUT:-900}
+
+SIZES="8 4096 65536 1048576 16777216 67108864"
+MAX_SIZE=64M
+if [ "$WITH_256M" = 1 ]; then
+    SIZES="$SIZES 268435456"
+    MAX_SIZE=256M
+fi
+
+say() { echo "compare: $*" >&2; }
+
+# --- packages ---------------------------------------------------------------
+missing=""
+for pkg in openmpi-bin libopenmpi-dev libgloo-dev; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+    [ "$status" = installed ] || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        say "missing packages:$missing; run as root to install them"
+        exit 1
+    fi
+    say "installing$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086 # word splitting of the package list is intended
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# --- peers ------------------------------------------------------------------
+mkdir -p build/peers
+MPI_BIN=build/peers/mpi_allreduce
+GLOO_BIN=build/peers/gloo_allreduce
+if [ ! -x "$MPI_BIN" ] || [ bench/peers/mpi_allreduce.c -nt "$MPI_BIN" ]; then
+    say "building $MPI_BIN"
+    mpicc -O2 -std=c11 -Wall -Wextra -Wshadow -o "$MPI_BIN" bench/peers/mpi_allreduce.c
+fi
+if [ ! -x "$GLOO_BIN" ] || [ bench/peers/gloo_allreduce.cc -nt "$GLOO_BIN" ]; then
+    say "building $GLOO_BIN"
+    g++ -O2 -std=c++17 -Wall -Wextra -Wshadow -o "$GLOO_BIN" bench/peers/gloo_allreduce.cc \
+        -lgloo -pthread
+fi
+
+# --- hvd --------------------------------------------------------------------
+run_hvd=1
+if [ "$SKIP_HVD" = 1 ]; then
+    say "SKIP_HVD=1: hvd not run, its columns stay empty"
+    run_hvd=0
+else
+    if [ ! -x "$HVD_BENCH" ] && [ "$HVD_BENCH" = build/bin/hvd-bench ]; then
+        say "$HVD_BENCH missing: building hvd (./scripts/setup.sh, ./scripts/build.sh)"
+        ./scripts/setup.sh >&2
+        ./scripts/build.sh >&2
+    fi
+    if [ ! -x "$HVD_BENCH" ]; then
+        say "$HVD_BENCH not found (not built in this tree yet?): hvd skipped, its columns stay empty"
+        run_hvd=0
+    fi
+fi
+
+# --- runs -------------------------------------------------------------------
+OUT=build/compare/$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$OUT"
+failures=0
+fail() {
+    say "FAILED: $*"
+    failures=$((failures + 1))
+}
+
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "kernel: $(uname -r)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') x $(nproc)"
+    echo "loadavg: $(cat /proc/loadavg)"
+    echo "openmpi-bin: $(dpkg-query -W -f='${Version}' openmpi-bin)"
+    echo "libgloo-dev: $(dpkg-query -W -f='${Version}' libgloo-dev)"
+    echo "hvd: $(git describe --always --dirty 2>/dev/null || echo unknown)"
+    echo "REPS=$REPS NPS=$NPS SIZES=$SIZES TARGET_S=$TARGET_S GLOO_ALGOS=$GLOO_ALGOS"
+    echo "run_hvd=$run_hvd HVD_BENCH=$HVD_BENCH HVD_ITERS=$HVD_ITERS"
+} >"$OUT/env.txt"
+
+hvd_args() { # np min max iters warmup
+    echo "allreduce --np $1 -b $2 -e $3 -f 2 -n $4 -w $5 -c 1 -d float32 -o sum"
+}
+
+# Ops for about TARGET_S at each size, from a short calibration sweep.
+hvd_calibrate() { # np
+    local np=$1 cal="$OUT/np$1_hvd_calibration.txt"
+    # shellcheck disable=SC2046 # hvd_args is a word list
+    if ! timeout "$RUN_TIMEOUT" "$HVD_BENCH" $(hvd_args "$np" 8 "$MAX_SIZE" 5 1) >"$cal" 2>&1; then
+        fail "hvd calibration np=$np (see $cal)"
+        return 1
+    fi
+}
+
+hvd_iters_for() { # np size -> "iters warmup"
+    awk -v s="$2" -v t="$TARGET_S" '
+        !/^#/ && NF >= 9 && $1 == s && $6 > 0 { n = int(t / ($6 * 1e-6)); found = 1 }
+        END {
+            if (!found) n = 100
+            if (n < 3) n = 3
+            if (n > 1000000) n = 1000000
+            w = int(n / 4); if (w < 5) w = 5
+            print n, w
+        }' "$OUT/np$1_hvd_calibration.txt"
+}
+
+run_hvd_bench() { # np file
+    local np=$1 out=$2 s iters warmup
+    : >"$out"
+    if [ -n "$HVD_ITERS" ]; then
+        # shellcheck disable=SC2046
+        timeout "$RUN_TIMEOUT" "$HVD_BENCH" $(hvd_args "$np" 8 "$MAX_SIZE" "$HVD_ITERS" "$HVD_WARMUP") \
+            >>"$out" 2>&1
+        return
+    fi
+    for s in $SIZES; do
+        read -r iters warmup <<<"$(hvd_iters_for "$np" "$s")"
+        # shellcheck disable=SC2046
+        timeout "$RUN_TIMEOUT" "$HVD_BENCH" $(hvd_args "$np" "$s" "$s" "$iters" "$warmup") \
+            >>"$out" 2>&1 || return 1
+    done
+}
+
+run_mpi() { # np file
+    # pml ob1 keeps UCX/PSM (which would use shared memory) out of the way.
+    # shellcheck disable=SC2086 # SIZES is a word list
+    timeout "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe --mca pml ob1 \
+        --mca btl tcp,self --mca btl_tcp_if_include lo -np "$1" \
+        "$MPI_BIN" -t "$TARGET_S" $SIZES >"$2" 2>"${2%.txt}.err"
+}
+
+run_gloo() { # np file
+    local np=$1 out=$2 store r rc=0 pids=()
+    store=$(mktemp -d "$OUT/gloo-store.XXXXXX")
+    for ((r = 0; r < np; r++)); do
+        # Rank 0 prints the results; the others only errors.
+        local dest=/dev/null
+        [ "$r" -eq 0 ] && dest=$out
+        # shellcheck disable=SC2086
+        timeout "$RUN_TIMEOUT" "$GLOO_BIN" --rank "$r" --size "$np" --store "$store" \
+            --algos "$GLOO_ALGOS" -t "$TARGET_S" $SIZES >"$dest" 2>>"${out%.txt}.err" &
+        pids+=("$!")
+    done
+    for r in "${pids[@]}"; do
+        wait "$r" || rc=1
+    done
+    rm -rf "$store"
+    return "$rc"
+}
+
+for np in $NPS; do
+    if [ "$run_hvd" = 1 ] && [ -z "$HVD_ITERS" ]; then
+        say "np=$np: hvd calibration sweep"
+        hvd_calibrate "$np" || run_hvd=0
+    fi
+    for ((rep = 1; rep <= REPS; rep++)); do
+        order=(hvd mpi gloo)
+        for ((k = 1; k < rep; k++)); do
+            order=("${order[@]:1}" "${order[0]}")
+        done
+        for sys in "${order[@]}"; do
+            [ "$sys" = hvd ] && [ "$run_hvd" = 0 ] && continue
+            file="$OUT/np${np}_rep${rep}_$sys.txt"
+            say "np=$np rep=$rep/$REPS: $sys"
+            case $sys in
+            hvd) run_hvd_bench "$np" "$file" || fail "hvd np=$np rep=$rep (see $file)" ;;
+            mpi) run_mpi "$np" "$file" || fail "mpi np=$np rep=$rep (see $file, ${file%.txt}.err)" ;;
+            gloo) run_gloo "$np" "$file" || fail "gloo np=$np rep=$rep (see $file, ${file%.txt}.err)" ;;
+            esac
+        done
+    done
+done
+
+# --- summary ----------------------------------------------------------------
+if ! python3 bench/peers/summarize.py --sizes "${SIZES// /,}" --gloo-detail "$OUT/gloo_algorithms.md" \
+    "$OUT" | tee "$OUT/summary.md"; then
+    fail "summary: wrong elements or missing results (see above)"
+fi
+say "raw outputs in $OUT"
+[ "$failures" -eq 0 ] || exit 1

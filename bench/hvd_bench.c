@@ -1,0 +1,624 @@
+/*
+ * hvd-bench: collective benchmarks with nccl-tests conventions.
+ *
+ *   hvd-bench allreduce --np 4 -b 8 -e 64M -f 2 -n 20 -w 5 -c 1 -d float32 -o sum
+ *
+ * Columns: size count type redop root time algbw busbw #wrong, with GB =
+ * 1e9 and nccl-tests' bus-bandwidth factors (allreduce 2(n-1)/n; allgather,
+ * reducescatter and alltoall (n-1)/n; broadcast 1). `time` is the mean time
+ * of one operation on the slowest rank (the peers' benchmarks in
+ * bench/peers report the same). With --np N the benchmark forks N
+ * local ranks that meet through a store it serves itself; under hvdrun
+ * (HOROVOD_RANK set) it reads the job's environment instead.
+ * With -c 1 every rank checks its result after the timed loop against a
+ * serial reference built from every rank's input (small integers, so every
+ * reduction order gives the same bits); wrong elements are counted.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ops/ops.h"
+
+enum { EXIT_FAIL = 1, EXIT_USAGE = 2, MAX_LOCAL_RANKS = 64 };
+
+enum coll { ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER };
+
+static const char *const coll_names[] = {"allreduce", "allgather", "broadcast", "alltoall",
+                                         "reducescatter"};
+
+struct options {
+  enum coll coll;
+  size_t min_bytes, max_bytes, step_bytes;
+  double factor;
+  int iters, warmup;
+  bool check;
+  hvd_dtype dtype;
+  hvd_reduce_op op;
+  int root;
+  int np;    /* local mode: ranks to fork */
+  int hosts; /* local mode: fake hosts to spread them over */
+  bool hierarchical;
+};
+
+static const char usage_text[] =
+    "usage: hvd-bench COLLECTIVE [options]\n"
+    "\n"
+    "COLLECTIVE is allreduce, allgather, broadcast, alltoall or reducescatter.\n"
+    "\n"
+    "  -b, --minbytes N    smallest size (default 32M; K, M, G suffixes)\n"
+    "  -e, --maxbytes N    largest size (default 32M)\n"
+    "  -f, --stepfactor F  multiply the size by F each step (default 2)\n"
+    "  -i, --stepbytes N   add N bytes each step instead\n"
+    "  -n, --iters N       timed iterations per size (default 20)\n"
+    "  -w, --warmup N      untimed iterations per size (default 5)\n"
+    "  -c, --check 0|1     check results (default 1)\n"
+    "  -d, --datatype T    uint8 int8 uint16 int16 int32 int64 float16 bfloat16 float32\n"
+    "                      float64 bool (nccl names float, half, double, int also work)\n"
+    "  -o, --op OP         sum avg min max prod (default sum)\n"
+    "  -r, --root R        broadcast root (default 0)\n"
+    "      --np N          fork N local ranks and serve their store (default: from hvdrun's\n"
+    "                      environment, or 1)\n"
+    "      --hosts H       local mode: spread the ranks over H fake hosts (default 1)\n"
+    "      --hierarchical  hierarchical allreduce/allgather over the hosts\n"
+    "  -h, --help          this text\n";
+
+static int HVD_PRINTF(1, 2) usage_error(const char *fmt, ...) {
+  char reason[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof(reason), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "hvd-bench: %s (see hvd-bench --help)\n", reason);
+  return EXIT_USAGE;
+}
+
+static bool parse_size(const char *text, size_t *out) {
+  char *end;
+  unsigned long long v = strtoull(text, &end, 10);
+  unsigned long long mult = 1;
+  if (end == text)
+    return false;
+  if (*end == 'K' || *end == 'k')
+    mult = 1ull << 10;
+  else if (*end == 'M' || *end == 'm')
+    mult = 1ull << 20;
+  else if (*end == 'G' || *end == 'g')
+    mult = 1ull << 30;
+  if (mult != 1)
+    end++;
+  if (*end != '\0' || v > (1ull << 40) / mult)
+    return false;
+  *out = (size_t)(v * mult);
+  return true;
+}
+
+static bool parse_dtype(const char *t, hvd_dtype *out) {
+  static const struct {
+    const char *name;
+    hvd_dtype dt;
+  } aliases[] = {{"float", HVD_FLOAT32}, {"half", HVD_FLOAT16}, {"double", HVD_FLOAT64},
+                 {"int", HVD_INT32},     {"bf16", HVD_BFLOAT16}, {"char", HVD_INT8}};
+  for (int d = 0; d < HVD_DTYPE_COUNT; d++) {
+    if (strcasecmp(t, hvd_dtype_name((hvd_dtype)d)) == 0) {
+      *out = (hvd_dtype)d;
+      return true;
+    }
+  }
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(aliases); i++) {
+    if (strcasecmp(t, aliases[i].name) == 0) {
+      *out = aliases[i].dt;
+      return true;
+    }
+  }
+  return false;
+}
+
+static bool parse_op(const char *t, hvd_reduce_op *out) {
+  static const struct {
+    const char *name;
+    hvd_reduce_op op;
+  } ops[] = {{"sum", HVD_SUM},     {"avg", HVD_AVERAGE}, {"average", HVD_AVERAGE},
+             {"min", HVD_MIN},     {"max", HVD_MAX},     {"prod", HVD_PRODUCT},
+             {"product", HVD_PRODUCT}};
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(ops); i++) {
+    if (strcasecmp(t, ops[i].name) == 0) {
+      *out = ops[i].op;
+      return true;
+    }
+  }
+  return false;
+}
+
+static bool parse_int(const char *t, int64_t min, int64_t max, int *out) {
+  int64_t v;
+  if (!hvd_parse_int64(t, strlen(t), &v) || v < min || v > max)
+    return false;
+  *out = (int)v;
+  return true;
+}
+
+/* Returns -1 to go on, or an exit code. */
+static int parse_args(int argc, char **argv, struct options *o) {
+  enum { OPT_NP = 256, OPT_HOSTS, OPT_HIER };
+  static const struct option longopts[] = {
+      {"minbytes", required_argument, NULL, 'b'}, {"maxbytes", required_argument, NULL, 'e'},
+      {"stepfactor", required_argument, NULL, 'f'}, {"stepbytes", required_argument, NULL, 'i'},
+      {"iters", required_argument, NULL, 'n'},    {"warmup", required_argument, NULL, 'w'},
+      {"check", required_argument, NULL, 'c'},    {"datatype", required_argument, NULL, 'd'},
+      {"op", required_argument, NULL, 'o'},       {"root", required_argument, NULL, 'r'},
+      {"np", required_argument, NULL, OPT_NP},    {"hosts", required_argument, NULL, OPT_HOSTS},
+      {"hierarchical", no_argument, NULL, OPT_HIER}, {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  int opt, flag;
+
+  *o = (struct options){.coll = ALLREDUCE, .min_bytes = 32u << 20, .max_bytes = 32u << 20,
+                        .factor = 2.0, .iters = 20, .warmup = 5, .check = true,
+                        .dtype = HVD_FLOAT32, .op = HVD_SUM, .np = 0, .hosts = 1};
+  if (argc < 2 || argv[1][0] == '-') {
+    if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+      fputs(usage_text, stdout);
+      return 0;
+    }
+    return usage_error("name a collective first: allreduce, allgather, broadcast, alltoall or "
+                       "reducescatter");
+  }
+  for (o->coll = ALLREDUCE; o->coll <= REDUCESCATTER; o->coll++) {
+    if (strcmp(argv[1], coll_names[o->coll]) == 0)
+      break;
+  }
+  if (o->coll > REDUCESCATTER)
+    return usage_error("unknown collective '%s'", argv[1]);
+  opterr = 0;
+  optind = 2;
+  while ((opt = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:r:h", longopts, NULL)) != -1) {
+    switch (opt) {
+    case 'b':
+      if (!parse_size(optarg, &o->min_bytes))
+        return usage_error("-b '%s' is not a size", optarg);
+      break;
+    case 'e':
+      if (!parse_size(optarg, &o->max_bytes))
+        return usage_error("-e '%s' is not a size", optarg);
+      break;
+    case 'f':
+      if (!hvd_parse_double(optarg, &o->factor) || o->factor <= 1.0)
+        return usage_error("-f '%s' must be a number above 1", optarg);
+      o->step_bytes = 0;
+      break;
+    case 'i':
+      if (!parse_size(optarg, &o->step_bytes) || o->step_bytes == 0)
+        return usage_error("-i '%s' must be a positive size", optarg);
+      break;
+    case 'n':
+      if (!parse_int(optarg, 1, 1000000000, &o->iters))
+        return usage_error("-n '%s' must be a positive integer", optarg);
+      break;
+    case 'w':
+      if (!parse_int(optarg, 0, 1000000000, &o->warmup))
+        return usage_error("-w '%s' must be a non-negative integer", optarg);
+      break;
+    case 'c':
+      if (!parse_int(optarg, 0, 1, &flag))
+        return usage_error("-c '%s' must be 0 or 1", optarg);
+      o->check = flag == 1;
+      break;
+    case 'd':
+      if (!parse_dtype(optarg, &o->dtype))
+        return usage_error("-d '%s' is not a datatype", optarg);
+      break;
+    case 'o':
+      if (!parse_op(optarg, &o->op))
+        return usage_error("-o '%s' is not sum, avg, min, max or prod", optarg);
+      break;
+    case 'r':
+      if (!parse_int(optarg, 0, 1 << 24, &o->root))
+        return usage_error("-r '%s' is not a rank", optarg);
+      break;
+    case OPT_NP:
+      if (!parse_int(optarg, 1, MAX_LOCAL_RANKS, &o->np))
+        return usage_error("--np '%s' must be 1-%d", optarg, MAX_LOCAL_RANKS);
+      break;
+    case OPT_HOSTS:
+      if (!parse_int(optarg, 1, MAX_LOCAL_RANKS, &o->hosts))
+        return usage_error("--hosts '%s' must be 1-%d", optarg, MAX_LOCAL_RANKS);
+      break;
+    case OPT_HIER:
+      o->hierarchical = true;
+      break;
+    case 'h':
+      fputs(usage_text, stdout);
+      return 0;
+    case ':':
+      return usage_error("option %s needs a value", argv[optind - 1]);
+    default:
+      return usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc)
+    return usage_error("unexpected argument '%s'", argv[optind]);
+  if (o->min_bytes > o->max_bytes)
+    return usage_error("-b is larger than -e");
+  if (o->np > 0 && o->np % o->hosts != 0)
+    return usage_error("--np %d does not spread evenly over --hosts %d", o->np, o->hosts);
+  return -1;
+}
+
+/* ==== one rank ======================================================================== */
+
+struct bench {
+  const struct options *o;
+  struct net_world *w;
+  struct ops_ctx *ops;
+  int n, rank;
+  char *in, *out, *ref, *tmp;
+  size_t *counts, *splits;
+};
+
+static double value(int rank, size_t i, hvd_reduce_op op) {
+  int v = (int)((rank * 7 + (int)(i % 1000003) * 3) % 5);
+  return op == HVD_PRODUCT ? (double)(1 + v % 2) : (double)(v + 1);
+}
+
+/* Small integers, valid in every dtype. */
+static void fill(const struct bench *b, void *buf, size_t count, int rank) {
+  hvd_dtype dt = b->o->dtype;
+  for (size_t i = 0; i < count; i++) {
+    double v = value(rank, i, b->o->op);
+    switch (dt) {
+    case HVD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case HVD_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case HVD_UINT16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
+    case HVD_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
+    case HVD_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case HVD_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case HVD_FLOAT16: ((uint16_t *)buf)[i] = ops_float_to_half((float)v); break;
+    case HVD_BFLOAT16: ((uint16_t *)buf)[i] = ops_float_to_bf16((float)v); break;
+    case HVD_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case HVD_FLOAT64: ((double *)buf)[i] = v; break;
+    case HVD_BOOL: ((uint8_t *)buf)[i] = (uint8_t)((int)v % 2); break;
+    }
+  }
+}
+
+/* Elements per rank for a size: nccl-tests' convention per collective. */
+static size_t count_for(const struct bench *b, size_t bytes) {
+  size_t es = hvd_dtype_size(b->o->dtype);
+  size_t count = bytes / es;
+  if (b->o->coll == ALLGATHER || b->o->coll == ALLTOALL || b->o->coll == REDUCESCATTER)
+    count = count / (size_t)b->n; /* size is the whole array */
+  return count;
+}
+
+static hvd_status run_once(struct bench *b, size_t count) {
+  const struct options *o = b->o;
+  struct ops_layout l = {b->w->global, b->w->local, b->w->cross};
+  struct net_comm *c = b->w->global;
+  hvd_dtype dt = o->dtype;
+
+  switch (o->coll) {
+  case ALLREDUCE:
+    if (o->hierarchical)
+      return ops_allreduce_hierarchical(b->ops, &l, b->in, b->out, count, dt, o->op, 1.0, 1.0);
+    return ops_allreduce(b->ops, c, b->in, b->out, count, dt, o->op, 1.0, 1.0);
+  case ALLGATHER:
+    for (int i = 0; i < b->n; i++)
+      b->counts[i] = count;
+    if (o->hierarchical)
+      return ops_allgatherv_hierarchical(b->ops, &l, b->in, b->out, b->counts, dt);
+    return ops_allgatherv(b->ops, c, b->in, b->out, b->counts, dt);
+  case BROADCAST:
+    return ops_broadcast(b->ops, c, b->rank == o->root ? b->in : b->out, count, dt, o->root);
+  case ALLTOALL:
+    for (int i = 0; i < b->n; i++)
+      b->counts[i] = count;
+    return ops_alltoallv(b->ops, c, b->in, b->counts, b->out, b->counts, dt);
+  case REDUCESCATTER:
+    return ops_reducescatter(b->ops, c, b->in, b->out, count * (size_t)b->n, dt, o->op, 1.0, 1.0);
+  }
+  return HVD_ERR_INTERNAL;
+}
+
+/* Elements of this rank's result that differ from the reference. */
+static size_t check(struct bench *b, size_t count) {
+  const struct options *o = b->o;
+  size_t es = hvd_dtype_size(o->dtype), wrong = 0, n = (size_t)b->n;
+  const char *got = b->out;
+  size_t len = count;
+  double post = o->op == HVD_AVERAGE ? 1.0 / b->n : 1.0;
+
+  switch (o->coll) {
+  case ALLREDUCE:
+  case REDUCESCATTER: {
+    size_t total = o->coll == ALLREDUCE ? count : count * n;
+    fill(b, b->ref, total, 0);
+    for (int r = 1; r < b->n; r++) {
+      fill(b, b->tmp, total, r);
+      ops_reduce(b->ref, b->ref, b->tmp, total, o->dtype, o->op);
+    }
+    if (post != 1.0)
+      ops_scale(b->ref, b->ref, total, o->dtype, post);
+    if (o->coll == REDUCESCATTER)
+      memmove(b->ref, b->ref + ops_share_offset(total, b->n, b->rank) * es, count * es);
+    break;
+  }
+  case ALLGATHER:
+    for (int r = 0; r < b->n; r++)
+      fill(b, b->ref + (size_t)r * count * es, count, r);
+    len = count * n;
+    break;
+  case BROADCAST:
+    fill(b, b->ref, count, o->root);
+    got = b->rank == o->root ? b->in : b->out;
+    break;
+  case ALLTOALL:
+    /* Block p of rank r's input is what rank p receives from r. */
+    for (int r = 0; r < b->n; r++) {
+      fill(b, b->tmp, count * n, r);
+      memcpy(b->ref + (size_t)r * count * es, b->tmp + (size_t)b->rank * count * es, count * es);
+    }
+    len = count * n;
+    break;
+  }
+  for (size_t i = 0; i < len; i++)
+    wrong += memcmp(got + i * es, b->ref + i * es, es) != 0;
+  return wrong;
+}
+
+/* The slowest rank's time, as the peers' benchmarks report it. */
+static double max_over_ranks(struct bench *b, double v) {
+  double max = v;
+  if (ops_allreduce(b->ops, b->w->global, &v, &max, 1, HVD_FLOAT64, HVD_MAX, 1.0, 1.0) != HVD_OK)
+    return v;
+  return max;
+}
+
+static int bench_rank(const struct options *o, struct net_world *w) {
+  struct bench b = {.o = o, .w = w, .n = w->size, .rank = w->rank};
+  size_t es = hvd_dtype_size(o->dtype);
+  size_t cap = o->max_bytes + (size_t)b.n * es + 64;
+  size_t total_wrong = 0;
+  double bus_sum = 0;
+  int rows = 0;
+  int code = 0;
+
+  if (o->coll == BROADCAST && o->root >= b.n) {
+    fprintf(stderr, "hvd-bench: root %d is not a rank of %d\n", o->root, b.n);
+    return EXIT_USAGE;
+  }
+  if (ops_ctx_create(&b.ops) != HVD_OK) {
+    fprintf(stderr, "hvd-bench: %s\n", hvd_last_error_message());
+    return EXIT_FAIL;
+  }
+  b.in = malloc(cap);
+  b.out = malloc(cap);
+  b.ref = malloc(cap);
+  b.tmp = malloc(cap);
+  b.counts = calloc((size_t)b.n, sizeof(size_t));
+  if (!b.in || !b.out || !b.ref || !b.tmp || !b.counts) {
+    fprintf(stderr, "hvd-bench: cannot allocate 4 x %zu bytes\n", cap);
+    return EXIT_FAIL;
+  }
+  if (b.rank == 0) {
+    printf("# hvd-bench %s: %d ranks, %s, op %s, %d iterations, %d warmup, check %d%s\n",
+           coll_names[o->coll], b.n, hvd_dtype_name(o->dtype), hvd_reduce_op_name(o->op),
+           o->iters, o->warmup, o->check, o->hierarchical ? ", hierarchical" : "");
+    printf("# time: mean per operation on the slowest rank; GB = 1e9 bytes\n#\n");
+    printf("# %10s %12s %8s %6s %6s %10s %8s %8s %6s\n", "size", "count", "type", "redop", "root",
+           "time", "algbw", "busbw", "#wrong");
+    printf("# %10s %12s %8s %6s %6s %10s %8s %8s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
+           "(GB/s)", "(GB/s)", "");
+  }
+  for (size_t bytes = o->min_bytes; bytes <= o->max_bytes;) {
+    size_t count = count_for(&b, bytes);
+    size_t shown = o->coll == ALLREDUCE || o->coll == BROADCAST ? count * es
+                                                                 : count * (size_t)b.n * es;
+    double factor = 1.0, secs, t_us, algbw, busbw;
+    size_t wrong = 0;
+    int64_t t0;
+    hvd_status st = HVD_OK;
+
+    fill(&b, b.in, o->coll == ALLTOALL || o->coll == REDUCESCATTER ? count * (size_t)b.n : count,
+         b.rank);
+    for (int i = 0; i < o->warmup && st == HVD_OK; i++)
+      st = run_once(&b, count);
+    if (st == HVD_OK)
+      st = ops_barrier(b.ops, w->global);
+    t0 = hvd_now_ns();
+    for (int i = 0; i < o->iters && st == HVD_OK; i++)
+      st = run_once(&b, count);
+    secs = (double)(hvd_now_ns() - t0) / 1e9 / o->iters;
+    if (st != HVD_OK) {
+      fprintf(stderr, "hvd-bench: rank %d: %s\n", b.rank, hvd_last_error_message());
+      code = EXIT_FAIL;
+      break;
+    }
+    secs = max_over_ranks(&b, secs);
+    if (o->check)
+      wrong = check(&b, count);
+    if (o->check) {
+      /* Everybody's wrong count, so rank 0 prints the job's. */
+      double w_local = (double)wrong, w_all = w_local;
+      ops_allreduce(b.ops, w->global, &w_local, &w_all, 1, HVD_FLOAT64, HVD_SUM, 1.0, 1.0);
+      wrong = (size_t)w_all;
+    }
+    switch (o->coll) {
+    case ALLREDUCE: factor = 2.0 * (b.n - 1) / b.n; break;
+    case BROADCAST: factor = 1.0; break;
+    default: factor = (double)(b.n - 1) / b.n; break;
+    }
+    t_us = secs * 1e6;
+    algbw = secs > 0 ? (double)shown / secs / 1e9 : 0;
+    busbw = algbw * factor;
+    bus_sum += busbw;
+    rows++;
+    total_wrong += wrong;
+    if (b.rank == 0) {
+      printf("  %10zu %12zu %8s %6s %6d %10.2f %8.3f %8.3f %6zu\n", shown,
+             o->coll == ALLREDUCE || o->coll == BROADCAST ? count : count * (size_t)b.n,
+             o->dtype == HVD_FLOAT32 ? "float" : hvd_dtype_name(o->dtype),
+             o->coll == ALLREDUCE || o->coll == REDUCESCATTER ? hvd_reduce_op_name(o->op) : "none",
+             o->coll == BROADCAST ? o->root : -1, t_us, algbw, busbw, wrong);
+      fflush(stdout);
+    }
+    if (o->step_bytes > 0)
+      bytes += o->step_bytes;
+    else if ((size_t)(bytes * o->factor) == bytes)
+      bytes++;
+    else
+      bytes = (size_t)((double)bytes * o->factor);
+  }
+  if (b.rank == 0 && code == 0) {
+    printf("# Out of bounds values : %zu %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth    : %.4f\n#\n", rows ? bus_sum / rows : 0.0);
+  }
+  if (total_wrong > 0)
+    code = EXIT_FAIL;
+  ops_ctx_destroy(b.ops);
+  free(b.in);
+  free(b.out);
+  free(b.ref);
+  free(b.tmp);
+  free(b.counts);
+  return code;
+}
+
+/* ==== launching ============================================================================ */
+
+/* Local mode: a process serves the store; n rank processes meet in it. */
+static int run_local(const struct options *o) {
+  int port_pipe[2], ctl_pipe[2], port = -1, code = 0;
+  pid_t server, ranks[MAX_LOCAL_RANKS];
+  char hosts[MAX_LOCAL_RANKS][32];
+
+  if (pipe(port_pipe) != 0 || pipe(ctl_pipe) != 0)
+    return EXIT_FAIL;
+  server = fork();
+  if (server == 0) {
+    struct rdzv_server_config cfg;
+    struct rdzv_server *srv = NULL;
+    char byte;
+    close(port_pipe[0]);
+    close(ctl_pipe[1]);
+    rdzv_server_config_default(&cfg);
+    cfg.bind_address = "127.0.0.1";
+    cfg.threads = 1;
+    if (rdzv_server_start(&cfg, &srv) == HVD_OK)
+      port = rdzv_server_port(srv);
+    else
+      fprintf(stderr, "hvd-bench: %s\n", hvd_last_error_message());
+    if (write(port_pipe[1], &port, sizeof(port)) != sizeof(port) || port < 0)
+      _exit(1);
+    while (read(ctl_pipe[0], &byte, 1) > 0) {
+    }
+    rdzv_server_stop(srv);
+    _exit(0);
+  }
+  close(port_pipe[1]);
+  close(ctl_pipe[0]);
+  if (read(port_pipe[0], &port, sizeof(port)) != sizeof(port) || port < 0) {
+    fprintf(stderr, "hvd-bench: the local rendezvous store did not start\n");
+    return EXIT_FAIL;
+  }
+  for (int r = 0; r < o->np; r++) {
+    snprintf(hosts[r], sizeof(hosts[r]), "host%d", r / (o->np / o->hosts));
+    ranks[r] = fork();
+    if (ranks[r] == 0) {
+      struct net_world_config cfg;
+      struct rdzv_client *store = NULL;
+      struct net_world *w = NULL;
+      int rc;
+      close(ctl_pipe[1]);
+      hvd_log_set_rank(r);
+
+      if (net_world_config_from_env(&cfg) != HVD_OK ||
+          rdzv_client_create("127.0.0.1", port, NULL, 60000, &store) != HVD_OK) {
+        fprintf(stderr, "hvd-bench: rank %d: %s\n", r, hvd_last_error_message());
+        _exit(EXIT_FAIL);
+      }
+      cfg.ctx.rank = r;
+      cfg.size = o->np;
+      cfg.local_rank = cfg.local_size = cfg.cross_rank = cfg.cross_size = -1;
+      cfg.ctx.hostname = o->hosts > 1 ? hosts[r] : "localhost";
+      cfg.ctx.store = store;
+      cfg.ctx.store_host = "127.0.0.1";
+      cfg.ctx.store_port = port;
+      if (net_world_create(&cfg, &w) != HVD_OK) {
+        fprintf(stderr, "hvd-bench: rank %d: %s\n", r, hvd_last_error_message());
+        _exit(EXIT_FAIL);
+      }
+      rc = bench_rank(o, w);
+      fflush(stdout);
+      net_world_destroy(w);
+      rdzv_client_destroy(store);
+      _exit(rc);
+    }
+  }
+  for (int r = 0; r < o->np; r++) {
+    int status = 0;
+    waitpid(ranks[r], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      if (code == 0)
+        fprintf(stderr, "hvd-bench: rank %d ended with status 0x%x\n", r, status);
+      code = EXIT_FAIL;
+    }
+  }
+  close(ctl_pipe[1]);
+  waitpid(server, NULL, 0);
+  return code;
+}
+
+/* Under hvdrun: the job's environment says who we are. */
+static int run_env(const struct options *o) {
+  struct net_world_config cfg;
+  struct rdzv_client *store = NULL;
+  struct net_world *w = NULL;
+  const char *host = hvd_env_str("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  int64_t port = 0;
+  int rc;
+
+  if (net_world_config_from_env(&cfg) != HVD_OK ||
+      (cfg.size > 1 && rdzv_client_create_from_env(&store) != HVD_OK) ||
+      hvd_env_int("HOROVOD_GLOO_RENDEZVOUS_PORT", 0, 0, 65535, &port) != HVD_OK) {
+    fprintf(stderr, "hvd-bench: %s\n", hvd_last_error_message());
+    return EXIT_FAIL;
+  }
+  hvd_log_set_rank(cfg.ctx.rank);
+  cfg.ctx.store = store;
+  cfg.ctx.store_host = host;
+  cfg.ctx.store_port = (int)port;
+  if (net_world_create(&cfg, &w) != HVD_OK) {
+    fprintf(stderr, "hvd-bench: %s\n", hvd_last_error_message());
+    rdzv_client_destroy(store);
+    return EXIT_FAIL;
+  }
+  rc = bench_rank(o, w);
+  net_world_destroy(w);
+  rdzv_client_destroy(store);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  struct options o;
+  int rc = parse_args(argc, argv, &o);
+
+  if (rc >= 0)
+    return rc;
+  signal(SIGPIPE, SIG_IGN);
+  if (hvd_log_configure_from_env() != HVD_OK) {
+    fprintf(stderr, "hvd-bench: %s\n", hvd_last_error_message());
+    return EXIT_USAGE;
+  }
+  if (o.np > 0 || hvd_env_str("HOROVOD_RANK") == NULL) {
+    if (o.np == 0)
+      o.np = 1;
+    return run_local(&o);
+  }
+  return run_env(&o);
+}

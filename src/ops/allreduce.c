@@ -1,0 +1,145 @@
+/*
+ * Allreduce: recursive doubling for small buffers (latency: log2(n)
+ * exchanges), halving-doubling for medium ones (halving_doubling.c), the
+ * pipelined ring for large ones (bandwidth: each rank sends and receives
+ * 2(n-1)/n of the buffer, to and from its neighbours only). The switch
+ * points are HVD_ALLREDUCE_SMALL_BYTES and HVD_ALLREDUCE_RING_BYTES,
+ * measured on loopback (docs/PERFORMANCE.md); HVD_ALLREDUCE_ALGORITHM forces
+ * one.
+ *
+ * Recursive doubling with n not a power of two: the first 2*rem ranks pair
+ * up, the even one of each pair hands its data to the odd one and sits out;
+ * the other p = n - rem ranks run log2(p) exchanges; the odd ranks finally
+ * hand the result back. Every combination is computed as
+ * (lower rank's data) op (higher rank's data), on both partners, so every
+ * rank ends with the same bits.
+ */
+#include <string.h>
+
+#include "ops_private.h"
+
+static hvd_status recursive_doubling(struct ops_ctx *o, struct net_comm *c, void *buf,
+                                     size_t count, hvd_dtype dtype, hvd_reduce_op op) {
+  int n = net_comm_size(c), r = net_comm_rank(c);
+  int p = 1, rem, vrank;
+  size_t bytes = count * hvd_dtype_size(dtype);
+  void *tmp = ops_scratch(o, SCRATCH_TMP, bytes);
+  hvd_status st = HVD_OK;
+
+  if (tmp == NULL)
+    return hvd_error_status();
+  while (p * 2 <= n)
+    p *= 2;
+  rem = n - p;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      st = net_send(c, r + 1, buf, bytes);
+      if (st == HVD_OK)
+        st = net_recv(c, r + 1, buf, bytes);
+      return st;
+    }
+    st = net_recv(c, r - 1, tmp, bytes);
+    if (st != HVD_OK)
+      return st;
+    ops_reduce(buf, tmp, buf, count, dtype, op);
+    vrank = r / 2;
+  } else {
+    vrank = r - rem;
+  }
+  for (int mask = 1; mask < p && st == HVD_OK; mask <<= 1) {
+    int vpartner = vrank ^ mask;
+    int partner = vpartner < rem ? vpartner * 2 + 1 : vpartner + rem;
+    st = net_sendrecv(c, partner, buf, bytes, partner, tmp, bytes);
+    if (st != HVD_OK)
+      break;
+    if (partner < r)
+      ops_reduce(buf, tmp, buf, count, dtype, op);
+    else
+      ops_reduce(buf, buf, tmp, count, dtype, op);
+  }
+  if (st == HVD_OK && r < 2 * rem)
+    st = net_send(c, r - 1, buf, bytes);
+  return st;
+}
+
+static hvd_status ring_allreduce(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
+                                 size_t count, hvd_dtype dtype, hvd_reduce_op op) {
+  int n = net_comm_size(c);
+  size_t *sizes = ops_sizes(o, 2 * (size_t)n);
+  struct ring_args a = {.in = in, .work = out, .dtype = dtype, .op = op, .shift = 0,
+                        .reduce_scatter = true, .allgather = true};
+
+  if (sizes == NULL)
+    return hvd_error_status();
+  for (int i = 0; i < n; i++) {
+    sizes[i] = ops_share_offset(count, n, i);
+    sizes[n + i] = ops_share_count(count, n, i);
+  }
+  a.offsets = sizes;
+  a.counts = sizes + n;
+  return ops_ring(o, c, &a);
+}
+
+/* Which algorithm: recursive doubling for small buffers (and whenever
+ * there are fewer elements than ranks), halving-doubling for medium ones,
+ * the ring from HVD_ALLREDUCE_RING_BYTES. */
+static int pick(const struct ops_ctx *o, struct net_comm *c, size_t count, size_t bytes) {
+  if (o->t.allreduce_algorithm != OPS_ALGO_AUTO)
+    return o->t.allreduce_algorithm;
+  if (bytes < o->t.allreduce_small_bytes || count < (size_t)net_comm_size(c))
+    return OPS_ALGO_RECURSIVE_DOUBLING;
+  if (bytes < o->t.allreduce_ring_bytes)
+    return OPS_ALGO_HALVING_DOUBLING;
+  return OPS_ALGO_RING;
+}
+
+/* Reduces in (this rank's scaled input) into out; they may be the same. */
+static hvd_status run(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
+                      size_t count, hvd_dtype dtype, hvd_reduce_op op) {
+  size_t bytes = count * hvd_dtype_size(dtype);
+  int algo = pick(o, c, count, bytes);
+
+  if (algo == OPS_ALGO_RING)
+    return ring_allreduce(o, c, in, out, count, dtype, op);
+  if (algo == OPS_ALGO_HALVING_DOUBLING)
+    return ops_halving_doubling(o, c, in, out, count, dtype, op);
+  if (in != out)
+    memcpy(out, in, bytes);
+  return recursive_doubling(o, c, out, count, dtype, op);
+}
+
+hvd_status ops_allreduce_raw(struct ops_ctx *o, struct net_comm *c, void *buf, size_t count,
+                             hvd_dtype dtype, hvd_reduce_op op) {
+  if (net_comm_size(c) == 1 || count == 0)
+    return HVD_OK;
+  return run(o, c, buf, buf, count, dtype, op);
+}
+
+hvd_status ops_allreduce(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
+                         size_t count, hvd_dtype dtype, hvd_reduce_op op, double prescale,
+                         double postscale) {
+  int n = net_comm_size(c);
+  size_t bytes;
+  hvd_status st = ops_check_reduce(dtype, op, prescale, postscale);
+
+  if (st == HVD_OK)
+    st = ops_bytes(count, dtype, &bytes);
+  if (st != HVD_OK)
+    return st;
+  if (op == HVD_AVERAGE)
+    postscale /= n;
+  if (count == 0)
+    return HVD_OK;
+  if (prescale != 1.0) {
+    /* Scale into the output and reduce there: the input stays untouched. */
+    ops_scale(out, in, count, dtype, prescale);
+    in = out;
+  }
+  if (n > 1)
+    st = run(o, c, in, out, count, dtype, op);
+  else if (in != out)
+    memcpy(out, in, bytes);
+  if (st == HVD_OK && postscale != 1.0)
+    ops_scale(out, out, count, dtype, postscale);
+  return st;
+}

@@ -1,0 +1,51 @@
+/*
+ * Reducescatter: the reduce-scatter phase of the pipelined ring, arranged
+ * (shift -1) so that rank r ends owning chunk r, which is its share
+ * (ops_share_*: the first count%n ranks get one element more). The ring
+ * reduces into a work buffer the size of the input, so the input is never
+ * written; the share is then copied out, scaled.
+ */
+#include <string.h>
+
+#include "ops_private.h"
+
+hvd_status ops_reducescatter(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
+                             size_t count, hvd_dtype dtype, hvd_reduce_op op, double prescale,
+                             double postscale) {
+  int n = net_comm_size(c), r = net_comm_rank(c);
+  size_t esize = hvd_dtype_size(dtype);
+  size_t bytes;
+  size_t *sizes;
+  char *work;
+  struct ring_args a = {.dtype = dtype, .op = op, .shift = -1, .reduce_scatter = true};
+  hvd_status st = ops_check_reduce(dtype, op, prescale, postscale);
+
+  if (st == HVD_OK)
+    st = ops_bytes(count, dtype, &bytes);
+  if (st != HVD_OK)
+    return st;
+  if (op == HVD_AVERAGE)
+    postscale /= n;
+  sizes = ops_sizes(o, 2 * (size_t)n);
+  work = ops_scratch(o, SCRATCH_WORK, bytes + 64);
+  if (sizes == NULL || work == NULL)
+    return hvd_error_status();
+  for (int i = 0; i < n; i++) {
+    sizes[i] = ops_share_offset(count, n, i);
+    sizes[n + i] = ops_share_count(count, n, i);
+  }
+  a.in = in;
+  if (prescale != 1.0) {
+    ops_scale(work, in, count, dtype, prescale);
+    a.in = work;
+  } else if (n == 1) {
+    memcpy(work, in, bytes);
+  }
+  a.work = work;
+  a.offsets = sizes;
+  a.counts = sizes + n;
+  st = ops_ring(o, c, &a);
+  if (st == HVD_OK)
+    ops_copy_scaled(out, work + sizes[r] * esize, sizes[n + r], dtype, postscale);
+  return st;
+}

@@ -1,0 +1,579 @@
+/*
+ * Tests of the collectives: forked ranks on loopback run every collective
+ * against a serial reference computed from every rank's (deterministic)
+ * input. Inputs are small integers, so every order of reduction gives the
+ * same bits and results must match exactly; a separate test checks that
+ * random floats give bitwise-identical results on every rank.
+ * Children never call ck_assert: the first mismatch goes to stderr and the
+ * exit code; the parent asserts on exit codes.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ops/ops.h"
+
+Suite *kernels_suite(void);
+
+enum { EXIT_SETUP = 10, EXIT_WRONG = 11, EXIT_FAILED = 12 };
+
+/* ==== ranks ======================================================================= */
+
+struct job {
+  pid_t server;
+  int server_ctl;
+  int port;
+  const char *hosts[8]; /* fake hostname per rank */
+};
+
+static struct job job;
+
+/* The store in a process of its own: this one stays free of threads, so
+ * forking ranks from it is safe. */
+static void job_setup(void) {
+  int port_pipe[2], ctl_pipe[2];
+
+  memset(&job, 0, sizeof(job));
+  ck_assert_int_eq(pipe(port_pipe), 0);
+  ck_assert_int_eq(pipe(ctl_pipe), 0);
+  job.server = fork();
+  ck_assert_int_ge(job.server, 0);
+  if (job.server == 0) {
+    struct rdzv_server_config cfg;
+    struct rdzv_server *srv = NULL;
+    int port = -1;
+    char byte;
+    close(port_pipe[0]);
+    close(ctl_pipe[1]);
+    alarm(900);
+    rdzv_server_config_default(&cfg);
+    cfg.bind_address = "127.0.0.1";
+    if (rdzv_server_start(&cfg, &srv) == HVD_OK)
+      port = rdzv_server_port(srv);
+    if (write(port_pipe[1], &port, sizeof(port)) != sizeof(port) || port < 0)
+      _exit(1);
+    while (read(ctl_pipe[0], &byte, 1) > 0) {
+    }
+    rdzv_server_stop(srv);
+    _exit(0);
+  }
+  close(port_pipe[1]);
+  close(ctl_pipe[0]);
+  ck_assert_int_eq(read(port_pipe[0], &job.port, sizeof(job.port)), sizeof(job.port));
+  ck_assert_int_gt(job.port, 0);
+  close(port_pipe[0]);
+  job.server_ctl = ctl_pipe[1];
+}
+
+static void job_teardown(void) {
+  close(job.server_ctl);
+  waitpid(job.server, NULL, 0);
+}
+
+struct rank_env {
+  struct net_world *w;
+  struct rdzv_client *store;
+  struct ops_ctx *ops;      /* default tunables */
+  struct ops_ctx *ring;     /* HVD_ALLREDUCE_ALGORITHM=ring, small segments */
+  struct ops_ctx *rd;       /* recursive doubling */
+  struct ops_ctx *hd;       /* halving-doubling */
+  char failure[512];
+};
+
+typedef int (*rank_fn)(struct rank_env *e);
+
+static int child(int rank, int size, rank_fn fn) {
+  struct net_world_config cfg;
+  struct rank_env e;
+  int code = EXIT_SETUP;
+
+  memset(&e, 0, sizeof(e));
+  memset(&cfg, 0, sizeof(cfg));
+  hvd_log_set_rank(rank);
+  if (rdzv_client_create("127.0.0.1", job.port, NULL, 30000, &e.store) != HVD_OK)
+    goto out;
+  cfg.ctx.rank = rank;
+  cfg.ctx.hostname = job.hosts[rank] ? job.hosts[rank] : "localhost";
+  cfg.ctx.timeout_ms = 30000;
+  cfg.ctx.store = e.store;
+  cfg.ctx.store_host = "127.0.0.1";
+  cfg.ctx.store_port = job.port;
+  cfg.size = size;
+  cfg.local_rank = cfg.local_size = cfg.cross_rank = cfg.cross_size = -1;
+  if (net_world_create(&cfg, &e.w) != HVD_OK || ops_ctx_create(&e.ops) != HVD_OK)
+    goto out;
+  /* The child is single-threaded: changing its environment is safe. */
+  setenv("HVD_ALLREDUCE_ALGORITHM", "ring", 1);
+  setenv("HVD_RING_SEGMENT_BYTES", "4096", 1); /* many segments even for small tests */
+  setenv("HVD_BROADCAST_SMALL_BYTES", "0", 1);
+  if (ops_ctx_create(&e.ring) != HVD_OK)
+    goto out;
+  setenv("HVD_ALLREDUCE_ALGORITHM", "recursive_doubling", 1);
+  setenv("HVD_BROADCAST_SMALL_BYTES", "1000000000", 1);
+  if (ops_ctx_create(&e.rd) != HVD_OK)
+    goto out;
+  setenv("HVD_ALLREDUCE_ALGORITHM", "halving_doubling", 1);
+  if (ops_ctx_create(&e.hd) != HVD_OK)
+    goto out;
+  code = fn(&e);
+  if (code != 0)
+    fprintf(stderr, "rank %d: %s\n", rank, e.failure);
+out:
+  if (code == EXIT_SETUP)
+    fprintf(stderr, "rank %d: setup: %s\n", rank, hvd_last_error_message());
+  ops_ctx_destroy(e.hd);
+  ops_ctx_destroy(e.rd);
+  ops_ctx_destroy(e.ring);
+  ops_ctx_destroy(e.ops);
+  net_world_destroy(e.w);
+  rdzv_client_destroy(e.store);
+  return code;
+}
+
+/* Runs `size` ranks; every one must exit 0. */
+static void run(int size, rank_fn fn) {
+  pid_t pids[8];
+  for (int r = 0; r < size; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0) {
+      alarm(240);
+      _exit(child(r, size, fn));
+    }
+  }
+  for (int r = 0; r < size; r++) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "size %d: rank %d ended with status 0x%x", size, r, status);
+  }
+}
+
+/* ==== inputs and references ======================================================== */
+
+/* Rank r's element i: a small integer valid in every dtype, so that every
+ * reduction order is exact. `kind` picks the range per op. */
+static double value(int rank, size_t i, hvd_reduce_op op, int salt) {
+  int v = (int)((rank * 7 + (int)i * 3 + salt) % 5);
+  if (op == HVD_PRODUCT)
+    return (double)(1 + v % 2); /* 1 or 2: at most 2^5 */
+  return (double)(v + 1);       /* 1..5: sums of 5 ranks stay <= 25 */
+}
+
+static void set_element(void *buf, size_t i, hvd_dtype dt, double v) {
+  switch (dt) {
+  case HVD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case HVD_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+  case HVD_UINT16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
+  case HVD_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
+  case HVD_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case HVD_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case HVD_FLOAT16: ((uint16_t *)buf)[i] = ops_float_to_half((float)v); break;
+  case HVD_BFLOAT16: ((uint16_t *)buf)[i] = ops_float_to_bf16((float)v); break;
+  case HVD_FLOAT32: ((float *)buf)[i] = (float)v; break;
+  case HVD_FLOAT64: ((double *)buf)[i] = v; break;
+  case HVD_BOOL: ((uint8_t *)buf)[i] = (uint8_t)((int)v % 2); break;
+  }
+}
+
+static void fill(void *buf, size_t count, hvd_dtype dt, int rank, hvd_reduce_op op, int salt) {
+  for (size_t i = 0; i < count; i++)
+    set_element(buf, i, dt, value(rank, i, op, salt));
+}
+
+/* The reduction of every rank's input, scaled as the collective does. */
+static void reference(void *out, size_t count, hvd_dtype dt, hvd_reduce_op op, int size,
+                      int salt, double pre, double post, void *tmp) {
+  if (op == HVD_AVERAGE)
+    post /= size;
+  fill(out, count, dt, 0, op, salt);
+  if (pre != 1.0)
+    ops_scale(out, out, count, dt, pre);
+  for (int r = 1; r < size; r++) {
+    fill(tmp, count, dt, r, op, salt);
+    if (pre != 1.0)
+      ops_scale(tmp, tmp, count, dt, pre);
+    ops_reduce(out, out, tmp, count, dt, op);
+  }
+  if (post != 1.0)
+    ops_scale(out, out, count, dt, post);
+}
+
+static const hvd_dtype all_dtypes[] = {HVD_UINT8,    HVD_INT8,    HVD_UINT16,  HVD_INT16,
+                                       HVD_INT32,    HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
+                                       HVD_FLOAT32,  HVD_FLOAT64, HVD_BOOL};
+static const hvd_reduce_op all_ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX, HVD_PRODUCT};
+
+static int mismatch(struct rank_env *e, const char *fmt, ...) HVD_PRINTF(2, 3);
+static int mismatch(struct rank_env *e, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->failure, sizeof(e->failure), fmt, ap);
+  va_end(ap);
+  return EXIT_WRONG;
+}
+
+static int failed_call(struct rank_env *e, const char *what) {
+  snprintf(e->failure, sizeof(e->failure), "%s: %s", what, hvd_last_error_message());
+  return EXIT_FAILED;
+}
+
+/* Counts worth checking for a communicator of n ranks. */
+static size_t counts_for(int n, size_t *out) {
+  size_t k = 0;
+  out[k++] = 0;
+  out[k++] = 1;
+  if (n > 2)
+    out[k++] = (size_t)n - 1; /* fewer elements than ranks */
+  out[k++] = 7;
+  out[k++] = 1001; /* not divisible by the rank count */
+  return k;
+}
+
+/* ==== allreduce ======================================================================= */
+
+static int allreduce_all(struct rank_env *e) {
+  struct net_comm *c = e->w->global;
+  int n = net_comm_size(c), r = net_comm_rank(c);
+  struct ops_ctx *ctxs[] = {e->ops, e->ring, e->rd, e->hd};
+  const char *ctx_names[] = {"auto", "ring", "recursive doubling", "halving-doubling"};
+  size_t counts[8], nc = counts_for(n, counts);
+  size_t max = 300000;
+  char *in = malloc(max * 8), *out = malloc(max * 8), *ref = malloc(max * 8),
+       *tmp = malloc(max * 8);
+
+  for (size_t x = 0; x < HVD_ARRAY_SIZE(ctxs); x++) {
+    for (size_t d = 0; d < HVD_ARRAY_SIZE(all_dtypes); d++) {
+      hvd_dtype dt = all_dtypes[d];
+      size_t es = hvd_dtype_size(dt);
+      for (size_t p = 0; p < HVD_ARRAY_SIZE(all_ops); p++) {
+        hvd_reduce_op op = all_ops[p];
+        if (dt == HVD_BOOL && op == HVD_AVERAGE)
+          continue;
+        for (size_t k = 0; k < nc + 1; k++) {
+          /* One count past a ring segment, for float32 only. */
+          size_t count = k < nc ? counts[k] : (dt == HVD_FLOAT32 ? max : 0);
+          for (int inplace = 0; inplace < 2; inplace++) {
+            int salt = (int)(d * 31 + p * 7 + k);
+            fill(in, count, dt, r, op, salt);
+            memset(out, 0xab, count * es + 8);
+            void *dst = inplace ? in : out;
+            if (ops_allreduce(ctxs[x], c, in, dst, count, dt, op, 1.0, 1.0) != HVD_OK)
+              return failed_call(e, "ops_allreduce");
+            reference(ref, count, dt, op, n, salt, 1.0, 1.0, tmp);
+            if (memcmp(dst, ref, count * es) != 0)
+              return mismatch(e, "allreduce %s %s %s count %zu %s differs", ctx_names[x],
+                          hvd_dtype_name(dt), hvd_reduce_op_name(op), count,
+                          inplace ? "in place" : "out of place");
+            if (!inplace && (unsigned char)out[count * es] != 0xab)
+              return mismatch(e, "allreduce wrote past the end");
+          }
+        }
+      }
+    }
+  }
+  /* Prescale and postscale. */
+  for (size_t d = 0; d < HVD_ARRAY_SIZE(all_dtypes) - 1; d++) {
+    hvd_dtype dt = all_dtypes[d];
+    for (size_t x = 0; x < HVD_ARRAY_SIZE(ctxs); x++) {
+      size_t count = 1001;
+      fill(in, count, dt, r, HVD_SUM, 3);
+      if (ops_allreduce(ctxs[x], c, in, out, count, dt, HVD_AVERAGE, 2.0, 0.5) != HVD_OK)
+        return failed_call(e, "scaled ops_allreduce");
+      reference(ref, count, dt, HVD_AVERAGE, n, 3, 2.0, 0.5, tmp);
+      if (memcmp(out, ref, count * hvd_dtype_size(dt)) != 0)
+        return mismatch(e, "scaled allreduce %s %s differs", ctx_names[x], hvd_dtype_name(dt));
+    }
+  }
+  /* Bad arguments fail on every rank without touching the network. */
+  if (ops_allreduce(e->ops, c, in, out, 4, HVD_BOOL, HVD_AVERAGE, 1.0, 1.0) !=
+      HVD_ERR_INVALID_ARGUMENT)
+    return mismatch(e, "bool average accepted");
+  free(in);
+  free(out);
+  free(ref);
+  free(tmp);
+  return 0;
+}
+
+START_TEST(allreduce_1_to_5_ranks) {
+  for (int n = 1; n <= 5; n++)
+    run(n, allreduce_all);
+}
+END_TEST
+
+/* Random floats: whatever the order, every rank must end with the same bits. */
+static int identical_fn(struct rank_env *e) {
+  struct net_comm *c = e->w->global;
+  int n = net_comm_size(c), r = net_comm_rank(c);
+  struct ops_ctx *ctxs[] = {e->ops, e->ring, e->rd, e->hd};
+  size_t count = 200003;
+  float *buf = malloc(count * sizeof(float));
+  uint64_t hash[8];
+
+  for (size_t x = 0; x < HVD_ARRAY_SIZE(ctxs); x++) {
+    uint64_t h = 1469598103934665603ull;
+    unsigned seed = (unsigned)r * 2654435761u + 17;
+    for (size_t i = 0; i < count; i++) {
+      seed = seed * 1103515245u + 12345u;
+      buf[i] = (float)((int)(seed >> 8) % 100000) / 977.0f;
+    }
+    if (ops_allreduce(ctxs[x], c, buf, buf, count, HVD_FLOAT32, HVD_SUM, 1.0, 1.0) != HVD_OK)
+      return failed_call(e, "ops_allreduce");
+    for (size_t i = 0; i < count * sizeof(float); i++)
+      h = (h ^ ((unsigned char *)buf)[i]) * 1099511628211ull;
+    /* Everybody's hash, through the collective under test's sibling. */
+    size_t ones[8];
+    for (int i = 0; i < n; i++)
+      ones[i] = 1;
+    if (ops_allgatherv(e->ops, c, &h, hash, ones, HVD_INT64) != HVD_OK)
+      return failed_call(e, "ops_allgatherv");
+    for (int i = 0; i < n; i++)
+      if (hash[i] != h)
+        return mismatch(e, "rank %d's result differs from this rank's (algorithm %zu)", i, x);
+  }
+  free(buf);
+  return 0;
+}
+
+START_TEST(allreduce_bitwise_identical) {
+  for (int n = 2; n <= 5; n++)
+    run(n, identical_fn);
+}
+END_TEST
+
+/* ==== the other collectives ============================================================== */
+
+static int others_fn(struct rank_env *e) {
+  struct net_comm *c = e->w->global;
+  int n = net_comm_size(c), r = net_comm_rank(c);
+  static const hvd_dtype dts[] = {HVD_UINT8, HVD_INT32, HVD_FLOAT16, HVD_FLOAT64, HVD_BOOL};
+  size_t counts[8], sizes[8], recv[8], nc = counts_for(n, counts);
+  char *in = malloc(1 << 22), *out = malloc(1 << 22), *ref = malloc(1 << 22),
+       *tmp = malloc(1 << 22);
+  struct ops_ctx *ctxs[] = {e->ops, e->ring, e->rd};
+
+  for (size_t d = 0; d < HVD_ARRAY_SIZE(dts); d++) {
+    hvd_dtype dt = dts[d];
+    size_t es = hvd_dtype_size(dt);
+
+    /* allgatherv: rank i gives (i * 3 + k) % 5 elements, zeros included. */
+    for (size_t k = 0; k < 4; k++) {
+      size_t total = 0;
+      for (int i = 0; i < n; i++) {
+        sizes[i] = (size_t)(i * 3 + (int)k) % 5 * (k == 3 ? 20000 : 1);
+        total += sizes[i];
+      }
+      fill(in, sizes[r], dt, r, HVD_SUM, (int)k);
+      memset(out, 0xcd, total * es + 8);
+      if (ops_allgatherv(ctxs[k % 3], c, in, out, sizes, dt) != HVD_OK)
+        return failed_call(e, "ops_allgatherv");
+      size_t off = 0;
+      for (int i = 0; i < n; i++) {
+        fill(ref, sizes[i], dt, i, HVD_SUM, (int)k);
+        if (memcmp(out + off * es, ref, sizes[i] * es) != 0)
+          return mismatch(e, "allgatherv %s case %zu: block of rank %d differs", hvd_dtype_name(dt),
+                      k, i);
+        off += sizes[i];
+      }
+      if ((unsigned char)out[total * es] != 0xcd)
+        return mismatch(e, "allgatherv wrote past the end");
+    }
+
+    /* broadcast from every root, tree and chain, small and segmented. */
+    for (int root = 0; root < n; root++) {
+      for (size_t k = 0; k < nc + 1; k++) {
+        size_t count = k < nc ? counts[k] : 150000 / es;
+        struct ops_ctx *o = ctxs[(k + (size_t)root) % 3];
+        fill(in, count, dt, r == root ? 100 : r, HVD_SUM, root);
+        if (ops_broadcast(o, c, in, count, dt, root) != HVD_OK)
+          return failed_call(e, "ops_broadcast");
+        fill(ref, count, dt, 100, HVD_SUM, root);
+        if (memcmp(in, ref, count * es) != 0)
+          return mismatch(e, "broadcast %s from %d count %zu differs", hvd_dtype_name(dt), root,
+                      count);
+      }
+    }
+
+    /* alltoallv: rank i sends (i + j) % 3 elements to rank j (zeros too), then
+     * Horovod's test shape: rank+1 elements to everyone. */
+    for (int shape = 0; shape < 2; shape++) {
+      size_t sent = 0, got = 0, send_counts[8];
+      for (int j = 0; j < n; j++) {
+        send_counts[j] = shape == 0 ? (size_t)(r + j) % 3 : (size_t)r + 1;
+        recv[j] = shape == 0 ? (size_t)(j + r) % 3 : (size_t)j + 1;
+        sent += send_counts[j];
+      }
+      /* Element value encodes sender and destination. */
+      size_t pos = 0;
+      for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < send_counts[j]; i++)
+          set_element(in, pos++, dt, (double)((r * 5 + j + (int)i) % (dt == HVD_BOOL ? 2 : 50)));
+      if (ops_alltoallv(e->ops, c, in, send_counts, out, recv, dt) != HVD_OK)
+        return failed_call(e, "ops_alltoallv");
+      pos = 0;
+      for (int j = 0; j < n; j++) {
+        for (size_t i = 0; i < recv[j]; i++) {
+          set_element(ref, 0, dt, (double)((j * 5 + r + (int)i) % (dt == HVD_BOOL ? 2 : 50)));
+          if (memcmp(out + pos * es, ref, es) != 0)
+            return mismatch(e, "alltoallv %s shape %d: element %zu from rank %d differs",
+                        hvd_dtype_name(dt), shape, i, j);
+          pos++;
+        }
+        got += recv[j];
+      }
+      (void)sent;
+      (void)got;
+    }
+
+    /* reducescatter: uneven shares, every op. */
+    for (size_t p = 0; p < HVD_ARRAY_SIZE(all_ops); p++) {
+      hvd_reduce_op op = all_ops[p];
+      if (dt == HVD_BOOL && op == HVD_AVERAGE)
+        continue;
+      for (size_t k = 0; k < nc + 1; k++) {
+        size_t count = k < nc ? counts[k] : 100003;
+        size_t share = ops_share_count(count, n, r), off = ops_share_offset(count, n, r);
+        fill(in, count, dt, r, op, (int)(p + k));
+        memset(out, 0xee, share * es + 8);
+        if (ops_reducescatter(ctxs[k % 3], c, in, out, count, dt, op, 1.0, 1.0) != HVD_OK)
+          return failed_call(e, "ops_reducescatter");
+        reference(ref, count, dt, op, n, (int)(p + k), 1.0, 1.0, tmp);
+        if (memcmp(out, ref + off * es, share * es) != 0)
+          return mismatch(e, "reducescatter %s %s count %zu differs", hvd_dtype_name(dt),
+                      hvd_reduce_op_name(op), count);
+        if ((unsigned char)out[share * es] != 0xee)
+          return mismatch(e, "reducescatter wrote past its share");
+        /* The input is left as it was. */
+        fill(ref, count, dt, r, op, (int)(p + k));
+        if (memcmp(in, ref, count * es) != 0)
+          return mismatch(e, "reducescatter changed its input");
+      }
+    }
+  }
+  /* Barrier: nobody leaves before everybody arrived. */
+  char key[32];
+  snprintf(key, sizeof(key), "arrived%d", r);
+  if (rdzv_client_set(e->store, "barrier_test", key, "1", 1) != HVD_OK ||
+      ops_barrier(e->ops, c) != HVD_OK)
+    return failed_call(e, "barrier");
+  for (int i = 0; i < n; i++) {
+    struct hvd_buf v;
+    hvd_buf_init(&v, 0);
+    snprintf(key, sizeof(key), "arrived%d", i);
+    hvd_status st = rdzv_client_get(e->store, "barrier_test", key, &v, NULL);
+    hvd_buf_fini(&v);
+    if (st != HVD_OK)
+      return mismatch(e, "left the barrier before rank %d arrived", i);
+  }
+  if (ops_broadcast(e->ops, c, in, 1, HVD_INT32, n) != HVD_ERR_INVALID_ARGUMENT)
+    return mismatch(e, "broadcast from a rank that does not exist was accepted");
+  free(in);
+  free(out);
+  free(ref);
+  free(tmp);
+  return 0;
+}
+
+START_TEST(other_collectives_1_to_5_ranks) {
+  for (int n = 1; n <= 5; n++)
+    run(n, others_fn);
+}
+END_TEST
+
+/* ==== hierarchical =========================================================================== */
+
+static int hierarchical_fn(struct rank_env *e) {
+  struct ops_layout l = {e->w->global, e->w->local, e->w->cross};
+  int n = e->w->size, r = e->w->rank;
+  size_t counts[8], nc = counts_for(n, counts), sizes[8];
+  char *in = malloc(1 << 22), *out = malloc(1 << 22), *ref = malloc(1 << 22),
+       *tmp = malloc(1 << 22);
+  static const hvd_dtype dts[] = {HVD_INT32, HVD_FLOAT32, HVD_BFLOAT16};
+
+  for (size_t d = 0; d < HVD_ARRAY_SIZE(dts); d++) {
+    hvd_dtype dt = dts[d];
+    size_t es = hvd_dtype_size(dt);
+    for (size_t p = 0; p < HVD_ARRAY_SIZE(all_ops); p++) {
+      hvd_reduce_op op = all_ops[p];
+      for (size_t k = 0; k < nc + 1; k++) {
+        size_t count = k < nc ? counts[k] : 250001;
+        fill(in, count, dt, r, op, (int)k);
+        if (ops_allreduce_hierarchical(e->ring, &l, in, out, count, dt, op, 1.0, 1.0) != HVD_OK)
+          return failed_call(e, "ops_allreduce_hierarchical");
+        reference(ref, count, dt, op, n, (int)k, 1.0, 1.0, tmp);
+        if (memcmp(out, ref, count * es) != 0)
+          return mismatch(e, "hierarchical allreduce %s %s count %zu differs", hvd_dtype_name(dt),
+                      hvd_reduce_op_name(op), count);
+      }
+    }
+    for (size_t k = 0; k < 3; k++) {
+      size_t total = 0;
+      for (int i = 0; i < n; i++) {
+        sizes[i] = (size_t)(i * 2 + (int)k) % 4 * (k == 2 ? 10000 : 1);
+        total += sizes[i];
+      }
+      fill(in, sizes[r], dt, r, HVD_SUM, (int)k);
+      if (ops_allgatherv_hierarchical(e->ops, &l, in, out, sizes, dt) != HVD_OK)
+        return failed_call(e, "ops_allgatherv_hierarchical");
+      size_t off = 0;
+      for (int i = 0; i < n; i++) {
+        fill(ref, sizes[i], dt, i, HVD_SUM, (int)k);
+        if (memcmp(out + off * es, ref, sizes[i] * es) != 0)
+          return mismatch(e, "hierarchical allgather %s case %zu: block %d differs",
+                      hvd_dtype_name(dt), k, i);
+        off += sizes[i];
+      }
+      (void)total;
+    }
+  }
+  free(in);
+  free(out);
+  free(ref);
+  free(tmp);
+  return 0;
+}
+
+START_TEST(hierarchical_two_hosts) {
+  static const char *layouts[][6] = {
+      {"hostA", "hostA", "hostB", "hostB"},
+      {"hostA", "hostA", "hostA", "hostB", "hostB", "hostB"},
+      {"hostA", "hostA", "hostA", "hostB"}, /* uneven: must fall back to flat */
+  };
+  static const int sizes[] = {4, 6, 4};
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(sizes); i++) {
+    memcpy(job.hosts, layouts[i], sizeof(layouts[i]));
+    run(sizes[i], hierarchical_fn);
+  }
+}
+END_TEST
+
+/* ==== suites =================================================================================== */
+
+static Suite *collectives_suite(void) {
+  Suite *s = suite_create("collectives");
+  TCase *tc = tcase_create("collectives");
+  tcase_add_checked_fixture(tc, job_setup, job_teardown);
+  tcase_add_test(tc, allreduce_1_to_5_ranks);
+  tcase_add_test(tc, allreduce_bitwise_identical);
+  tcase_add_test(tc, other_collectives_1_to_5_ranks);
+  tcase_add_test(tc, hierarchical_two_hosts);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(kernels_suite());
+  int failed;
+
+  signal(SIGPIPE, SIG_IGN);
+  srunner_add_suite(sr, collectives_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}
