@@ -887,7 +887,7 @@ static hvd_status run_test(struct bench *b, enum test t) {
 }
 
 static void print_buffers(struct bench *b) {
-  int fds[XP_COUNT] = {b->xp[XP_HVD].comm->conns[b->xp[XP_HVD].peer].fd, b->xp[XP_RAW].fd};
+  int fds[XP_COUNT] = {b->xp[XP_HVD].comm->conns[b->xp[XP_HVD].peer].tx_fd, b->xp[XP_RAW].fd};
 
   printf("\n# socket buffers at the end (rank 0, getsockopt, kernel-doubled values):");
   for (int xp = 0; xp < XP_COUNT; xp++) {

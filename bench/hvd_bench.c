@@ -45,6 +45,7 @@ struct options {
   int np;    /* local mode: ranks to fork */
   int hosts; /* local mode: fake hosts to spread them over */
   bool hierarchical;
+  bool per_op; /* -I: per-operation time percentiles */
 };
 
 static const char usage_text[] =
@@ -63,6 +64,7 @@ static const char usage_text[] =
     "                      float64 bool (nccl names float, half, double, int also work)\n"
     "  -o, --op OP         sum avg min max prod (default sum)\n"
     "  -r, --root R        broadcast root (default 0)\n"
+    "  -I, --per-op 0|1    also print rank 0's per-operation min/median/p99/max\n"
     "      --np N          fork N local ranks and serve their store (default: from hvdrun's\n"
     "                      environment, or 1)\n"
     "      --hosts H       local mode: spread the ranks over H fake hosts (default 1)\n"
@@ -153,6 +155,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"iters", required_argument, NULL, 'n'},    {"warmup", required_argument, NULL, 'w'},
       {"check", required_argument, NULL, 'c'},    {"datatype", required_argument, NULL, 'd'},
       {"op", required_argument, NULL, 'o'},       {"root", required_argument, NULL, 'r'},
+      {"per-op", required_argument, NULL, 'I'},
       {"np", required_argument, NULL, OPT_NP},    {"hosts", required_argument, NULL, OPT_HOSTS},
       {"hierarchical", no_argument, NULL, OPT_HIER}, {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
@@ -177,7 +180,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
     return usage_error("unknown collective '%s'", argv[1]);
   opterr = 0;
   optind = 2;
-  while ((opt = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:r:h", longopts, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:r:I:h", longopts, NULL)) != -1) {
     switch (opt) {
     case 'b':
       if (!parse_size(optarg, &o->min_bytes))
@@ -221,6 +224,11 @@ static int parse_args(int argc, char **argv, struct options *o) {
       if (!parse_int(optarg, 0, 1 << 24, &o->root))
         return usage_error("-r '%s' is not a rank", optarg);
       break;
+    case 'I':
+      if (!parse_int(optarg, 0, 1, &flag))
+        return usage_error("-I '%s' must be 0 or 1", optarg);
+      o->per_op = flag == 1;
+      break;
     case OPT_NP:
       if (!parse_int(optarg, 1, MAX_LOCAL_RANKS, &o->np))
         return usage_error("--np '%s' must be 1-%d", optarg, MAX_LOCAL_RANKS);
@@ -254,12 +262,18 @@ static int parse_args(int argc, char **argv, struct options *o) {
 
 struct bench {
   const struct options *o;
+  int64_t *samples; /* -I: per-operation end times, then durations */
   struct net_world *w;
   struct ops_ctx *ops;
   int n, rank;
   char *in, *out, *ref, *tmp;
   size_t *counts, *splits;
 };
+
+static int compare_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
 
 static double value(int rank, size_t i, hvd_reduce_op op) {
   int v = (int)((rank * 7 + (int)(i % 1000003) * 3) % 5);
@@ -401,6 +415,8 @@ static int bench_rank(const struct options *o, struct net_world *w) {
   b.ref = malloc(cap);
   b.tmp = malloc(cap);
   b.counts = calloc((size_t)b.n, sizeof(size_t));
+  if (o->per_op)
+    b.samples = calloc((size_t)o->iters, sizeof(int64_t));
   if (!b.in || !b.out || !b.ref || !b.tmp || !b.counts) {
     fprintf(stderr, "hvd-bench: cannot allocate 4 x %zu bytes\n", cap);
     return EXIT_FAIL;
@@ -431,8 +447,11 @@ static int bench_rank(const struct options *o, struct net_world *w) {
     if (st == HVD_OK)
       st = ops_barrier(b.ops, w->global);
     t0 = hvd_now_ns();
-    for (int i = 0; i < o->iters && st == HVD_OK; i++)
+    for (int i = 0; i < o->iters && st == HVD_OK; i++) {
       st = run_once(&b, count);
+      if (b.samples != NULL)
+        b.samples[i] = hvd_now_ns();
+    }
     secs = (double)(hvd_now_ns() - t0) / 1e9 / o->iters;
     if (st != HVD_OK) {
       fprintf(stderr, "hvd-bench: rank %d: %s\n", b.rank, hvd_last_error_message());
@@ -459,6 +478,16 @@ static int bench_rank(const struct options *o, struct net_world *w) {
     bus_sum += busbw;
     rows++;
     total_wrong += wrong;
+    if (b.rank == 0 && b.samples != NULL) {
+      /* This rank's per-operation times: min, median, p99, max. */
+      for (int i = o->iters - 1; i > 0; i--)
+        b.samples[i] -= b.samples[i - 1];
+      b.samples[0] -= t0;
+      qsort(b.samples, (size_t)o->iters, sizeof(int64_t), compare_i64);
+      printf("# per-op us on rank 0: min %.2f median %.2f p99 %.2f max %.2f\n",
+             b.samples[0] / 1e3, b.samples[o->iters / 2] / 1e3,
+             b.samples[(o->iters * 99) / 100] / 1e3, b.samples[o->iters - 1] / 1e3);
+    }
     if (b.rank == 0) {
       printf("  %10zu %12zu %8s %6s %6d %10.2f %8.3f %8.3f %6zu\n", shown,
              o->coll == ALLREDUCE || o->coll == BROADCAST ? count : count * (size_t)b.n,
@@ -486,6 +515,7 @@ static int bench_rank(const struct options *o, struct net_world *w) {
   free(b.ref);
   free(b.tmp);
   free(b.counts);
+  free(b.samples);
   return code;
 }
 

@@ -6,8 +6,9 @@
  * whole scope with one long-poll that the server answers once all `size`
  * records are there: O(1) requests per rank, whatever the size. Members then
  * pass a token twice around the ring. The first pass connects every ring
- * link (eagerly, as collectives need them at once) and proves that every
- * member has read the scope; the second tells everybody so. Only then does a
+ * link (eagerly, as collectives need them at once: each rank dials its right
+ * neighbour and is dialled by its left one) and proves that every member has
+ * read the scope; the second tells everybody so. Only then does a
  * member delete its key (which lets a planned scope clear itself), because a
  * deleted key in an unplanned scope would hide it from a member still
  * fetching. Other pairs connect lazily, on their first message.
@@ -120,7 +121,8 @@ static hvd_status alloc_comm(struct net_ctx *ctx, const char *scope, uint32_t co
   }
   for (int i = 0; i < size; i++) {
     comm->conns[i].peer = i;
-    comm->conns[i].fd = -1;
+    comm->conns[i].tx_fd = -1;
+    comm->conns[i].rx_fd = -1;
   }
   *out = comm;
   return HVD_OK;
@@ -170,10 +172,8 @@ void net_comm_destroy(struct net_comm *comm) {
   if (comm == NULL)
     return;
   if (comm->conns != NULL) {
-    for (int i = 0; i < comm->size; i++) {
-      if (comm->conns[i].fd >= 0)
-        close(comm->conns[i].fd);
-    }
+    for (int i = 0; i < comm->size; i++)
+      conn_close(&comm->conns[i]);
   }
   free(comm->pfds);
   free(comm->active);

@@ -27,11 +27,12 @@ enum {
   INCOMING_MAX = 4096,          /* sockets in handshake or parked */
   HANDSHAKE_TIMEOUT_MS = 10000, /* a connector must send its HELLO by then */
   SPIN_US_DEFAULT = 50,
+  IO_CHUNK_DEFAULT = 1 << 20,
 };
 
 hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out) {
   struct net_ctx *ctx = calloc(1, sizeof(*ctx));
-  int64_t spin_us = 0, sockbuf = 0;
+  int64_t spin_us = 0, sockbuf = 0, chunk = 0;
   int family = AF_INET;
   hvd_status st;
 
@@ -58,6 +59,9 @@ hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out
     st = hvd_env_int("HVD_SOCKET_BUFFER_BYTES", 0, 0, 1 << 30, &sockbuf);
   if (st == HVD_OK)
     st = hvd_env_bool("HVD_SPIN_YIELD", true, &ctx->spin_yield);
+  if (st == HVD_OK)
+    st = hvd_env_int("HVD_IO_CHUNK_BYTES", IO_CHUNK_DEFAULT, 4096, INT64_C(1) << 40, &chunk);
+  ctx->io_chunk = (size_t)chunk;
   if (st != HVD_OK)
     goto fail;
   ctx->spin_ns = spin_us * 1000;

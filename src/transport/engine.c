@@ -43,10 +43,7 @@ hvd_status comm_poison(struct net_comm *comm, hvd_status st) {
   HVD_LOG_ERROR("communicator %s: %s; failing its operations", comm->scope, comm->poison_msg);
   for (int i = 0; i < comm->size; i++) {
     struct net_conn *c = &comm->conns[i];
-    if (c->fd >= 0)
-      close(c->fd);
-    c->fd = -1;
-    c->state = CONN_CLOSED;
+    conn_close(c);
     fail_queue(&c->send_head, &c->send_tail, st);
     fail_queue(&c->recv_head, &c->recv_tail, st);
   }
@@ -120,8 +117,8 @@ static hvd_status post(struct net_comm *comm, int peer, const struct iovec *iov,
     r->seq = c->recv_seq++;
     push(&c->recv_head, &c->recv_tail, r);
   }
-  if (c->state == CONN_IDLE)
-    conn_start(comm, c);
+  if (is_send)
+    conn_start_tx(comm, c);
   comm_activate(comm, c);
   return HVD_OK;
 }
@@ -199,56 +196,90 @@ static hvd_status check_header(struct net_comm *comm, struct net_req *r) {
                    who, len, r->payload);
 }
 
-static hvd_status progress_sends(struct net_comm *comm, struct net_conn *c, bool *progressed) {
-  while (c->send_head != NULL) {
-    struct net_req *r = c->send_head;
-    struct msghdr msg = {.msg_iov = r->iov + r->iov_pos, .msg_iovlen = (size_t)(r->iovcnt - r->iov_pos)};
-    ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK)
-        return HVD_OK;
-      return io_error(comm, c->peer, true, errno);
-    }
-    *progressed = true;
-    advance(r, (size_t)n);
-    if (r->offset == r->total)
-      pop_done(&c->send_head, &c->send_tail);
+/* The next at most `limit` bytes of a request, as iovecs in out. */
+static size_t clip(const struct net_req *r, size_t limit, struct iovec *out) {
+  size_t n = 0, bytes = 0;
+  for (int i = r->iov_pos; i < r->iovcnt && bytes < limit; i++) {
+    out[n] = r->iov[i];
+    if (out[n].iov_len > limit - bytes)
+      out[n].iov_len = limit - bytes;
+    bytes += out[n++].iov_len;
   }
+  return n;
+}
+
+/* One sendmsg of at most io_chunk bytes; *moved says whether bytes left. */
+static hvd_status send_once(struct net_comm *comm, struct net_conn *c, bool *moved) {
+  struct net_req *r = c->send_head;
+  struct iovec iov[NET_MAX_IOV + 1];
+  struct msghdr msg = {.msg_iov = iov, .msg_iovlen = clip(r, comm->ctx->io_chunk, iov)};
+  ssize_t n;
+
+  *moved = false;
+  do {
+    n = sendmsg(c->tx_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0)
+    return errno == EAGAIN || errno == EWOULDBLOCK ? HVD_OK : io_error(comm, c->peer, true, errno);
+  *moved = true;
+  advance(r, (size_t)n);
+  if (r->offset == r->total)
+    pop_done(&c->send_head, &c->send_tail);
   return HVD_OK;
 }
 
-static hvd_status progress_recvs(struct net_comm *comm, struct net_conn *c, bool *progressed) {
-  while (c->recv_head != NULL) {
-    struct net_req *r = c->recv_head;
-    struct msghdr msg = {.msg_iov = r->iov + r->iov_pos, .msg_iovlen = (size_t)(r->iovcnt - r->iov_pos)};
-    ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return HVD_OK;
-      return io_error(comm, c->peer, false, n == 0 ? 0 : errno);
-    }
-    *progressed = true;
-    advance(r, (size_t)n);
-    if (!r->header_checked && r->offset >= NET_HEADER_BYTES) {
-      hvd_status st = check_header(comm, r);
-      if (st != HVD_OK)
-        return st;
-    }
-    if (r->offset == r->total)
-      pop_done(&c->recv_head, &c->recv_tail);
+/* One recvmsg of at most io_chunk bytes; *moved says whether bytes came. */
+static hvd_status recv_once(struct net_comm *comm, struct net_conn *c, bool *moved) {
+  struct net_req *r = c->recv_head;
+  struct iovec iov[NET_MAX_IOV + 1];
+  struct msghdr msg = {.msg_iov = iov, .msg_iovlen = clip(r, comm->ctx->io_chunk, iov)};
+  ssize_t n;
+
+  *moved = false;
+  do {
+    n = recvmsg(c->rx_fd, &msg, MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    return HVD_OK;
+  if (n <= 0)
+    return io_error(comm, c->peer, false, n == 0 ? 0 : errno);
+  *moved = true;
+  advance(r, (size_t)n);
+  if (!r->header_checked && r->offset >= NET_HEADER_BYTES) {
+    hvd_status st = check_header(comm, r);
+    if (st != HVD_OK)
+      return st;
   }
+  if (r->offset == r->total)
+    pop_done(&c->recv_head, &c->recv_tail);
   return HVD_OK;
+}
+
+/*
+ * Moves bytes both ways with a peer, alternating one bounded write with one
+ * bounded read until neither moves anything: a huge write followed by a
+ * huge read lets one direction stall while this rank is busy with the other.
+ */
+static hvd_status progress_io(struct net_comm *comm, struct net_conn *c, bool *progressed) {
+  bool sent = true, got = true;
+  hvd_status st = HVD_OK;
+
+  while (st == HVD_OK && (sent || got)) {
+    sent = got = false;
+    if (c->send_head != NULL && c->tx == TX_READY)
+      st = send_once(comm, c, &sent);
+    if (st == HVD_OK && c->recv_head != NULL && c->rx_fd >= 0)
+      st = recv_once(comm, c, &got);
+    if (sent || got)
+      *progressed = true;
+  }
+  return st;
 }
 
 /* ---- the loop -------------------------------------------------------------------------- */
 
 static bool busy(const struct net_conn *c) {
-  return c->send_head != NULL || c->recv_head != NULL ||
-         (c->state != CONN_IDLE && c->state != CONN_READY && c->state != CONN_CLOSED);
+  return c->send_head != NULL || c->recv_head != NULL;
 }
 
 void comm_activate(struct net_comm *comm, struct net_conn *c) {
@@ -266,8 +297,10 @@ static hvd_status pass(struct net_comm *comm, bool *progressed) {
   hvd_status st = HVD_OK;
   bool accepting = (comm->passes++ & 63) == 0;
 
-  for (int k = 0; k < comm->nactive && !accepting; k++)
-    accepting = comm->conns[comm->active[k]].state == CONN_ACCEPTING;
+  for (int k = 0; k < comm->nactive && !accepting; k++) {
+    const struct net_conn *c = &comm->conns[comm->active[k]];
+    accepting = c->recv_head != NULL && c->rx_fd < 0;
+  }
   if (accepting)
     ctx_progress_incoming(comm->ctx, progressed);
   for (int k = 0; k < comm->nactive && st == HVD_OK;) {
@@ -277,13 +310,12 @@ static hvd_status pass(struct net_comm *comm, bool *progressed) {
       comm->active[k] = comm->active[--comm->nactive];
       continue;
     }
-    if (c->state != CONN_READY)
-      st = conn_progress_setup(comm, c, progressed);
-    if (st == HVD_OK && c->state == CONN_READY) {
-      st = progress_sends(comm, c, progressed);
-      if (st == HVD_OK)
-        st = progress_recvs(comm, c, progressed);
-    }
+    if (c->send_head != NULL && c->tx != TX_READY)
+      st = conn_progress_tx(comm, c, progressed);
+    if (st == HVD_OK && c->recv_head != NULL && c->rx_fd < 0)
+      conn_claim_rx(comm, c, progressed);
+    if (st == HVD_OK)
+      st = progress_io(comm, c, progressed);
     k++;
   }
   return st;
@@ -302,12 +334,12 @@ static void describe_wait(const struct net_comm *comm, char *out, size_t size) {
     if (!busy(c))
       continue;
     comm_describe_peer(comm, i, who, sizeof(who));
-    if (c->state == CONN_ACCEPTING)
-      len += (size_t)snprintf(out + len, size - len, "%swaiting for %s to connect",
-                              shown ? "; " : "", who);
-    else if (c->state != CONN_READY)
+    if (c->send_head != NULL && c->tx != TX_READY)
       len += (size_t)snprintf(out + len, size - len, "%sconnecting to %s (%u failed attempts)",
                               shown ? "; " : "", who, c->attempts);
+    else if (c->recv_head != NULL && c->rx_fd < 0)
+      len += (size_t)snprintf(out + len, size - len, "%swaiting for %s to connect",
+                              shown ? "; " : "", who);
     else if (c->recv_head != NULL)
       len += (size_t)snprintf(out + len, size - len, "%sreceiving %zu bytes from %s (%zu arrived)",
                               shown ? "; " : "", c->recv_head->payload, who,
@@ -329,7 +361,7 @@ static int poll_timeout_ms(const struct net_comm *comm, int64_t now, int64_t pro
     next = handshake;
   for (int k = 0; k < comm->nactive; k++) {
     const struct net_conn *c = &comm->conns[comm->active[k]];
-    if (c->state == CONN_CONNECTING && c->fd < 0 && c->retry_at_ns < next)
+    if (c->tx == TX_CONNECTING && c->tx_fd < 0 && c->retry_at_ns < next)
       next = c->retry_at_ns;
   }
   if (next <= now)
@@ -340,7 +372,7 @@ static int poll_timeout_ms(const struct net_comm *comm, int64_t now, int64_t pro
 /* Waits in poll() for any socket the communicator needs; *ready says
  * whether one is ready (timeout 0 only checks). */
 static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, bool *ready) {
-  size_t need = (size_t)comm->nactive + 1 + comm->ctx->nincoming;
+  size_t need = 2 * (size_t)comm->nactive + 1 + comm->ctx->nincoming;
   size_t n = 0;
 
   if (need > comm->pfds_cap) {
@@ -352,14 +384,13 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, bool *rea
   }
   for (int k = 0; k < comm->nactive; k++) {
     const struct net_conn *c = &comm->conns[comm->active[k]];
-    short events;
-    if (c->fd < 0)
-      continue;
-    events = c->state == CONN_READY
-                 ? (short)((c->send_head ? POLLOUT : 0) | (c->recv_head ? POLLIN : 0))
-                 : conn_setup_events(c);
-    if (events != 0)
-      comm->pfds[n++] = (struct pollfd){.fd = c->fd, .events = events};
+    if (c->tx_fd >= 0 && c->send_head != NULL) {
+      short events = c->tx == TX_READY ? POLLOUT : conn_tx_events(c);
+      if (events != 0)
+        comm->pfds[n++] = (struct pollfd){.fd = c->tx_fd, .events = events};
+    }
+    if (c->rx_fd >= 0 && c->recv_head != NULL)
+      comm->pfds[n++] = (struct pollfd){.fd = c->rx_fd, .events = POLLIN};
   }
   ctx_poll_fds(comm->ctx, comm->pfds, &n, comm->pfds_cap);
   int rc = poll(comm->pfds, n, timeout_ms);

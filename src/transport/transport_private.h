@@ -85,6 +85,7 @@ struct net_ctx {
   int64_t spin_ns;
   bool spin_yield; /* sched_yield() between spins (HVD_SPIN_YIELD) */
   int socket_buffer; /* SO_SNDBUF/SO_RCVBUF, 0: the kernel's autotuning */
+  size_t io_chunk;   /* bytes per sendmsg/recvmsg at most (HVD_IO_CHUNK_BYTES) */
   struct rdzv_client *store;
 
   int listen_fd;
@@ -109,21 +110,26 @@ void ctx_tune_socket(const struct net_ctx *ctx, int fd);
 
 /* ---- connections (conn.c) and the engine (engine.c) ------------------------------- */
 
-enum net_conn_state {
-  CONN_IDLE = 0,    /* not needed yet */
-  CONN_CONNECTING,  /* we dial: connect() in progress, or waiting to retry */
-  CONN_HELLO,       /* we dial: sending HELLO */
-  CONN_ACK,         /* we dial: waiting for the ACK */
-  CONN_ACCEPTING,   /* the peer dials: waiting for its socket */
-  CONN_READY,
-  CONN_CLOSED,
+/* The sending side of a pair: the connection this rank dials to the peer. */
+enum net_tx_state {
+  TX_IDLE = 0,   /* nothing sent yet */
+  TX_CONNECTING, /* connect() in progress, or waiting to retry */
+  TX_HELLO,      /* sending HELLO */
+  TX_ACK,        /* waiting for the ACK */
+  TX_READY,
 };
 
+/*
+ * One peer of a communicator. Each direction has its own TCP connection,
+ * dialled by the side that sends on it: a rank's sends and the peer's data
+ * then never contend for one socket's lock, which on a loopback exchange
+ * across two cores halves the time (see conn.c).
+ */
 struct net_conn {
   int peer;
-  int fd;
-  enum net_conn_state state;
-  /* dialling */
+  /* sending: dialled by this rank */
+  int tx_fd;
+  enum net_tx_state tx;
   int64_t retry_at_ns;
   unsigned attempts;
   int64_t backoff_ms;
@@ -131,7 +137,9 @@ struct net_conn {
   size_t hello_len, hello_sent;
   unsigned char ack[NET_ACK_BYTES];
   size_t ack_have;
-  /* established: FIFOs of requests, and the next sequence numbers */
+  /* receiving: dialled by the peer, handed over by the context (-1 until then) */
+  int rx_fd;
+  /* FIFOs of requests, and the next sequence numbers */
   struct net_req *send_head, *send_tail;
   struct net_req *recv_head, *recv_tail;
   uint32_t send_seq, recv_seq;
@@ -156,14 +164,18 @@ struct net_comm {
   unsigned passes; /* engine passes since the last sleep */
 };
 
-/* Starts connecting to the peer if nothing has been done yet. */
-void conn_start(struct net_comm *comm, struct net_conn *c);
+/* Starts dialling the peer's sending connection if not done yet. */
+void conn_start_tx(struct net_comm *comm, struct net_conn *c);
+/* Advances dialling (TX_CONNECTING..TX_ACK); may set *progressed. */
+hvd_status conn_progress_tx(struct net_comm *comm, struct net_conn *c, bool *progressed);
+/* What dialling waits for in poll(), 0 if nothing. */
+short conn_tx_events(const struct net_conn *c);
+/* Takes the peer's connection from the context if it has arrived. */
+void conn_claim_rx(struct net_comm *comm, struct net_conn *c, bool *progressed);
+/* Closes both connections. */
+void conn_close(struct net_conn *c);
 /* Puts the connection on the active list (idempotent). */
 void comm_activate(struct net_comm *comm, struct net_conn *c);
-/* Advances a connection that is not READY; may set *progressed. Errors poison. */
-hvd_status conn_progress_setup(struct net_comm *comm, struct net_conn *c, bool *progressed);
-/* What a connection that is being set up waits for in poll(), 0 if nothing. */
-short conn_setup_events(const struct net_conn *c);
 
 /* Fails the communicator: records the error, closes every connection, and
  * fails pending requests. Returns the status. */
