@@ -11,14 +11,11 @@
 #   REPS=3             repetitions per np
 #   NPS="2 4"          rank counts
 #   WITH_256M=0        1 adds the 256 MiB size
-#   TARGET_S=0.4       seconds of timed ops per size (peers; hvd via calibration)
+#   TARGET_S=0.4       seconds of timed ops per size (all three calibrate to it)
 #   GLOO_ALGOS=...     comma list, default all: new_ring,new_bcube,ring,
 #                      ring_chunked,halving_doubling,bcube
 #   SKIP_HVD=0         1 runs only the peers
 #   HVD_BENCH=build/bin/hvd-bench
-#   HVD_ITERS=         set: one hvd-bench sweep per run with -n HVD_ITERS
-#                      -w HVD_WARMUP (default 20); unset: a short calibration
-#                      sweep per np, then one run per size sized to TARGET_S
 #   RUN_TIMEOUT=900    seconds before one program run is killed
 # See bench/peers/README.md.
 set -euo pipefail
@@ -31,15 +28,11 @@ TARGET_S=${TARGET_S:-0.4}
 GLOO_ALGOS=${GLOO_ALGOS:-new_ring,new_bcube,ring,ring_chunked,halving_doubling,bcube}
 SKIP_HVD=${SKIP_HVD:-0}
 HVD_BENCH=${HVD_BENCH:-build/bin/hvd-bench}
-HVD_ITERS=${HVD_ITERS:-}
-HVD_WARMUP=${HVD_WARMUP:-20}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 
 SIZES="8 4096 65536 1048576 16777216 67108864"
-MAX_SIZE=64M
 if [ "$WITH_256M" = 1 ]; then
     SIZES="$SIZES 268435456"
-    MAX_SIZE=256M
 fi
 
 say() { echo "compare: $*" >&2; }
@@ -111,50 +104,14 @@ fail() {
     echo "libgloo-dev: $(dpkg-query -W -f='${Version}' libgloo-dev)"
     echo "hvd: $(git describe --always --dirty 2>/dev/null || echo unknown)"
     echo "REPS=$REPS NPS=$NPS SIZES=$SIZES TARGET_S=$TARGET_S GLOO_ALGOS=$GLOO_ALGOS"
-    echo "run_hvd=$run_hvd HVD_BENCH=$HVD_BENCH HVD_ITERS=$HVD_ITERS"
+    echo "run_hvd=$run_hvd HVD_BENCH=$HVD_BENCH"
 } >"$OUT/env.txt"
 
-hvd_args() { # np min max iters warmup
-    echo "allreduce --np $1 -b $2 -e $3 -f 2 -n $4 -w $5 -c 1 -d float32 -o sum"
-}
-
-# Ops for about TARGET_S at each size, from a short calibration sweep.
-hvd_calibrate() { # np
-    local np=$1 cal="$OUT/np$1_hvd_calibration.txt"
-    # shellcheck disable=SC2046 # hvd_args is a word list
-    if ! timeout "$RUN_TIMEOUT" "$HVD_BENCH" $(hvd_args "$np" 8 "$MAX_SIZE" 5 1) >"$cal" 2>&1; then
-        fail "hvd calibration np=$np (see $cal)"
-        return 1
-    fi
-}
-
-hvd_iters_for() { # np size -> "iters warmup"
-    awk -v s="$2" -v t="$TARGET_S" '
-        !/^#/ && NF >= 9 && $1 == s && $6 > 0 { n = int(t / ($6 * 1e-6)); found = 1 }
-        END {
-            if (!found) n = 100
-            if (n < 3) n = 3
-            if (n > 1000000) n = 1000000
-            w = int(n / 4); if (w < 5) w = 5
-            print n, w
-        }' "$OUT/np$1_hvd_calibration.txt"
-}
-
+# Like the peers: one process per repetition runs every size, each timed
+# for about TARGET_S after a warmup and a doubling calibration.
 run_hvd_bench() { # np file
-    local np=$1 out=$2 s iters warmup
-    : >"$out"
-    if [ -n "$HVD_ITERS" ]; then
-        # shellcheck disable=SC2046
-        timeout "$RUN_TIMEOUT" "$HVD_BENCH" $(hvd_args "$np" 8 "$MAX_SIZE" "$HVD_ITERS" "$HVD_WARMUP") \
-            >>"$out" 2>&1
-        return
-    fi
-    for s in $SIZES; do
-        read -r iters warmup <<<"$(hvd_iters_for "$np" "$s")"
-        # shellcheck disable=SC2046
-        timeout "$RUN_TIMEOUT" "$HVD_BENCH" $(hvd_args "$np" "$s" "$s" "$iters" "$warmup") \
-            >>"$out" 2>&1 || return 1
-    done
+    timeout "$RUN_TIMEOUT" "$HVD_BENCH" allreduce --np "$1" --sizes "${SIZES// /,}" \
+        -T "$TARGET_S" -w 5 -c 1 -d float32 -o sum >"$2" 2>&1
 }
 
 run_mpi() { # np file
@@ -185,10 +142,6 @@ run_gloo() { # np file
 }
 
 for np in $NPS; do
-    if [ "$run_hvd" = 1 ] && [ -z "$HVD_ITERS" ]; then
-        say "np=$np: hvd calibration sweep"
-        hvd_calibrate "$np" || run_hvd=0
-    fi
     for ((rep = 1; rep <= REPS; rep++)); do
         order=(hvd mpi gloo)
         for ((k = 1; k < rep; k++)); do

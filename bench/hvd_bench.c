@@ -26,7 +26,7 @@
 
 #include "ops/ops.h"
 
-enum { EXIT_FAIL = 1, EXIT_USAGE = 2, MAX_LOCAL_RANKS = 64 };
+enum { EXIT_FAIL = 1, EXIT_USAGE = 2, MAX_LOCAL_RANKS = 64, MAX_ITERS = 10000000 };
 
 enum coll { ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER };
 
@@ -46,6 +46,9 @@ struct options {
   int hosts; /* local mode: fake hosts to spread them over */
   bool hierarchical;
   bool per_op; /* -I: per-operation time percentiles */
+  double target_s; /* -T: time each size this long instead of -n iterations */
+  size_t sizes[32]; /* --sizes: explicit list instead of -b/-e/-f */
+  size_t nsizes;
 };
 
 static const char usage_text[] =
@@ -65,6 +68,9 @@ static const char usage_text[] =
     "  -o, --op OP         sum avg min max prod (default sum)\n"
     "  -r, --root R        broadcast root (default 0)\n"
     "  -I, --per-op 0|1    also print rank 0's per-operation min/median/p99/max\n"
+    "  -T, --time S        time each size for about S seconds (iterations calibrated\n"
+    "                      by doubling a batch, as bench/peers does) instead of -n\n"
+    "      --sizes LIST    comma list of sizes instead of -b/-e/-f (e.g. 8,4K,1M,64M)\n"
     "      --np N          fork N local ranks and serve their store (default: from hvdrun's\n"
     "                      environment, or 1)\n"
     "      --hosts H       local mode: spread the ranks over H fake hosts (default 1)\n"
@@ -148,7 +154,7 @@ static bool parse_int(const char *t, int64_t min, int64_t max, int *out) {
 
 /* Returns -1 to go on, or an exit code. */
 static int parse_args(int argc, char **argv, struct options *o) {
-  enum { OPT_NP = 256, OPT_HOSTS, OPT_HIER };
+  enum { OPT_NP = 256, OPT_HOSTS, OPT_HIER, OPT_SIZES };
   static const struct option longopts[] = {
       {"minbytes", required_argument, NULL, 'b'}, {"maxbytes", required_argument, NULL, 'e'},
       {"stepfactor", required_argument, NULL, 'f'}, {"stepbytes", required_argument, NULL, 'i'},
@@ -156,6 +162,8 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"check", required_argument, NULL, 'c'},    {"datatype", required_argument, NULL, 'd'},
       {"op", required_argument, NULL, 'o'},       {"root", required_argument, NULL, 'r'},
       {"per-op", required_argument, NULL, 'I'},
+      {"time", required_argument, NULL, 'T'},
+      {"sizes", required_argument, NULL, OPT_SIZES},
       {"np", required_argument, NULL, OPT_NP},    {"hosts", required_argument, NULL, OPT_HOSTS},
       {"hierarchical", no_argument, NULL, OPT_HIER}, {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
@@ -180,7 +188,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
     return usage_error("unknown collective '%s'", argv[1]);
   opterr = 0;
   optind = 2;
-  while ((opt = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:r:I:h", longopts, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:r:I:T:h", longopts, NULL)) != -1) {
     switch (opt) {
     case 'b':
       if (!parse_size(optarg, &o->min_bytes))
@@ -229,6 +237,24 @@ static int parse_args(int argc, char **argv, struct options *o) {
         return usage_error("-I '%s' must be 0 or 1", optarg);
       o->per_op = flag == 1;
       break;
+    case 'T':
+      if (!hvd_parse_double(optarg, &o->target_s) || o->target_s <= 0 || o->target_s > 3600)
+        return usage_error("-T '%s' must be a number of seconds in (0, 3600]", optarg);
+      break;
+    case OPT_SIZES: {
+      char list[512];
+      snprintf(list, sizeof(list), "%s", optarg);
+      o->nsizes = 0;
+      for (char *save = NULL, *t = strtok_r(list, ",", &save); t != NULL;
+           t = strtok_r(NULL, ",", &save)) {
+        if (o->nsizes == HVD_ARRAY_SIZE(o->sizes) || !parse_size(t, &o->sizes[o->nsizes]))
+          return usage_error("--sizes '%s' must list at most 32 sizes", optarg);
+        o->nsizes++;
+      }
+      if (o->nsizes == 0)
+        return usage_error("--sizes '%s' lists no size", optarg);
+      break;
+    }
     case OPT_NP:
       if (!parse_int(optarg, 1, MAX_LOCAL_RANKS, &o->np))
         return usage_error("--np '%s' must be 1-%d", optarg, MAX_LOCAL_RANKS);
@@ -253,6 +279,18 @@ static int parse_args(int argc, char **argv, struct options *o) {
     return usage_error("unexpected argument '%s'", argv[optind]);
   if (o->min_bytes > o->max_bytes)
     return usage_error("-b is larger than -e");
+  if (o->nsizes == 0) {
+    /* The -b/-e/-f (or -i) sweep, as a list. */
+    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && o->nsizes < HVD_ARRAY_SIZE(o->sizes);) {
+      o->sizes[o->nsizes++] = bytes;
+      if (o->step_bytes > 0)
+        bytes += o->step_bytes;
+      else if ((size_t)((double)bytes * o->factor) == bytes)
+        bytes++;
+      else
+        bytes = (size_t)((double)bytes * o->factor);
+    }
+  }
   if (o->np > 0 && o->np % o->hosts != 0)
     return usage_error("--np %d does not spread evenly over --hosts %d", o->np, o->hosts);
   return -1;
@@ -385,6 +423,7 @@ static size_t check(struct bench *b, size_t count) {
   return wrong;
 }
 
+
 /* The slowest rank's time, as the peers' benchmarks report it. */
 static double max_over_ranks(struct bench *b, double v) {
   double max = v;
@@ -393,10 +432,38 @@ static double max_over_ranks(struct bench *b, double v) {
   return max;
 }
 
+/*
+ * -T: doubles a batch until it takes an eighth of the target, then sizes
+ * the timed run to the target (at least 3 operations). Every rank uses the
+ * slowest rank's times, so all reach the same count.
+ */
+static hvd_status calibrate(struct bench *b, size_t count, int *iters) {
+  double per_op = 0;
+  hvd_status st = HVD_OK;
+
+  for (int batch = 1; st == HVD_OK; batch *= 2) {
+    int64_t t0 = hvd_now_ns();
+    for (int i = 0; i < batch && st == HVD_OK; i++)
+      st = run_once(b, count);
+    double t = max_over_ranks(b, (double)(hvd_now_ns() - t0) / 1e9);
+    per_op = t / batch;
+    if (t >= b->o->target_s / 8 || batch >= MAX_ITERS / 4)
+      break;
+  }
+  if (st == HVD_OK) {
+    double n = per_op > 0 ? b->o->target_s / per_op : MAX_ITERS;
+    *iters = n < 3 ? 3 : n > MAX_ITERS ? MAX_ITERS : (int)n;
+  }
+  return st;
+}
+
 static int bench_rank(const struct options *o, struct net_world *w) {
   struct bench b = {.o = o, .w = w, .n = w->size, .rank = w->rank};
   size_t es = hvd_dtype_size(o->dtype);
-  size_t cap = o->max_bytes + (size_t)b.n * es + 64;
+  size_t largest = 0;
+  for (size_t k = 0; k < o->nsizes; k++)
+    largest = o->sizes[k] > largest ? o->sizes[k] : largest;
+  size_t cap = largest + (size_t)b.n * es + 64;
   size_t total_wrong = 0;
   double bus_sum = 0;
   int rows = 0;
@@ -416,23 +483,30 @@ static int bench_rank(const struct options *o, struct net_world *w) {
   b.tmp = malloc(cap);
   b.counts = calloc((size_t)b.n, sizeof(size_t));
   if (o->per_op)
-    b.samples = calloc((size_t)o->iters, sizeof(int64_t));
+    b.samples = calloc(MAX_ITERS, sizeof(int64_t));
   if (!b.in || !b.out || !b.ref || !b.tmp || !b.counts) {
     fprintf(stderr, "hvd-bench: cannot allocate 4 x %zu bytes\n", cap);
     return EXIT_FAIL;
   }
   if (b.rank == 0) {
-    printf("# hvd-bench %s: %d ranks, %s, op %s, %d iterations, %d warmup, check %d%s\n",
+    char iter_text[64];
+    if (o->target_s > 0)
+      snprintf(iter_text, sizeof(iter_text), "iterations for %.2f s per size", o->target_s);
+    else
+      snprintf(iter_text, sizeof(iter_text), "%d iterations", o->iters);
+    printf("# hvd-bench %s: %d ranks, %s, op %s, %s, %d warmup, check %d%s\n",
            coll_names[o->coll], b.n, hvd_dtype_name(o->dtype), hvd_reduce_op_name(o->op),
-           o->iters, o->warmup, o->check, o->hierarchical ? ", hierarchical" : "");
+           iter_text, o->warmup, o->check, o->hierarchical ? ", hierarchical" : "");
     printf("# time: mean per operation on the slowest rank; GB = 1e9 bytes\n#\n");
     printf("# %10s %12s %8s %6s %6s %10s %8s %8s %6s\n", "size", "count", "type", "redop", "root",
            "time", "algbw", "busbw", "#wrong");
     printf("# %10s %12s %8s %6s %6s %10s %8s %8s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
            "(GB/s)", "(GB/s)", "");
   }
-  for (size_t bytes = o->min_bytes; bytes <= o->max_bytes;) {
+  for (size_t k = 0; k < o->nsizes; k++) {
+    size_t bytes = o->sizes[k];
     size_t count = count_for(&b, bytes);
+    int iters = o->iters;
     size_t shown = o->coll == ALLREDUCE || o->coll == BROADCAST ? count * es
                                                                  : count * (size_t)b.n * es;
     double factor = 1.0, secs, t_us, algbw, busbw;
@@ -444,15 +518,17 @@ static int bench_rank(const struct options *o, struct net_world *w) {
          b.rank);
     for (int i = 0; i < o->warmup && st == HVD_OK; i++)
       st = run_once(&b, count);
+    if (st == HVD_OK && o->target_s > 0)
+      st = calibrate(&b, count, &iters);
     if (st == HVD_OK)
       st = ops_barrier(b.ops, w->global);
     t0 = hvd_now_ns();
-    for (int i = 0; i < o->iters && st == HVD_OK; i++) {
+    for (int i = 0; i < iters && st == HVD_OK; i++) {
       st = run_once(&b, count);
       if (b.samples != NULL)
         b.samples[i] = hvd_now_ns();
     }
-    secs = (double)(hvd_now_ns() - t0) / 1e9 / o->iters;
+    secs = (double)(hvd_now_ns() - t0) / 1e9 / iters;
     if (st != HVD_OK) {
       fprintf(stderr, "hvd-bench: rank %d: %s\n", b.rank, hvd_last_error_message());
       code = EXIT_FAIL;
@@ -480,13 +556,13 @@ static int bench_rank(const struct options *o, struct net_world *w) {
     total_wrong += wrong;
     if (b.rank == 0 && b.samples != NULL) {
       /* This rank's per-operation times: min, median, p99, max. */
-      for (int i = o->iters - 1; i > 0; i--)
+      for (int i = iters - 1; i > 0; i--)
         b.samples[i] -= b.samples[i - 1];
       b.samples[0] -= t0;
-      qsort(b.samples, (size_t)o->iters, sizeof(int64_t), compare_i64);
+      qsort(b.samples, (size_t)iters, sizeof(int64_t), compare_i64);
       printf("# per-op us on rank 0: min %.2f median %.2f p99 %.2f max %.2f\n",
-             b.samples[0] / 1e3, b.samples[o->iters / 2] / 1e3,
-             b.samples[(o->iters * 99) / 100] / 1e3, b.samples[o->iters - 1] / 1e3);
+             b.samples[0] / 1e3, b.samples[iters / 2] / 1e3, b.samples[(iters * 99) / 100] / 1e3,
+             b.samples[iters - 1] / 1e3);
     }
     if (b.rank == 0) {
       printf("  %10zu %12zu %8s %6s %6d %10.2f %8.3f %8.3f %6zu\n", shown,
@@ -496,12 +572,6 @@ static int bench_rank(const struct options *o, struct net_world *w) {
              o->coll == BROADCAST ? o->root : -1, t_us, algbw, busbw, wrong);
       fflush(stdout);
     }
-    if (o->step_bytes > 0)
-      bytes += o->step_bytes;
-    else if ((size_t)(bytes * o->factor) == bytes)
-      bytes++;
-    else
-      bytes = (size_t)((double)bytes * o->factor);
   }
   if (b.rank == 0 && code == 0) {
     printf("# Out of bounds values : %zu %s\n", total_wrong, total_wrong ? "FAILED" : "OK");

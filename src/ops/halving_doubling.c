@@ -14,6 +14,8 @@
  */
 #include "ops_private.h"
 
+enum { SPLIT_BYTES = 256 * 1024 };
+
 struct exchange {
   struct net_comm *c;
   int partner;
@@ -86,6 +88,12 @@ static hvd_status step(struct ops_ctx *o, struct exchange *x) {
   if (x->seg == 0)
     x->seg = 1;
   x->nseg = longest == 0 ? 1 : (longest + x->seg - 1) / x->seg;
+  if (x->nseg == 1 && longest * x->esize >= SPLIT_BYTES) {
+    /* At least two segments, so reducing the first overlaps receiving the
+     * second (measured: 1 MiB at np=2 went from ~330 to ~250 us). */
+    x->nseg = 2;
+    x->seg = (longest + 1) / 2;
+  }
   p.recv_units = p.send_units = x->nseg;
   return ops_pipeline_run(o, x->c, &p, x);
 }
