@@ -42,7 +42,10 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(OPS_NO_MULTIVERSIONING)
 #define OPS_X86_DISPATCH 1
-#if defined(__GLIBC__) && defined(__has_attribute)
+/* ThreadSanitizer instruments the clones' ifunc resolvers, which the dynamic
+ * loader runs before the sanitizer's runtime is up: they would crash at load
+ * time, so a thread-sanitized build keeps the baseline loops only. */
+#if defined(__GLIBC__) && defined(__has_attribute) && !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define OPS_HOT __attribute__((target_clones("avx2", "default")))
 #endif
