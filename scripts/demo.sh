@@ -1,7 +1,9 @@
 #!/bin/sh
 # Sets up a fresh Debian 12 machine, builds hvd and runs the main job.
-# For now the main job is the rendezvous store: start hvd-rendezvous with a
-# job token, store a key and read it back with curl, then stop it cleanly.
+# Until hvdrun exists the main job is two parts: the rendezvous store (start
+# hvd-rendezvous with a job token, store a key and read it back with curl,
+# stop it cleanly), then a checked allreduce over 2 local ranks with
+# hvd-bench, which forks the ranks and serves their store itself.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -42,3 +44,6 @@ curl -sS "$url/_health"; echo
 kill -TERM "$server"
 wait "$server"
 echo "hvd-rendezvous stopped cleanly"
+
+echo "\$ hvd-bench allreduce --np 2 -b 8 -e 16M -f 16 -c 1"
+"$dir/bin/hvd-bench" allreduce --np 2 -b 8 -e 16M -f 16 -c 1
