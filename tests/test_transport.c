@@ -508,6 +508,165 @@ START_TEST(length_mismatch_is_an_error) {
 }
 END_TEST
 
+/* Receives of unknown length, back to back, and one too long for its cap. */
+static int upto_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  static const size_t lens[] = {0, 1, 17, 5000, 70000};
+  char *buf = malloc(70000);
+  (void)store;
+  (void)arg;
+  if (buf == NULL)
+    return EXIT_FAILED;
+  if (w->rank == 0) {
+    for (size_t k = 0; k < HVD_ARRAY_SIZE(lens); k++) {
+      memset(buf, (int)('a' + k), lens[k]);
+      if (net_send(w->global, 1, buf, lens[k]) != HVD_OK)
+        return EXIT_FAILED;
+    }
+    return net_send(w->global, 1, buf, 100) == HVD_OK ? 0 : EXIT_FAILED;
+  }
+  /* Post them all before any arrives: each must stop at its own message. */
+  struct net_req reqs[HVD_ARRAY_SIZE(lens)];
+  struct net_req *ptrs[HVD_ARRAY_SIZE(lens)];
+  char *bufs[HVD_ARRAY_SIZE(lens)];
+  for (size_t k = 0; k < HVD_ARRAY_SIZE(lens); k++) {
+    bufs[k] = calloc(1, 70001);
+    ptrs[k] = &reqs[k];
+    if (bufs[k] == NULL || net_irecv_max(w->global, 0, bufs[k], 70000, &reqs[k]) != HVD_OK)
+      return EXIT_FAILED;
+  }
+  if (net_wait(w->global, ptrs, HVD_ARRAY_SIZE(lens)) != HVD_OK)
+    return EXIT_FAILED;
+  for (size_t k = 0; k < HVD_ARRAY_SIZE(lens); k++) {
+    if (net_req_length(&reqs[k]) != lens[k])
+      return EXIT_WRONG;
+    for (size_t i = 0; i < lens[k]; i++)
+      if (bufs[k][i] != (char)('a' + k))
+        return EXIT_WRONG;
+    if (bufs[k][lens[k]] != 0)
+      return EXIT_WRONG;
+    free(bufs[k]);
+  }
+  hvd_status st = net_irecv_max(w->global, 0, buf, 99, &reqs[0]);
+  if (st == HVD_OK)
+    st = net_wait(w->global, ptrs, 1);
+  free(buf);
+  if (st != HVD_ERR_PROTOCOL || strstr(hvd_last_error_message(), "more than the 99") == NULL)
+    return EXIT_WRONG;
+  return EXIT_PROTOCOL;
+}
+
+START_TEST(receives_of_unknown_length) {
+  int codes[2];
+  run_job(&job, 2, upto_fn, NULL, codes, 60);
+  ck_assert_int_eq(codes[0], 0);
+  ck_assert_int_eq(codes[1], EXIT_PROTOCOL);
+}
+END_TEST
+
+static bool flag_set(void *arg) { return *(volatile int *)arg != 0; }
+
+/* net_wait_event ends on a request, on its fd, on check() and at its
+ * deadline, and waiting idle past the progress timeout is no error. */
+static int event_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  int pipefd[2], flag = 0;
+  char byte = 0, got = 0;
+  struct net_req r;
+  struct net_req *ptrs[] = {&r};
+  struct net_wake wake = {.fd = -1, .check = flag_set, .arg = &flag};
+  int64_t t0;
+  (void)store;
+  (void)arg;
+  if (w->rank == 0) {
+    hvd_sleep_ns(2500 * 1000000LL); /* longer than the 1 s progress timeout */
+    return net_send(w->global, 1, &byte, 1) == HVD_OK ? 0 : EXIT_FAILED;
+  }
+  if (pipe(pipefd) != 0 || net_irecv(w->global, 0, &got, 1, &r) != HVD_OK)
+    return EXIT_FAILED;
+  /* The deadline. */
+  t0 = hvd_now_ns();
+  if (net_wait_event(w->global, ptrs, 1, &wake, t0 + 200 * 1000000LL) != HVD_OK || r.done ||
+      hvd_now_ns() - t0 < 200 * 1000000LL)
+    return EXIT_WRONG;
+  /* check(). */
+  flag = 1;
+  if (net_wait_event(w->global, ptrs, 1, &wake, HVD_NO_DEADLINE) != HVD_OK || r.done)
+    return EXIT_WRONG;
+  flag = 0;
+  /* The fd. */
+  wake.fd = pipefd[0];
+  if (write(pipefd[1], &byte, 1) != 1 ||
+      net_wait_event(w->global, ptrs, 1, &wake, HVD_NO_DEADLINE) != HVD_OK || r.done)
+    return EXIT_WRONG;
+  if (read(pipefd[0], &byte, 1) != 1)
+    return EXIT_FAILED;
+  /* The request, after idling past the progress timeout. */
+  if (net_wait_event(w->global, ptrs, 1, &wake, HVD_NO_DEADLINE) != HVD_OK || !r.done)
+    return EXIT_WRONG;
+  close(pipefd[0]);
+  close(pipefd[1]);
+  return 0;
+}
+
+START_TEST(waiting_for_events) {
+  int codes[2];
+  struct job j = job;
+  j.timeout_ms = 1000;
+  run_job(&j, 2, event_fn, NULL, codes, 60);
+  expect_all(codes, 2, 0);
+}
+END_TEST
+
+/* Communicators derived from global (even ranks, and a reversed list)
+ * exchange over their own connections; a member's death is seen by a
+ * wait for events. */
+static int derive_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  int evens[3] = {0, 2, 4}, reversed[5] = {4, 3, 2, 1, 0};
+  struct net_comm *even = NULL, *rev = NULL;
+  int rr;
+  (void)store;
+  (void)arg;
+  if (net_comm_derive(w->global, NET_COMM_PROCESS_SET + 1, reversed, 5, &rev) != HVD_OK)
+    return EXIT_FAILED;
+  rr = net_comm_rank(rev);
+  if (rr != 4 - w->rank || net_comm_size(rev) != 5 ||
+      strcmp(net_comm_hostname(rev, 0), net_comm_hostname(w->global, 4)) != 0)
+    return EXIT_WRONG;
+  if (ring_check(rev) != 0)
+    return EXIT_WRONG;
+  if (w->rank % 2 == 0) {
+    if (net_comm_derive(w->global, NET_COMM_PROCESS_SET + 2, evens, 3, &even) != HVD_OK ||
+        net_comm_rank(even) != w->rank / 2 || ring_check(even) != 0)
+      return EXIT_WRONG;
+  } else if (net_comm_derive(w->global, NET_COMM_PROCESS_SET + 2, evens, 3, &even) !=
+             HVD_ERR_INVALID_ARGUMENT) {
+    return EXIT_WRONG;
+  }
+  /* Global rank 1 dies; global rank 0, which it sent to in ring_check (so
+   * the connection exists), waits for a message from it that never comes. */
+  if (w->rank == 1)
+    _exit(0);
+  if (w->rank == 0) {
+    char c;
+    struct net_req r;
+    struct net_req *ptrs[] = {&r};
+    hvd_status st = net_irecv(rev, 3, &c, 1, &r); /* rank 3 of rev is global rank 1 */
+    if (st == HVD_OK)
+      st = net_wait_event(rev, ptrs, 1, NULL, HVD_NO_DEADLINE);
+    if (st != HVD_ERR_NETWORK)
+      return EXIT_WRONG;
+  }
+  net_comm_destroy(even);
+  net_comm_destroy(rev);
+  return 0;
+}
+
+START_TEST(derived_communicators) {
+  int codes[5];
+  run_job(&job, 5, derive_fn, NULL, codes, 60);
+  expect_all(codes, 5, 0);
+}
+END_TEST
+
 /* ==== failures ====================================================================== */
 
 /* Ranks pass messages around the ring until told to stop or failure. */
@@ -730,6 +889,9 @@ static Suite *comm_suite(void) {
   tcase_add_test(tc, scatter_gather_and_ordering);
   tcase_add_test(tc, lazy_links_full_mesh);
   tcase_add_test(tc, length_mismatch_is_an_error);
+  tcase_add_test(tc, receives_of_unknown_length);
+  tcase_add_test(tc, waiting_for_events);
+  tcase_add_test(tc, derived_communicators);
   suite_add_tcase(s, tc);
   return s;
 }

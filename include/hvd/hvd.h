@@ -9,6 +9,7 @@
 #define HVD_HVD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,7 +43,8 @@ typedef enum hvd_status {
   HVD_ERR_UNSUPPORTED = 11,     /* the build or platform does not support this */
   HVD_ERR_PRECONDITION = 12,    /* called in the wrong state (not initialized, already running) */
   HVD_ERR_ABORTED = 13,         /* cancelled by shutdown or by a failure elsewhere */
-  HVD_ERR_INTERNAL = 14         /* a broken invariant inside hvd: please report it */
+  HVD_ERR_INTERNAL = 14,        /* a broken invariant inside hvd: please report it */
+  HVD_ERR_MISMATCH = 15         /* ranks submitted incompatible operations under one name */
 } hvd_status;
 
 /* Element types of tensors. Values are stable. */
@@ -98,6 +100,255 @@ HVD_API const char *hvd_last_error_message(void);
 
 /* The library version as "MAJOR.MINOR.PATCH". Never NULL. */
 HVD_API const char *hvd_version(void);
+
+/* ==== lifecycle and topology ================================================
+ *
+ * Every function below is safe to call from several threads at once.
+ */
+
+/*
+ * Joins the job: reads the environment hvdrun sets (HOROVOD_RANK,
+ * HOROVOD_SIZE, HOROVOD_LOCAL_RANK/SIZE, HOROVOD_CROSS_RANK/SIZE,
+ * HOROVOD_HOSTNAME, HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT, HVD_TOKEN and the
+ * tunables listed in the README), meets the other ranks through the
+ * rendezvous store, connects the rings and starts the background thread.
+ * A process without that environment is a job of one rank. Blocks until
+ * every rank has arrived or HOROVOD_GLOO_TIMEOUT_SECONDS pass.
+ * Returns HVD_ERR_PRECONDITION if already initialized, HVD_ERR_INVALID_ARGUMENT
+ * for a malformed variable (the message names it), HVD_ERR_TIMEOUT or
+ * HVD_ERR_NETWORK when the store or a peer cannot be reached.
+ * hvd_init after hvd_shutdown starts afresh (elastic jobs rely on it).
+ */
+HVD_API hvd_status hvd_init(void);
+
+/*
+ * Leaves the job: tells the other ranks (their pending and later operations
+ * then fail with HVD_ERR_ABORTED, as this rank's pending ones do), stops the
+ * background thread and closes every connection. Blocks until done, at most
+ * about HOROVOD_GLOO_TIMEOUT_SECONDS. Handles stay valid until released.
+ * Returns HVD_OK, also when hvd is not initialized.
+ */
+HVD_API hvd_status hvd_shutdown(void);
+
+/* 1 between a successful hvd_init and hvd_shutdown, else 0. */
+HVD_API int hvd_is_initialized(void);
+
+/* This rank's place in the job; -1 when hvd is not initialized. */
+HVD_API int hvd_rank(void);
+HVD_API int hvd_size(void);
+HVD_API int hvd_local_rank(void); /* among the ranks on this host */
+HVD_API int hvd_local_size(void);
+HVD_API int hvd_cross_rank(void); /* among the ranks with this local rank, one per host */
+HVD_API int hvd_cross_size(void);
+
+/* ==== tensors, options and handles ========================================== */
+
+#define HVD_MAX_DIMS 32
+#define HVD_PROCESS_SET_GLOBAL 0
+#define HVD_DEVICE_CPU (-1)
+
+/*
+ * A tensor handed to a collective. Buffers are borrowed until the
+ * operation's handle completes: do not free or change them before.
+ * name identifies the operation across ranks: every rank must submit the
+ * same name for the same operation, and a name may be in flight only once
+ * per rank. NULL generates "<collective>.noname.<n>", n counting that
+ * collective's calls in the process set on this rank (so ranks must call
+ * in the same order). shape has ndims entries (0 <= ndims <= HVD_MAX_DIMS,
+ * each >= 0) and is copied; elements are stored row-major and contiguous.
+ */
+typedef struct hvd_tensor {
+  const char *name;
+  hvd_dtype dtype;
+  int ndims;
+  const int64_t *shape;
+  const void *input;
+  void *output;
+} hvd_tensor;
+
+typedef struct hvd_handle_s *hvd_handle;
+
+/* Called once when an operation completes, on hvd's background thread,
+ * with no hvd lock held. It must not block for long (the next operation
+ * waits for it) and must not wait on or release its own handle. */
+typedef void (*hvd_callback)(hvd_handle handle, hvd_status status, void *arg);
+
+/*
+ * Options of a collective; NULL means HVD_OPTIONS_INIT.
+ * - op: allreduce and reducescatter (default HVD_SUM).
+ * - prescale / postscale: every input is multiplied by prescale before the
+ *   reduction, the result by postscale after (HVD_AVERAGE divides on top).
+ *   Not for HVD_BOOL.
+ * - process_set: an id from hvd_process_set_add, or HVD_PROCESS_SET_GLOBAL.
+ * - root: broadcast only, the root's rank within the process set.
+ * - device: HVD_DEVICE_CPU (GPU tensors come with the CUDA build).
+ */
+typedef struct hvd_options {
+  hvd_reduce_op op;
+  double prescale;
+  double postscale;
+  int process_set;
+  int root;
+  int device;
+  hvd_callback callback;
+  void *callback_arg;
+} hvd_options;
+
+#define HVD_OPTIONS_INIT {HVD_SUM, 1.0, 1.0, HVD_PROCESS_SET_GLOBAL, 0, HVD_DEVICE_CPU, NULL, NULL}
+
+/*
+ * Asynchronous collectives. Each checks its arguments at once (a bad one is
+ * HVD_ERR_INVALID_ARGUMENT, as is a name already in flight on this rank, or
+ * a process set that does not exist or does not include this rank), queues
+ * the operation for the background thread and returns a handle in *handle.
+ * Disagreements between ranks (shapes, dtypes, ops, roots, scale factors)
+ * are found by the coordinator: the handle then completes on every rank
+ * with HVD_ERR_MISMATCH and a message naming the ranks, and the job goes
+ * on. A failed peer completes pending handles with HVD_ERR_NETWORK or
+ * HVD_ERR_TIMEOUT, a shutdown with HVD_ERR_ABORTED; once either happened,
+ * new calls fail at once with that status. All are thread-safe; ops of one
+ * process set run in the order the coordinator decides, which may differ
+ * from submission order.
+ */
+
+/* output = op over ranks of input; output has input's size and may be
+ * input. */
+HVD_API hvd_status hvd_allreduce_async(const hvd_tensor *tensor, const hvd_options *options,
+                                       hvd_handle *handle);
+
+/* Allreduces n tensors as one group: they are negotiated together and
+ * complete together, through one handle. They share the options. */
+HVD_API hvd_status hvd_grouped_allreduce_async(const hvd_tensor *tensors, size_t n,
+                                               const hvd_options *options, hvd_handle *handle);
+
+/* Concatenates every rank's input along the first dimension, in rank
+ * order. Ranks may differ in the first dimension only. tensor->output is
+ * ignored: hvd allocates the output, which hvd_handle_output returns and
+ * hvd_handle_release frees. A scalar (ndims 0) is not allowed. */
+HVD_API hvd_status hvd_allgather_async(const hvd_tensor *tensor, const hvd_options *options,
+                                       hvd_handle *handle);
+
+/* The root's input goes to every rank's output (output may be input; on
+ * other ranks input is not read, only the shape must agree). */
+HVD_API hvd_status hvd_broadcast_async(const hvd_tensor *tensor, const hvd_options *options,
+                                       hvd_handle *handle);
+
+/* Rank r of the process set sends splits[p] rows (first-dimension slices)
+ * of its input to each rank p, in order; splits has one entry per rank of
+ * the set and sums to at most the first dimension. NULL splits divide the
+ * first dimension evenly (it must be a multiple of the set's size). Ranks
+ * may differ in the first dimension only. hvd allocates the output (the
+ * rows received, in rank order): see hvd_handle_output and
+ * hvd_handle_received_splits. */
+HVD_API hvd_status hvd_alltoall_async(const hvd_tensor *tensor, const int32_t *splits,
+                                      const hvd_options *options, hvd_handle *handle);
+
+/* Reduces the input over ranks and leaves rank r its share of the first
+ * dimension: hvd_reducescatter_rows(shape[0], set) rows, written to
+ * output, which the caller sizes accordingly (the first shape[0] % size
+ * ranks get one row more than the others). A scalar is not allowed. */
+HVD_API hvd_status hvd_reducescatter_async(const hvd_tensor *tensor, const hvd_options *options,
+                                           hvd_handle *handle);
+
+/* The number of rows this rank receives from a reducescatter of dim0 rows
+ * in the process set; -1 if the set is unknown or excludes this rank. */
+HVD_API int64_t hvd_reducescatter_rows(int64_t dim0, int process_set);
+
+/*
+ * Blocking forms: the asynchronous call, then hvd_handle_wait and
+ * hvd_handle_release. Returns the operation's status. (Allgather and
+ * alltoall, whose outputs live in the handle, have no blocking form: call
+ * the async form and hvd_handle_wait.)
+ */
+HVD_API hvd_status hvd_allreduce(const hvd_tensor *tensor, const hvd_options *options);
+HVD_API hvd_status hvd_grouped_allreduce(const hvd_tensor *tensors, size_t n,
+                                         const hvd_options *options);
+HVD_API hvd_status hvd_broadcast(const hvd_tensor *tensor, const hvd_options *options);
+HVD_API hvd_status hvd_reducescatter(const hvd_tensor *tensor, const hvd_options *options);
+
+/*
+ * Join, for ranks that run out of data early: blocks until every rank has
+ * joined. Meanwhile the other ranks' allreduces go on without this rank,
+ * which contributes the reduction's identity (0 for sum: an average still
+ * divides by the full size); their allgather, broadcast, alltoall and
+ * reducescatter fail with HVD_ERR_MISMATCH. *last_joined_rank (if not NULL)
+ * receives the rank that joined last, the same on every rank. Global
+ * process set only. Thread-safe; one join at a time per rank.
+ */
+HVD_API hvd_status hvd_join(int *last_joined_rank);
+
+/* Blocks until every rank of the process set has called it. */
+HVD_API hvd_status hvd_barrier(int process_set);
+
+/* 1 when the operation has completed (successfully or not), else 0.
+ * Never blocks. */
+HVD_API int hvd_handle_poll(hvd_handle handle);
+
+/*
+ * Blocks until the operation completes and returns its status; on failure
+ * hvd_last_error_message() says why. Several threads may wait on one
+ * handle. Waiting on a released handle is undefined.
+ */
+HVD_API hvd_status hvd_handle_wait(hvd_handle handle);
+
+/* Waits like hvd_handle_wait, at most timeout_ms; HVD_ERR_TIMEOUT if the
+ * operation is still running then (it goes on). */
+HVD_API hvd_status hvd_handle_wait_for(hvd_handle handle, int64_t timeout_ms);
+
+/*
+ * The output hvd allocated for an allgather or alltoall that succeeded:
+ * *data (valid until the handle is released), its size in bytes, and its
+ * shape (ndims entries written to shape if not NULL: the input's shape with
+ * the first dimension replaced). HVD_ERR_PRECONDITION if the operation has
+ * not completed, failed, or has no such output.
+ */
+HVD_API hvd_status hvd_handle_output(hvd_handle handle, void **data, size_t *bytes,
+                                     int64_t *shape);
+
+/* An alltoall's received splits, one per rank of the process set (rows
+ * received from each), valid until the handle is released. */
+HVD_API hvd_status hvd_handle_received_splits(hvd_handle handle, const int32_t **splits,
+                                              size_t *n);
+
+/* Frees the handle and the outputs hvd allocated for it. A pending
+ * operation is waited for first. NULL is a no-op. */
+HVD_API void hvd_handle_release(hvd_handle handle);
+
+/* ==== process sets ============================================================
+ *
+ * A process set is a group of ranks with its own collectives. Id 0
+ * (HVD_PROCESS_SET_GLOBAL) is every rank. Adding and removing are
+ * collective: every rank of the job calls them, in the same order, with the
+ * same arguments, and they block until every rank has.
+ */
+
+/* Registers the ranks (n of them, any order, no duplicates; stored
+ * sorted) as a process set; *id receives its id, the same on every rank
+ * (the lowest id not in use). A set with exactly these ranks already
+ * registered, or ranks that differ between callers, is HVD_ERR_INVALID_ARGUMENT
+ * or HVD_ERR_MISMATCH. */
+HVD_API hvd_status hvd_process_set_add(const int *ranks, size_t n, int *id);
+
+/* Removes a process set (not the global one); its id becomes free. */
+HVD_API hvd_status hvd_process_set_remove(int id);
+
+/* This rank's rank in the set, -1 if it is not a member or the set does
+ * not exist. */
+HVD_API int hvd_process_set_rank(int id);
+/* The set's size, -1 if it does not exist. */
+HVD_API int hvd_process_set_size(int id);
+/* The set's global ranks, sorted: up to cap into ranks, the count in *n. */
+HVD_API hvd_status hvd_process_set_ranks(int id, int *ranks, size_t cap, size_t *n);
+
+/* ==== timeline ==================================================================
+ *
+ * A Chrome trace (JSON, for Perfetto or chrome://tracing) of what rank 0
+ * does per tensor: negotiation, queueing, fusion copies and the collective.
+ * HOROVOD_TIMELINE=<file> starts one at hvd_init; HOROVOD_TIMELINE_MARK_CYCLES=1
+ * marks each coordination cycle. On other ranks these calls do nothing.
+ */
+HVD_API hvd_status hvd_timeline_start(const char *path, int mark_cycles);
+HVD_API hvd_status hvd_timeline_stop(void);
 
 #ifdef __cplusplus
 }

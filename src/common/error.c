@@ -24,6 +24,7 @@ HVD_API const char *hvd_strerror(hvd_status status) {
   case HVD_ERR_PRECONDITION: return "wrong state";
   case HVD_ERR_ABORTED: return "aborted";
   case HVD_ERR_INTERNAL: return "internal error";
+  case HVD_ERR_MISMATCH: return "ranks disagree about an operation";
   }
   return "unknown status";
 }

@@ -39,6 +39,11 @@ void ops_reduce(void *dst, const void *a, const void *b, size_t count, hvd_dtype
  * through float with round-to-nearest-even. Not for bool. */
 void ops_scale(void *dst, const void *src, size_t count, hvd_dtype dtype, double factor);
 
+/* Fills count elements with op's identity (0 for sum and average, 1 for
+ * product, the largest value for min and the smallest for max; infinities
+ * for floats): what a rank that has no data contributes. */
+void ops_fill_identity(void *buf, size_t count, hvd_dtype dtype, hvd_reduce_op op);
+
 /* IEEE binary16 and bfloat16 conversions, round-to-nearest-even, NaN kept NaN. */
 float ops_half_to_float(uint16_t h);
 uint16_t ops_float_to_half(float f);
@@ -108,6 +113,12 @@ hvd_status ops_alltoallv(struct ops_ctx *o, struct net_comm *c, const void *in,
 hvd_status ops_reducescatter(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
                              size_t count, hvd_dtype dtype, hvd_reduce_op op, double prescale,
                              double postscale);
+
+/* Like ops_reducescatter, with rank r's share given: counts[r] elements,
+ * consecutive in rank order (they sum to the input's count). */
+hvd_status ops_reducescatterv(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
+                              const size_t *counts, hvd_dtype dtype, hvd_reduce_op op,
+                              double prescale, double postscale);
 
 hvd_status ops_barrier(struct ops_ctx *o, struct net_comm *c);
 

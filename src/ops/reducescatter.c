@@ -5,17 +5,18 @@
  * reduces into a work buffer the size of the input, so the input is never
  * written; the share is then copied out, scaled.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "ops_private.h"
 
-hvd_status ops_reducescatter(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
-                             size_t count, hvd_dtype dtype, hvd_reduce_op op, double prescale,
-                             double postscale) {
+/* The ring over shares sizes[0..n) (offsets) and sizes[n..2n) (counts). */
+static hvd_status reducescatter(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
+                                size_t count, size_t *sizes, hvd_dtype dtype, hvd_reduce_op op,
+                                double prescale, double postscale) {
   int n = net_comm_size(c), r = net_comm_rank(c);
   size_t esize = hvd_dtype_size(dtype);
   size_t bytes;
-  size_t *sizes;
   char *work;
   struct ring_args a = {.dtype = dtype, .op = op, .shift = -1, .reduce_scatter = true};
   hvd_status st = ops_check_reduce(dtype, op, prescale, postscale);
@@ -26,14 +27,9 @@ hvd_status ops_reducescatter(struct ops_ctx *o, struct net_comm *c, const void *
     return st;
   if (op == HVD_AVERAGE)
     postscale /= n;
-  sizes = ops_sizes(o, 2 * (size_t)n);
   work = ops_scratch(o, SCRATCH_WORK, bytes + 64);
-  if (sizes == NULL || work == NULL)
+  if (work == NULL)
     return hvd_error_status();
-  for (int i = 0; i < n; i++) {
-    sizes[i] = ops_share_offset(count, n, i);
-    sizes[n + i] = ops_share_count(count, n, i);
-  }
   a.in = in;
   if (prescale != 1.0) {
     ops_scale(work, in, count, dtype, prescale);
@@ -48,4 +44,38 @@ hvd_status ops_reducescatter(struct ops_ctx *o, struct net_comm *c, const void *
   if (st == HVD_OK)
     ops_copy_scaled(out, work + sizes[r] * esize, sizes[n + r], dtype, postscale);
   return st;
+}
+
+hvd_status ops_reducescatter(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
+                             size_t count, hvd_dtype dtype, hvd_reduce_op op, double prescale,
+                             double postscale) {
+  int n = net_comm_size(c);
+  size_t *sizes = ops_sizes(o, 2 * (size_t)n);
+
+  if (sizes == NULL)
+    return hvd_error_status();
+  for (int i = 0; i < n; i++) {
+    sizes[i] = ops_share_offset(count, n, i);
+    sizes[n + i] = ops_share_count(count, n, i);
+  }
+  return reducescatter(o, c, in, out, count, sizes, dtype, op, prescale, postscale);
+}
+
+hvd_status ops_reducescatterv(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
+                              const size_t *counts, hvd_dtype dtype, hvd_reduce_op op,
+                              double prescale, double postscale) {
+  int n = net_comm_size(c);
+  size_t *sizes = ops_sizes(o, 2 * (size_t)n);
+  size_t total = 0;
+
+  if (sizes == NULL)
+    return hvd_error_status();
+  for (int i = 0; i < n; i++) {
+    if (counts[i] > SIZE_MAX - total)
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "reducescatter counts overflow");
+    sizes[i] = total;
+    sizes[n + i] = counts[i];
+    total += counts[i];
+  }
+  return reducescatter(o, c, in, out, total, sizes, dtype, op, prescale, postscale);
 }

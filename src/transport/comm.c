@@ -168,12 +168,50 @@ hvd_status net_comm_create(struct net_ctx *ctx, const char *scope, uint32_t comm
   return HVD_OK;
 }
 
+hvd_status net_comm_derive(struct net_comm *parent, uint32_t comm_id, const int *members, int n,
+                           struct net_comm **out) {
+  struct net_comm *comm = NULL;
+  char scope[sizeof(comm->scope)];
+  int rank = -1;
+  hvd_status st;
+
+  for (int i = 0; i < n; i++) {
+    if (members[i] < 0 || members[i] >= parent->size)
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                       "communicator %s has no rank %d (size %d) to derive a communicator from",
+                       parent->scope, members[i], parent->size);
+    for (int j = 0; j < i; j++) {
+      if (members[j] == members[i])
+        return hvd_error(HVD_ERR_INVALID_ARGUMENT, "rank %d is listed twice", members[i]);
+    }
+    if (members[i] == parent->rank)
+      rank = i;
+  }
+  if (rank < 0)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "rank %d of %s is not among the members of the communicator it derives",
+                     parent->rank, parent->scope);
+  /* The parent's scope, shortened if need be, names the new one in messages. */
+  snprintf(scope, sizeof(scope), "%.*s#%u", (int)(sizeof(scope) - 12), parent->scope, comm_id);
+  st = alloc_comm(parent->ctx, scope, comm_id, rank, n, &comm);
+  if (st != HVD_OK)
+    return st;
+  for (int i = 0; i < n; i++) {
+    comm->records[i] = parent->records[members[i]];
+    comm->records[i].rank = i;
+  }
+  *out = comm;
+  return HVD_OK;
+}
+
 void net_comm_destroy(struct net_comm *comm) {
   if (comm == NULL)
     return;
   if (comm->conns != NULL) {
-    for (int i = 0; i < comm->size; i++)
+    for (int i = 0; i < comm->size; i++) {
       conn_close(&comm->conns[i]);
+      free(comm->conns[i].fail_msg);
+    }
   }
   free(comm->pfds);
   free(comm->active);

@@ -55,6 +55,38 @@ static hvd_status poisoned(const struct net_comm *comm) {
   return hvd_error(comm->poison, "%s", comm->poison_msg);
 }
 
+/* Isolation: one peer fails, with this thread's current message. */
+static void conn_fail(struct net_comm *comm, struct net_conn *c, hvd_status st) {
+  const char *msg = hvd_last_error_message();
+  if (c->failed != HVD_OK)
+    return;
+  c->failed = st;
+  c->fail_msg = hvd_strndup(msg, strlen(msg));
+  HVD_LOG_WARN("communicator %s: %s; failing that peer's operations", comm->scope, msg);
+  conn_close(c);
+  fail_queue(&c->send_head, &c->send_tail, st);
+  fail_queue(&c->recv_head, &c->recv_tail, st);
+}
+
+/* The status of a failed request, with its message restored. */
+static hvd_status req_failure(const struct net_comm *comm, const struct net_req *r) {
+  const struct net_conn *c = &comm->conns[r->peer];
+  if (comm->poison != HVD_OK)
+    return poisoned(comm);
+  return hvd_error(r->status, "%s", c->fail_msg != NULL ? c->fail_msg : hvd_strerror(r->status));
+}
+
+void net_comm_isolate_failures(struct net_comm *comm, bool on) { comm->isolate = on; }
+
+hvd_status net_req_result(const struct net_comm *comm, const struct net_req *req) {
+  return req->status == HVD_OK ? HVD_OK : req_failure(comm, req);
+}
+
+bool net_comm_peer_failed(const struct net_comm *comm, int peer) {
+  return comm->poison != HVD_OK ||
+         (peer >= 0 && peer < comm->size && comm->conns[peer].failed != HVD_OK);
+}
+
 void comm_describe_peer(const struct net_comm *comm, int peer, char *out, size_t size) {
   if (comm->records != NULL)
     snprintf(out, size, "rank %d (global rank %d on %s)", peer, comm->records[peer].global_rank,
@@ -96,6 +128,8 @@ static hvd_status post(struct net_comm *comm, int peer, const struct iovec *iov,
   if (comm->poison != HVD_OK)
     return r->status = poisoned(comm);
   c = &comm->conns[peer];
+  if (c->failed != HVD_OK)
+    return r->status = hvd_error(c->failed, "%s", c->fail_msg);
   r->peer = peer;
   r->is_send = is_send;
   r->done = false;
@@ -138,6 +172,16 @@ hvd_status net_irecv(struct net_comm *comm, int peer, void *buf, size_t len, str
   struct iovec iov = {.iov_base = buf, .iov_len = len};
   return post(comm, peer, &iov, 1, false, req);
 }
+
+hvd_status net_irecv_max(struct net_comm *comm, int peer, void *buf, size_t cap,
+                         struct net_req *req) {
+  struct iovec iov = {.iov_base = buf, .iov_len = cap};
+  hvd_status st = post(comm, peer, &iov, 1, false, req);
+  req->up_to = st == HVD_OK;
+  return st;
+}
+
+size_t net_req_length(const struct net_req *req) { return req->payload; }
 
 /* ---- moving bytes ------------------------------------------------------------------- */
 
@@ -183,6 +227,15 @@ static hvd_status check_header(struct net_comm *comm, struct net_req *r) {
   char who[NET_WHO_MAX];
 
   r->header_checked = true;
+  if (magic == NET_MSG_MAGIC && seq == r->seq && r->up_to && len <= r->payload) {
+    /* Exactly the header has been read (see recv_once): shrink to the message. */
+    r->payload = (size_t)len;
+    r->total = NET_HEADER_BYTES + r->payload;
+    r->iovcnt = r->iov_pos + (len > 0 ? 1 : 0);
+    if (len > 0)
+      r->iov[r->iov_pos].iov_len = (size_t)len;
+    return HVD_OK;
+  }
   if (magic == NET_MSG_MAGIC && seq == r->seq && len == r->payload)
     return HVD_OK;
   comm_describe_peer(comm, r->peer, who, sizeof(who));
@@ -190,6 +243,10 @@ static hvd_status check_header(struct net_comm *comm, struct net_req *r) {
     return hvd_error(HVD_ERR_PROTOCOL,
                      "corrupt stream from %s (message %u: magic 0x%08x, sequence %u)", who, r->seq,
                      magic, seq);
+  if (r->up_to)
+    return hvd_error(HVD_ERR_PROTOCOL,
+                     "%s sent a message of %" PRIu64 " bytes, more than the %zu this rank accepts",
+                     who, len, r->payload);
   return hvd_error(HVD_ERR_PROTOCOL,
                    "%s sent a message of %" PRIu64 " bytes where this rank expected %zu (the ranks "
                    "disagree on the operation they run)",
@@ -232,7 +289,10 @@ static hvd_status send_once(struct net_comm *comm, struct net_conn *c, bool *mov
 static hvd_status recv_once(struct net_comm *comm, struct net_conn *c, bool *moved) {
   struct net_req *r = c->recv_head;
   struct iovec iov[NET_MAX_IOV + 1];
-  struct msghdr msg = {.msg_iov = iov, .msg_iovlen = clip(r, comm->ctx->io_chunk, iov)};
+  /* A receive of unknown length reads its header alone: what follows may
+   * belong to the next message. */
+  size_t limit = r->up_to && !r->header_checked ? NET_HEADER_BYTES - r->offset : comm->ctx->io_chunk;
+  struct msghdr msg = {.msg_iov = iov, .msg_iovlen = clip(r, limit, iov)};
   ssize_t n;
 
   *moved = false;
@@ -316,6 +376,11 @@ static hvd_status pass(struct net_comm *comm, bool *progressed) {
       conn_claim_rx(comm, c, progressed);
     if (st == HVD_OK)
       st = progress_io(comm, c, progressed);
+    if (st != HVD_OK && comm->isolate) {
+      conn_fail(comm, c, st);
+      *progressed = true;
+      st = HVD_OK;
+    }
     k++;
   }
   return st;
@@ -369,10 +434,12 @@ static int poll_timeout_ms(const struct net_comm *comm, int64_t now, int64_t pro
   return (next - now) / 1000000 + 1 > 60000 ? 60000 : (int)((next - now) / 1000000 + 1);
 }
 
-/* Waits in poll() for any socket the communicator needs; *ready says
- * whether one is ready (timeout 0 only checks). */
-static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, bool *ready) {
-  size_t need = 2 * (size_t)comm->nactive + 1 + comm->ctx->nincoming;
+/* Waits in poll() for any socket the communicator needs, and wake_fd if it
+ * is >= 0; *ready says whether one is ready (timeout 0 only checks), and
+ * *woken whether wake_fd is readable. */
+static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_fd, bool *ready,
+                                bool *woken) {
+  size_t need = 2 * (size_t)comm->nactive + 2 + comm->ctx->nincoming;
   size_t n = 0;
 
   if (need > comm->pfds_cap) {
@@ -393,18 +460,25 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, bool *rea
       comm->pfds[n++] = (struct pollfd){.fd = c->rx_fd, .events = POLLIN};
   }
   ctx_poll_fds(comm->ctx, comm->pfds, &n, comm->pfds_cap);
+  if (wake_fd >= 0)
+    comm->pfds[n++] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
   int rc = poll(comm->pfds, n, timeout_ms);
   if (rc < 0 && errno != EINTR)
     return hvd_error(HVD_ERR_IO, "poll: %s", strerror(errno));
   *ready = rc != 0;
+  *woken = wake_fd >= 0 && rc > 0 && (comm->pfds[n - 1].revents & (POLLIN | POLLERR | POLLHUP));
   return HVD_OK;
 }
 
-hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg) {
+hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
+                      const struct engine_limits *limits) {
   struct net_ctx *ctx = comm->ctx;
   int64_t spin_until = hvd_now_ns() + ctx->spin_ns;
-
+  int wake_fd = limits != NULL ? limits->wake_fd : -1;
+  int64_t until = limits != NULL ? limits->deadline_ns : HVD_NO_DEADLINE;
+  bool idle = limits != NULL && limits->idle;
   bool ready = true; /* whether a socket may have something for us */
+  bool woken = false;
 
   comm->last_progress_ns = hvd_now_ns();
   for (;;) {
@@ -421,21 +495,35 @@ hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg)
       if (done(arg))
         return HVD_OK;
     }
+    if (woken)
+      return HVD_OK;
     now = hvd_now_ns();
     if (progressed) {
       comm->last_progress_ns = now;
       spin_until = now + ctx->spin_ns;
       continue;
     }
-    deadline = comm->last_progress_ns + ctx->timeout_ms * 1000000;
-    if (now >= deadline) {
+    if (now >= until)
+      return HVD_OK;
+    deadline = idle ? until : comm->last_progress_ns + ctx->timeout_ms * 1000000;
+    if (!idle && now >= deadline) {
       char what[512];
       describe_wait(comm, what, sizeof(what));
       hvd_error(HVD_ERR_TIMEOUT,
                 "no progress for %.1f s: %s (a peer may have hung or lost its network; raise "
                 "HOROVOD_GLOO_TIMEOUT_SECONDS if it is only slow)",
                 (double)ctx->timeout_ms / 1000.0, what[0] ? what : "waiting");
-      return comm_poison(comm, HVD_ERR_TIMEOUT);
+      if (!comm->isolate)
+        return comm_poison(comm, HVD_ERR_TIMEOUT);
+      /* Isolated: the peers we wait for fail, the others go on. */
+      for (int k = 0; k < comm->nactive; k++) {
+        struct net_conn *c = &comm->conns[comm->active[k]];
+        if (busy(c))
+          conn_fail(comm, c, HVD_ERR_TIMEOUT);
+      }
+      comm->last_progress_ns = now;
+      ready = true;
+      continue;
     }
     if (now < spin_until) {
       /* Spin on a zero-timeout poll rather than on failing reads: a read
@@ -444,12 +532,19 @@ hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg)
        * need this core; with a core to spare that costs ~0.3 us. */
       if (ctx->spin_yield)
         sched_yield();
-      st = sleep_in_poll(comm, 0, &ready);
+      /* The wake fd is only polled when sleeping: while spinning, done()
+       * sees what it signals. */
+      st = sleep_in_poll(comm, 0, -1, &ready, &woken);
       if (st != HVD_OK)
         return comm_poison(comm, st);
+      ready = ready || done(arg);
       continue;
     }
-    st = sleep_in_poll(comm, poll_timeout_ms(comm, now, deadline), &ready);
+    if (limits != NULL && limits->sleep != NULL && limits->sleep(limits->sleep_arg)) {
+      ready = true;
+      continue;
+    }
+    st = sleep_in_poll(comm, poll_timeout_ms(comm, now, deadline), wake_fd, &ready, &woken);
     if (st != HVD_OK)
       return comm_poison(comm, st);
     ready = true; /* timers (retries, handshake deadlines) need a pass too */
@@ -487,10 +582,42 @@ hvd_status net_wait_any(struct net_comm *comm, struct net_req *const *reqs, size
   hvd_status st = HVD_OK;
 
   if (!any_done(&w))
-    st = engine_run(comm, any_done, &w);
+    st = engine_run(comm, any_done, &w, NULL);
   for (size_t i = 0; i < n && st == HVD_OK; i++) {
     if (reqs[i]->done && reqs[i]->status != HVD_OK)
-      st = poisoned(comm);
+      st = req_failure(comm, reqs[i]);
+  }
+  return st;
+}
+
+struct event_set {
+  struct wait_set w;
+  const struct net_wake *wake;
+};
+
+static bool event_done(void *arg) {
+  const struct event_set *e = arg;
+  return any_done((void *)&e->w) || (e->wake->check != NULL && e->wake->check(e->wake->arg));
+}
+
+hvd_status net_wait_event(struct net_comm *comm, struct net_req *const *reqs, size_t n,
+                          const struct net_wake *wake, int64_t deadline_ns) {
+  static const struct net_wake none = {.fd = -1};
+  struct event_set e = {{reqs, n}, wake != NULL ? wake : &none};
+  struct engine_limits limits = {.wake_fd = e.wake->fd,
+                                 .sleep = e.wake->sleep,
+                                 .sleep_arg = e.wake->arg,
+                                 .deadline_ns = deadline_ns,
+                                 .idle = true};
+  hvd_status st = HVD_OK;
+
+  if (comm->poison != HVD_OK)
+    return poisoned(comm);
+  if (!event_done(&e))
+    st = engine_run(comm, event_done, &e, &limits);
+  for (size_t i = 0; i < n && st == HVD_OK; i++) {
+    if (reqs[i]->done && reqs[i]->status != HVD_OK)
+      st = req_failure(comm, reqs[i]);
   }
   return st;
 }
@@ -500,10 +627,10 @@ hvd_status net_wait(struct net_comm *comm, struct net_req *const *reqs, size_t n
   hvd_status st = HVD_OK;
 
   if (!all_done(&w))
-    st = engine_run(comm, all_done, &w);
+    st = engine_run(comm, all_done, &w, NULL);
   for (size_t i = 0; i < n && st == HVD_OK; i++) {
     if (reqs[i]->status != HVD_OK)
-      st = poisoned(comm);
+      st = req_failure(comm, reqs[i]);
   }
   return st;
 }

@@ -112,11 +112,13 @@ hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out
 void net_ctx_destroy(struct net_ctx *ctx);
 int net_ctx_port(const struct net_ctx *ctx);
 
-/* Well-known communicator ids; process sets use NET_COMM_PROCESS_SET + id. */
+/* Well-known communicator ids; the coordinator's process sets use
+ * NET_COMM_PROCESS_SET + a registration number. */
 enum {
   NET_COMM_GLOBAL = 1,
   NET_COMM_LOCAL = 2,
   NET_COMM_CROSS = 3,
+  NET_COMM_CONTROL = 4,
   NET_COMM_PROCESS_SET = 16,
 };
 
@@ -129,7 +131,26 @@ enum {
  */
 hvd_status net_comm_create(struct net_ctx *ctx, const char *scope, uint32_t comm_id, int rank,
                            int size, struct net_comm **out);
+/*
+ * A communicator over some members of `parent`, without the store: members
+ * lists parent ranks (n of them, each once); member i becomes rank i. This
+ * rank must be among them. Connections are made on first use. Every member
+ * must derive it with the same comm_id and list, and comm_id must not be in
+ * use by another communicator of the context.
+ */
+hvd_status net_comm_derive(struct net_comm *parent, uint32_t comm_id, const int *members, int n,
+                           struct net_comm **out);
 void net_comm_destroy(struct net_comm *comm);
+
+/*
+ * With isolation on, a failed connection (a peer that closed, reset, or made
+ * no progress for the timeout) fails only that peer's requests, and later
+ * ones to or from it, with a message naming it; the other peers carry on.
+ * Without it (the default, right for collectives), any failure poisons the
+ * whole communicator. net_comm_peer_failed says whether a peer has failed.
+ */
+void net_comm_isolate_failures(struct net_comm *comm, bool on);
+bool net_comm_peer_failed(const struct net_comm *comm, int peer);
 int net_comm_rank(const struct net_comm *comm);
 int net_comm_size(const struct net_comm *comm);
 /* The hostname member r published. */
@@ -151,6 +172,7 @@ struct net_req {
   bool is_send;
   bool done;
   bool header_checked;
+  bool up_to; /* a receive of at most `payload` bytes (net_irecv_max) */
   hvd_status status;
   uint32_t seq;
   struct iovec iov[NET_MAX_IOV + 1]; /* [0] is the message header */
@@ -168,12 +190,41 @@ hvd_status net_isend(struct net_comm *comm, int peer, const void *buf, size_t le
 hvd_status net_isendv(struct net_comm *comm, int peer, const struct iovec *iov, int iovcnt,
                       struct net_req *req);
 hvd_status net_irecv(struct net_comm *comm, int peer, void *buf, size_t len, struct net_req *req);
+/* A receive of a message of any length up to cap (a longer one is a
+ * protocol error); net_req_length says how long it was once done. */
+hvd_status net_irecv_max(struct net_comm *comm, int peer, void *buf, size_t cap,
+                         struct net_req *req);
+size_t net_req_length(const struct net_req *req);
+/* A done request's outcome: HVD_OK, or its failure with the message that
+ * names the peer (set as this thread's error). */
+hvd_status net_req_result(const struct net_comm *comm, const struct net_req *req);
 /* Drives every pending request of the communicator until all n given ones
  * are done. The first failure is returned; the communicator is then
  * poisoned: pending and later requests fail at once with the same status. */
 hvd_status net_wait(struct net_comm *comm, struct net_req *const *reqs, size_t n);
 /* Like net_wait, but returns as soon as one of the n requests is done. */
 hvd_status net_wait_any(struct net_comm *comm, struct net_req *const *reqs, size_t n);
+
+/*
+ * Waiting for something besides requests. A wait ends when one of the n
+ * requests is done, when check(arg) says so (it is called between passes,
+ * so it must be cheap: an atomic load), when fd (if >= 0) is readable (it is
+ * not read), or at the deadline, and returns HVD_OK in all these cases; the
+ * caller looks at what happened. Being idle is not a timeout here: the
+ * progress timeout does not apply, but a failed connection still poisons
+ * the communicator.
+ */
+struct net_wake {
+  int fd;
+  bool (*check)(void *arg);
+  /* Called just before the thread blocks in poll() (may be NULL): it can
+   * announce that it sleeps, then return true if check() became true
+   * meanwhile, and the wait ends instead of blocking. */
+  bool (*sleep)(void *arg);
+  void *arg;
+};
+hvd_status net_wait_event(struct net_comm *comm, struct net_req *const *reqs, size_t n,
+                          const struct net_wake *wake, int64_t deadline_ns);
 
 /* Blocking forms. */
 hvd_status net_send(struct net_comm *comm, int peer, const void *buf, size_t len);

@@ -144,6 +144,8 @@ struct net_conn {
   struct net_req *recv_head, *recv_tail;
   uint32_t send_seq, recv_seq;
   bool listed; /* on the communicator's active list */
+  hvd_status failed; /* isolated failure of this peer (HVD_OK: none) */
+  char *fail_msg;
 };
 
 struct net_comm {
@@ -158,6 +160,7 @@ struct net_comm {
   int nactive;
   struct pollfd *pfds;         /* room for every active connection and the context's sockets */
   size_t pfds_cap;
+  bool isolate;                /* failures stay with their peer (net_comm_isolate_failures) */
   hvd_status poison;           /* HVD_OK while healthy */
   char poison_msg[HVD_ERROR_MESSAGE_MAX];
   int64_t last_progress_ns;
@@ -182,7 +185,18 @@ void comm_activate(struct net_comm *comm, struct net_conn *c);
 hvd_status comm_poison(struct net_comm *comm, hvd_status st);
 /* "rank 3 (node2)" for messages. */
 void comm_describe_peer(const struct net_comm *comm, int peer, char *out, size_t size);
-/* Drives connections and requests until done(arg) or a failure. */
-hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg);
+/* Extra ways for engine_run to end (NULL: none, and the progress timeout
+ * applies). */
+struct engine_limits {
+  int wake_fd;         /* readable ends the run; -1: none */
+  bool (*sleep)(void *arg); /* before blocking in poll(): true ends the run */
+  void *sleep_arg;
+  int64_t deadline_ns; /* the run ends at this time */
+  bool idle;           /* no progress timeout (the caller waits for events) */
+};
+
+/* Drives connections and requests until done(arg), a limit, or a failure. */
+hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
+                      const struct engine_limits *limits);
 
 #endif

@@ -1,0 +1,300 @@
+/*
+ * The public lifecycle: hvd_init, hvd_shutdown, queries, the timeline.
+ *
+ * DESIGN. The process has at most one coord_state, published in g_state
+ * under g_rw: every public call holds the read lock only while it looks at
+ * the state (to queue an operation or read a field), and hvd_shutdown
+ * takes the write lock just to unpublish it, so no call can see a state
+ * being torn down, and shutdown never waits for a user callback that calls
+ * hvd. g_life serializes hvd_init and hvd_shutdown.
+ */
+#include <signal.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "coord.h"
+
+static pthread_mutex_t g_life = PTHREAD_MUTEX_INITIALIZER;
+static pthread_rwlock_t g_rw = PTHREAD_RWLOCK_INITIALIZER;
+static struct coord_state *g_state; /* under g_rw */
+
+struct coord_state *coord_acquire(void) {
+  pthread_rwlock_rdlock(&g_rw);
+  if (g_state == NULL) {
+    pthread_rwlock_unlock(&g_rw);
+    hvd_error(HVD_ERR_PRECONDITION, "hvd is not initialized (call hvd_init first)");
+    return NULL;
+  }
+  return g_state;
+}
+
+void coord_release(void) { pthread_rwlock_unlock(&g_rw); }
+
+/* ==== building and tearing down ======================================================= */
+
+static void state_destroy(struct coord_state *s) {
+  if (s == NULL)
+    return;
+  coord_loop_join(s);
+  coord_timeline_destroy(s->timeline);
+  coord_controller_destroy(s->controller);
+  coord_cache_fini(&s->cache);
+  coord_sets_fini(&s->sets);
+  ops_ctx_destroy(s->ops);
+  net_comm_destroy(s->control);
+  net_world_destroy(s->world);
+  rdzv_client_destroy(s->store);
+  if (s->wake_fd >= 0)
+    close(s->wake_fd);
+  hvd_map_fini(&s->inflight);
+  hvd_map_fini(&s->noname);
+  free(s->fusion);
+  free(s->identity);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+/* Workers say hello to rank 0 and rank 0 answers everybody: every control
+ * connection exists before the loop starts (a peer that dies is then seen
+ * as a closed connection), and nobody starts before everybody has. */
+static hvd_status control_handshake(struct coord_state *s) {
+  unsigned char frame[8] = {0}, got[8];
+  hvd_status st = HVD_OK;
+
+  if (s->size == 1)
+    return HVD_OK;
+  if (s->rank != 0) {
+    st = net_send(s->control, 0, frame, sizeof(frame));
+    if (st == HVD_OK)
+      st = net_recv(s->control, 0, got, sizeof(got));
+    return st;
+  }
+  for (int r = 1; r < s->size && st == HVD_OK; r++)
+    st = net_recv(s->control, r, got, sizeof(got));
+  for (int r = 1; r < s->size && st == HVD_OK; r++)
+    st = net_send(s->control, r, frame, sizeof(frame));
+  return st;
+}
+
+static hvd_status state_create(struct coord_state **out) {
+  struct coord_state *s = calloc(1, sizeof(*s));
+  struct net_world_config wcfg;
+  int *all = NULL;
+  int64_t port = 0;
+  hvd_status st;
+
+  if (s == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate hvd's state");
+  s->wake_fd = -1;
+  pthread_mutex_init(&s->lock, NULL);
+  hvd_map_init(&s->inflight);
+  hvd_map_init(&s->noname);
+  atomic_init(&s->queued, false);
+  atomic_init(&s->sleeping, false);
+
+  st = net_world_config_from_env(&wcfg);
+  if (st == HVD_OK && wcfg.size > 1)
+    st = rdzv_client_create_from_env(&s->store);
+  if (st == HVD_OK)
+    st = hvd_env_int("HOROVOD_GLOO_RENDEZVOUS_PORT", 0, 0, 65535, &port);
+  if (st != HVD_OK)
+    goto fail;
+  wcfg.ctx.store = s->store;
+  wcfg.ctx.store_host = hvd_env_str("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  wcfg.ctx.store_port = (int)port;
+  hvd_log_set_rank(wcfg.ctx.rank);
+  if ((st = net_world_create(&wcfg, &s->world)) != HVD_OK)
+    goto fail;
+  s->rank = s->world->rank;
+  s->size = s->world->size;
+  if ((all = malloc((size_t)s->size * sizeof(*all))) == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the control communicator");
+    goto fail;
+  }
+  for (int r = 0; r < s->size; r++)
+    all[r] = r;
+  st = net_comm_derive(s->world->global, NET_COMM_CONTROL, all, s->size, &s->control);
+  free(all);
+  if (st != HVD_OK)
+    goto fail;
+  net_comm_isolate_failures(s->control, true);
+  st = coord_config_from_env(s->world->local_rank, s->world->local_size, &s->cfg);
+  if (st == HVD_OK)
+    st = ops_ctx_create(&s->ops);
+  if (st == HVD_OK)
+    st = coord_sets_init(&s->sets, s->world->global, s->size);
+  if (st == HVD_OK)
+    st = coord_timeline_create(&s->timeline);
+  if (st != HVD_OK)
+    goto fail;
+  coord_cache_init(&s->cache, s->cfg.cache_capacity);
+  if (s->rank == 0 && (st = coord_controller_create(s, &s->controller)) != HVD_OK)
+    goto fail;
+  s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s->wake_fd < 0) {
+    st = hvd_error(HVD_ERR_IO, "eventfd failed");
+    goto fail;
+  }
+  if ((st = control_handshake(s)) != HVD_OK)
+    goto fail;
+  if (s->rank == 0 && s->cfg.timeline[0] != '\0' && strcmp(s->cfg.timeline, "DYNAMIC") != 0 &&
+      (st = coord_timeline_start(s->timeline, s->cfg.timeline, s->cfg.timeline_mark_cycles)) !=
+          HVD_OK)
+    goto fail;
+  if ((st = coord_loop_start(s)) != HVD_OK)
+    goto fail;
+  *out = s;
+  return HVD_OK;
+fail:
+  state_destroy(s);
+  return st;
+}
+
+HVD_API hvd_status hvd_init(void) {
+  struct coord_state *s = NULL;
+  hvd_status st;
+
+  pthread_mutex_lock(&g_life);
+  pthread_rwlock_rdlock(&g_rw);
+  st = g_state != NULL ? hvd_error(HVD_ERR_PRECONDITION, "hvd is already initialized") : HVD_OK;
+  pthread_rwlock_unlock(&g_rw);
+  if (st == HVD_OK)
+    st = hvd_log_configure_from_env();
+  if (st == HVD_OK) {
+    /* Writing to a closed socket must be an error, not a signal. */
+    signal(SIGPIPE, SIG_IGN);
+    st = state_create(&s);
+  }
+  if (st == HVD_OK) {
+    pthread_rwlock_wrlock(&g_rw);
+    g_state = s;
+    pthread_rwlock_unlock(&g_rw);
+    HVD_LOG_DEBUG("hvd %s: rank %d of %d (local %d of %d, cross %d of %d)", hvd_version(),
+                  s->rank, s->size, s->world->local_rank, s->world->local_size,
+                  s->world->cross_rank, s->world->cross_size);
+  } else {
+    hvd_error_prefix("hvd_init");
+  }
+  pthread_mutex_unlock(&g_life);
+  return st;
+}
+
+HVD_API hvd_status hvd_shutdown(void) {
+  struct coord_state *s;
+
+  pthread_mutex_lock(&g_life);
+  pthread_rwlock_wrlock(&g_rw);
+  s = g_state;
+  g_state = NULL;
+  pthread_rwlock_unlock(&g_rw);
+  if (s != NULL) {
+    pthread_mutex_lock(&s->lock);
+    s->stop_requested = true;
+    pthread_mutex_unlock(&s->lock);
+    coord_wake(s);
+    state_destroy(s); /* joins the background thread first */
+  }
+  pthread_mutex_unlock(&g_life);
+  return HVD_OK;
+}
+
+HVD_API int hvd_is_initialized(void) {
+  int r;
+  pthread_rwlock_rdlock(&g_rw);
+  r = g_state != NULL;
+  pthread_rwlock_unlock(&g_rw);
+  return r;
+}
+
+/* ==== queries ============================================================================ */
+
+static int world_field(size_t offset) {
+  int v = -1;
+  pthread_rwlock_rdlock(&g_rw);
+  if (g_state != NULL)
+    v = *(const int *)((const char *)g_state->world + offset);
+  pthread_rwlock_unlock(&g_rw);
+  return v;
+}
+
+HVD_API int hvd_rank(void) { return world_field(offsetof(struct net_world, rank)); }
+HVD_API int hvd_size(void) { return world_field(offsetof(struct net_world, size)); }
+HVD_API int hvd_local_rank(void) { return world_field(offsetof(struct net_world, local_rank)); }
+HVD_API int hvd_local_size(void) { return world_field(offsetof(struct net_world, local_size)); }
+HVD_API int hvd_cross_rank(void) { return world_field(offsetof(struct net_world, cross_rank)); }
+HVD_API int hvd_cross_size(void) { return world_field(offsetof(struct net_world, cross_size)); }
+
+HVD_API int hvd_process_set_rank(int id) {
+  struct coord_state *s = coord_acquire();
+  int size = -1, rank = -1;
+  if (s == NULL)
+    return -1;
+  if (!coord_sets_lookup(&s->sets, id, &size, &rank))
+    rank = -1;
+  coord_release();
+  return rank;
+}
+
+HVD_API int hvd_process_set_size(int id) {
+  struct coord_state *s = coord_acquire();
+  int size = -1, rank = -1;
+  if (s == NULL)
+    return -1;
+  if (!coord_sets_lookup(&s->sets, id, &size, &rank))
+    size = -1;
+  coord_release();
+  return size;
+}
+
+HVD_API hvd_status hvd_process_set_ranks(int id, int *ranks, size_t cap, size_t *n) {
+  struct coord_state *s = coord_acquire();
+  hvd_status st;
+  if (s == NULL)
+    return hvd_error_status();
+  st = coord_sets_ranks(&s->sets, id, ranks, cap, n);
+  coord_release();
+  return st;
+}
+
+HVD_API int64_t hvd_reducescatter_rows(int64_t dim0, int process_set) {
+  struct coord_state *s = coord_acquire();
+  int size = -1, rank = -1;
+  int64_t rows = -1;
+  if (s == NULL)
+    return -1;
+  if (dim0 >= 0 && coord_sets_lookup(&s->sets, process_set, &size, &rank) && rank >= 0)
+    rows = (int64_t)ops_share_count((size_t)dim0, size, rank);
+  coord_release();
+  return rows;
+}
+
+/* ==== timeline ============================================================================ */
+
+HVD_API hvd_status hvd_timeline_start(const char *path, int mark_cycles) {
+  struct coord_state *s;
+  hvd_status st = HVD_OK;
+
+  if (path == NULL || path[0] == '\0')
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_timeline_start: no path");
+  if ((s = coord_acquire()) == NULL)
+    return hvd_error_status();
+  if (s->rank == 0)
+    st = coord_timeline_start(s->timeline, path, mark_cycles != 0);
+  coord_release();
+  return st;
+}
+
+HVD_API hvd_status hvd_timeline_stop(void) {
+  struct coord_state *s;
+  hvd_status st = HVD_OK;
+
+  if ((s = coord_acquire()) == NULL)
+    return hvd_error_status();
+  if (s->rank == 0)
+    st = coord_timeline_stop(s->timeline);
+  coord_release();
+  return st;
+}

@@ -1,0 +1,551 @@
+/*
+ * The public collectives and handles: argument checks, entries, the queue.
+ * Everything a single rank can tell is wrong is rejected here, at once,
+ * with HVD_ERR_INVALID_ARGUMENT; what needs every rank's view is the
+ * coordinator's job.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord.h"
+
+static const hvd_options default_options = HVD_OPTIONS_INIT;
+
+/* ==== names ================================================================================ */
+
+/* The next number for generated names of this kind in this set (under s->lock). */
+static uint64_t next_number(struct coord_state *s, int set, const char *kind) {
+  char key[64];
+  size_t len = (size_t)snprintf(key, sizeof(key), "%d:%s", set, kind);
+  uintptr_t n;
+
+  pthread_mutex_lock(&s->lock);
+  n = (uintptr_t)hvd_map_get(&s->noname, key, len);
+  if (hvd_map_put(&s->noname, key, len, (void *)(n + 1), NULL) != HVD_OK)
+    n = UINTPTR_MAX; /* out of memory: the name will not match; the coordinator says so */
+  pthread_mutex_unlock(&s->lock);
+  return n;
+}
+
+static hvd_status set_name(struct coord_request *req, const char *name) {
+  size_t len = strlen(name);
+  if (len == 0 || len > COORD_NAME_MAX)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "tensor names must have 1 to %d bytes (got %zu)",
+                     COORD_NAME_MAX, len);
+  if ((req->name = hvd_strndup(name, len)) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot copy a tensor name");
+  req->name_len = (uint32_t)len;
+  return HVD_OK;
+}
+
+/* ==== checks ================================================================================ */
+
+struct target {
+  int set, set_size, set_rank;
+};
+
+static hvd_status check_options(struct coord_state *s, const char *what, const hvd_options *o,
+                                struct target *t) {
+  t->set = o->process_set;
+  if (!coord_sets_lookup(&s->sets, o->process_set, &t->set_size, &t->set_rank))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "%s: process set %d does not exist (or has not been registered yet)", what,
+                     o->process_set);
+  if (t->set_rank < 0)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: rank %d is not a member of process set %d",
+                     what, s->rank, o->process_set);
+  if (o->device != HVD_DEVICE_CPU)
+    return hvd_error(HVD_ERR_UNSUPPORTED,
+                     "%s: device %d: this build of hvd handles CPU tensors only "
+                     "(HVD_DEVICE_CPU)",
+                     what, o->device);
+  if ((int)o->op < HVD_SUM || (int)o->op > HVD_PRODUCT)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: %d is not a reduce op", what, (int)o->op);
+  if (isnan(o->prescale) || isnan(o->postscale))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: scale factors must not be NaN", what);
+  return HVD_OK;
+}
+
+static hvd_status check_tensor(const char *what, const hvd_tensor *t, bool output,
+                               int64_t *elements) {
+  if (t == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no tensor", what);
+  if (hvd_dtype_size(t->dtype) == 0)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: %d is not a dtype", what, (int)t->dtype);
+  if (t->ndims < 0 || t->ndims > HVD_MAX_DIMS)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: %d dimensions; 0 to %d are allowed", what,
+                     t->ndims, HVD_MAX_DIMS);
+  if (t->ndims > 0 && t->shape == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: %d dimensions but no shape", what, t->ndims);
+  for (int i = 0; i < t->ndims; i++) {
+    if (t->shape[i] < 0)
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: dimension %d is %" PRId64, what, i,
+                       t->shape[i]);
+  }
+  if (!coord_shape_elements(t->shape, t->ndims, elements) ||
+      (uint64_t)*elements > SIZE_MAX / 8 / hvd_dtype_size(t->dtype))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: the shape's size overflows", what);
+  if (*elements > 0 && t->input == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no input buffer", what);
+  if (output && *elements > 0 && t->output == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no output buffer", what);
+  return HVD_OK;
+}
+
+/* ==== entries =============================================================================== */
+
+static struct coord_entry *entry_new(int type, const hvd_tensor *t, const hvd_options *o,
+                                     struct hvd_handle_s *h) {
+  struct coord_entry *e = calloc(1, sizeof(*e));
+  if (e == NULL)
+    return NULL;
+  e->req.type = (uint8_t)type;
+  e->req.set = o->process_set;
+  e->req.root = o->root;
+  e->req.device = o->device;
+  e->req.op = (uint8_t)o->op;
+  e->req.prescale = o->prescale;
+  e->req.postscale = o->postscale;
+  if (t != NULL) {
+    e->req.dtype = (uint8_t)t->dtype;
+    e->req.ndims = t->ndims;
+    if (t->ndims > 0)
+      memcpy(e->req.shape, t->shape, (size_t)t->ndims * sizeof(e->req.shape[0]));
+    e->input = t->input;
+    e->output = t->output;
+  }
+  e->handle = h;
+  return e;
+}
+
+static void destroy_entries(struct coord_entry **entries, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    coord_entry_destroy(entries[i]);
+}
+
+/* Queues n entries under one new handle; *out gets the handle. */
+static hvd_status submit(struct coord_state *s, struct coord_entry **entries, size_t n,
+                         struct hvd_handle_s *h, hvd_handle *out) {
+  hvd_status st = coord_enqueue(s, entries, n);
+  if (st != HVD_OK) {
+    destroy_entries(entries, n);
+    coord_handle_destroy(h);
+    return st;
+  }
+  *out = h;
+  return HVD_OK;
+}
+
+/* The common path of the tensor collectives. */
+static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const int32_t *splits,
+                          const hvd_options *options, hvd_handle *out) {
+  const char *what = coord_type_name(type);
+  const hvd_options *o = options != NULL ? options : &default_options;
+  struct coord_entry *one[1], **entries = one;
+  struct hvd_handle_s *h = NULL;
+  struct coord_state *s;
+  struct target tg;
+  char group[COORD_NAME_MAX + 64];
+  hvd_status st;
+  size_t made = 0;
+
+  if (out == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no handle pointer", what);
+  if (n == 0 || (n > 1 && type != COORD_ALLREDUCE))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: %zu tensors", what, n);
+  if ((s = coord_acquire()) == NULL)
+    return hvd_error_status();
+  st = check_options(s, what, o, &tg);
+  if (st == HVD_OK && type == COORD_BROADCAST && (o->root < 0 || o->root >= tg.set_size))
+    st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                   "broadcast: root %d is not a rank of process set %d (size %d)", o->root,
+                   o->process_set, tg.set_size);
+  if (st != HVD_OK)
+    goto out;
+  if (n > 1 && (entries = calloc(n, sizeof(*entries))) == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate %zu entries", what, n);
+    goto out;
+  }
+  if ((h = coord_handle_create((int)n, o->callback, o->callback_arg)) == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate a handle", what);
+    goto out;
+  }
+  h->spin_ns = s->cfg.spin_ns;
+  group[0] = '\0';
+  if (n > 1 && tensors[0].name == NULL)
+    snprintf(group, sizeof(group), "grouped_allreduce.noname.%" PRIu64,
+             next_number(s, tg.set, "grouped_allreduce"));
+  for (; made < n; made++) {
+    const hvd_tensor *t = &tensors[made];
+    bool reduces = type == COORD_ALLREDUCE || type == COORD_REDUCESCATTER;
+    bool output = type == COORD_ALLREDUCE || type == COORD_BROADCAST ||
+                  type == COORD_REDUCESCATTER;
+    int64_t elements = 0;
+    char name[COORD_NAME_MAX + 64];
+    struct coord_entry *e;
+
+    st = check_tensor(what, t, output && type != COORD_REDUCESCATTER, &elements);
+    if (st == HVD_OK && reduces)
+      st = ops_check_reduce(t->dtype, o->op, o->prescale, o->postscale);
+    if (st == HVD_OK && t->ndims == 0 &&
+        (type == COORD_ALLGATHER || type == COORD_ALLTOALL || type == COORD_REDUCESCATTER))
+      st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "%s needs a tensor of at least one dimension, not a scalar", what);
+    if (st == HVD_OK && type == COORD_REDUCESCATTER && t->output == NULL &&
+        ops_share_count((size_t)t->shape[0], tg.set_size, tg.set_rank) > 0 && elements > 0)
+      st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "reducescatter: no output buffer");
+    if (st != HVD_OK)
+      break;
+    if ((e = entry_new(type, t, o, h)) == NULL) {
+      st = hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate an entry", what);
+      break;
+    }
+    entries[made] = e;
+    if (t->name != NULL)
+      snprintf(name, sizeof(name), "%s", t->name);
+    else if (n > 1)
+      snprintf(name, sizeof(name), "%s.%zu", group, made);
+    else
+      snprintf(name, sizeof(name), "%s.noname.%" PRIu64, what, next_number(s, tg.set, what));
+    if (t->name != NULL && strlen(t->name) > COORD_NAME_MAX) {
+      st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: tensor names must have at most %d bytes",
+                     what, COORD_NAME_MAX);
+      made++;
+      break;
+    }
+    if ((st = set_name(&e->req, name)) != HVD_OK) {
+      made++;
+      break;
+    }
+    if (n > 1) {
+      const char *g = made == 0 ? e->req.name : entries[0]->req.name;
+      e->req.group = hvd_strndup(g, strlen(g));
+      e->req.group_len = (uint32_t)strlen(g);
+      e->req.group_size = (uint32_t)n;
+      if (e->req.group == NULL) {
+        st = hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot copy a group name", what);
+        made++;
+        break;
+      }
+    }
+    if (type == COORD_ALLTOALL) {
+      int64_t sum = 0;
+      if ((e->splits = malloc((size_t)tg.set_size * sizeof(*e->splits))) == NULL) {
+        st = hvd_error(HVD_ERR_NO_MEMORY, "alltoall: cannot copy the splits");
+        made++;
+        break;
+      }
+      for (int p = 0; p < tg.set_size; p++) {
+        e->splits[p] = splits != NULL ? splits[p] : (int32_t)(t->shape[0] / tg.set_size);
+        if (e->splits[p] < 0) {
+          st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "alltoall: splits[%d] is %d", p,
+                         e->splits[p]);
+          break;
+        }
+        sum += e->splits[p];
+      }
+      if (st == HVD_OK && splits == NULL && t->shape[0] % tg.set_size != 0)
+        st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                       "alltoall: no splits given, and the first dimension (%" PRId64
+                       ") is not a multiple of the process set's size (%d)",
+                       t->shape[0], tg.set_size);
+      if (st == HVD_OK && sum > t->shape[0])
+        st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                       "alltoall: the splits sum to %" PRId64
+                       " rows, more than the first dimension (%" PRId64 ")",
+                       sum, t->shape[0]);
+      if (st != HVD_OK) {
+        made++;
+        break;
+      }
+    }
+  }
+  if (st == HVD_OK) {
+    st = submit(s, entries, n, h, out);
+    h = NULL;
+    made = 0;
+  }
+out:
+  destroy_entries(entries, made);
+  coord_handle_destroy(h);
+  if (entries != one)
+    free(entries);
+  coord_release();
+  return st;
+}
+
+HVD_API hvd_status hvd_allreduce_async(const hvd_tensor *tensor, const hvd_options *options,
+                                       hvd_handle *handle) {
+  return enqueue(COORD_ALLREDUCE, tensor, 1, NULL, options, handle);
+}
+
+HVD_API hvd_status hvd_grouped_allreduce_async(const hvd_tensor *tensors, size_t n,
+                                               const hvd_options *options, hvd_handle *handle) {
+  if (tensors == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "grouped allreduce: no tensors");
+  return enqueue(COORD_ALLREDUCE, tensors, n, NULL, options, handle);
+}
+
+HVD_API hvd_status hvd_allgather_async(const hvd_tensor *tensor, const hvd_options *options,
+                                       hvd_handle *handle) {
+  return enqueue(COORD_ALLGATHER, tensor, 1, NULL, options, handle);
+}
+
+HVD_API hvd_status hvd_broadcast_async(const hvd_tensor *tensor, const hvd_options *options,
+                                       hvd_handle *handle) {
+  return enqueue(COORD_BROADCAST, tensor, 1, NULL, options, handle);
+}
+
+HVD_API hvd_status hvd_alltoall_async(const hvd_tensor *tensor, const int32_t *splits,
+                                      const hvd_options *options, hvd_handle *handle) {
+  return enqueue(COORD_ALLTOALL, tensor, 1, splits, options, handle);
+}
+
+HVD_API hvd_status hvd_reducescatter_async(const hvd_tensor *tensor, const hvd_options *options,
+                                           hvd_handle *handle) {
+  return enqueue(COORD_REDUCESCATTER, tensor, 1, NULL, options, handle);
+}
+
+/* ==== blocking forms ====================================================================== */
+
+static hvd_status finish(hvd_status st, hvd_handle h) {
+  if (st != HVD_OK)
+    return st;
+  st = hvd_handle_wait(h);
+  if (st != HVD_OK) {
+    /* Keep the operation's message across the release. */
+    char msg[HVD_ERROR_MESSAGE_MAX];
+    snprintf(msg, sizeof(msg), "%s", hvd_last_error_message());
+    hvd_handle_release(h);
+    return hvd_error(st, "%s", msg);
+  }
+  hvd_handle_release(h);
+  return HVD_OK;
+}
+
+HVD_API hvd_status hvd_allreduce(const hvd_tensor *tensor, const hvd_options *options) {
+  hvd_handle h = NULL;
+  hvd_status st = hvd_allreduce_async(tensor, options, &h);
+  return finish(st, h);
+}
+
+HVD_API hvd_status hvd_grouped_allreduce(const hvd_tensor *tensors, size_t n,
+                                         const hvd_options *options) {
+  hvd_handle h = NULL;
+  hvd_status st = hvd_grouped_allreduce_async(tensors, n, options, &h);
+  return finish(st, h);
+}
+
+HVD_API hvd_status hvd_broadcast(const hvd_tensor *tensor, const hvd_options *options) {
+  hvd_handle h = NULL;
+  hvd_status st = hvd_broadcast_async(tensor, options, &h);
+  return finish(st, h);
+}
+
+HVD_API hvd_status hvd_reducescatter(const hvd_tensor *tensor, const hvd_options *options) {
+  hvd_handle h = NULL;
+  hvd_status st = hvd_reducescatter_async(tensor, options, &h);
+  return finish(st, h);
+}
+
+/* ==== control operations (join, barrier, process sets) ================================== */
+
+/* Queues one control entry on the global set (or `set`) and waits for it;
+ * *value receives the handle's value. */
+static hvd_status control_op(int type, int set, const char *kind, const char *fixed_name,
+                             int32_t root, const int32_t *ranks, uint32_t nranks, int *value) {
+  hvd_options o = HVD_OPTIONS_INIT;
+  struct coord_state *s;
+  struct coord_entry *e;
+  struct hvd_handle_s *h;
+  struct target tg;
+  char name[96];
+  hvd_handle out = NULL;
+  hvd_status st;
+
+  if ((s = coord_acquire()) == NULL)
+    return hvd_error_status();
+  o.process_set = set;
+  st = check_options(s, coord_type_name(type), &o, &tg);
+  if (st != HVD_OK) {
+    coord_release();
+    return st;
+  }
+  h = coord_handle_create(1, NULL, NULL);
+  e = h != NULL ? entry_new(type, NULL, &o, h) : NULL;
+  if (e == NULL) {
+    coord_handle_destroy(h);
+    coord_release();
+    return hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate an entry", coord_type_name(type));
+  }
+  h->spin_ns = s->cfg.spin_ns;
+  e->req.root = root;
+  if (fixed_name != NULL)
+    snprintf(name, sizeof(name), "%s", fixed_name);
+  else
+    snprintf(name, sizeof(name), "hvd.%s.%" PRIu64, kind, next_number(s, set, kind));
+  st = set_name(&e->req, name);
+  if (st == HVD_OK && nranks > 0) {
+    if ((e->req.ranks = malloc(nranks * sizeof(*ranks))) == NULL)
+      st = hvd_error(HVD_ERR_NO_MEMORY, "cannot copy a rank list");
+    else
+      memcpy(e->req.ranks, ranks, nranks * sizeof(*ranks));
+    e->req.nranks = nranks;
+  }
+  if (st != HVD_OK) {
+    coord_entry_destroy(e);
+    coord_handle_destroy(h);
+    coord_release();
+    return st;
+  }
+  st = submit(s, &e, 1, h, &out);
+  coord_release();
+  if (st != HVD_OK)
+    return st;
+  st = hvd_handle_wait(out);
+  if (st == HVD_OK && value != NULL)
+    *value = out->value;
+  if (st != HVD_OK) {
+    char msg[HVD_ERROR_MESSAGE_MAX];
+    snprintf(msg, sizeof(msg), "%s", hvd_last_error_message());
+    hvd_handle_release(out);
+    return hvd_error(st, "%s", msg);
+  }
+  hvd_handle_release(out);
+  return HVD_OK;
+}
+
+HVD_API hvd_status hvd_join(int *last_joined_rank) {
+  int last = -1;
+  hvd_status st = control_op(COORD_JOIN, HVD_PROCESS_SET_GLOBAL, "join", "hvd.join", 0, NULL, 0,
+                             &last);
+  if (st == HVD_OK && last_joined_rank != NULL)
+    *last_joined_rank = last;
+  return st;
+}
+
+HVD_API hvd_status hvd_barrier(int process_set) {
+  return control_op(COORD_BARRIER, process_set, "barrier", NULL, 0, NULL, 0, NULL);
+}
+
+static int compare_int32(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+
+HVD_API hvd_status hvd_process_set_add(const int *ranks, size_t n, int *id) {
+  int32_t *sorted;
+  int size = hvd_size(), value = -1;
+  hvd_status st;
+
+  if (size < 0)
+    return hvd_error(HVD_ERR_PRECONDITION, "hvd is not initialized (call hvd_init first)");
+  if (ranks == NULL || n == 0 || n > (size_t)size)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "hvd_process_set_add: %zu ranks; a set has 1 to %d ranks", n, size);
+  if ((sorted = malloc(n * sizeof(*sorted))) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "hvd_process_set_add: cannot copy the ranks");
+  for (size_t i = 0; i < n; i++) {
+    if (ranks[i] < 0 || ranks[i] >= size) {
+      free(sorted);
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_process_set_add: rank %d is not in [0, %d)",
+                       ranks[i], size);
+    }
+    sorted[i] = ranks[i];
+  }
+  qsort(sorted, n, sizeof(*sorted), compare_int32);
+  for (size_t i = 1; i < n; i++) {
+    if (sorted[i] == sorted[i - 1]) {
+      int dup = sorted[i];
+      free(sorted);
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_process_set_add: rank %d is listed twice",
+                       dup);
+    }
+  }
+  st = control_op(COORD_SET_ADD, HVD_PROCESS_SET_GLOBAL, "process_set_add", NULL, 0, sorted,
+                  (uint32_t)n, &value);
+  free(sorted);
+  if (st == HVD_OK && id != NULL)
+    *id = value;
+  return st;
+}
+
+HVD_API hvd_status hvd_process_set_remove(int id) {
+  if (id == HVD_PROCESS_SET_GLOBAL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "hvd_process_set_remove: the global process set cannot be removed");
+  if (id < 0)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_process_set_remove: %d is not a set id", id);
+  return control_op(COORD_SET_REMOVE, HVD_PROCESS_SET_GLOBAL, "process_set_remove", NULL, id,
+                    NULL, 0, NULL);
+}
+
+/* ==== handles ============================================================================== */
+
+HVD_API int hvd_handle_poll(hvd_handle h) {
+  return h != NULL && atomic_load_explicit(&h->done, memory_order_acquire);
+}
+
+HVD_API hvd_status hvd_handle_wait(hvd_handle h) {
+  if (h == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_handle_wait: no handle");
+  return coord_handle_wait(h, HVD_NO_DEADLINE, h->spin_ns);
+}
+
+HVD_API hvd_status hvd_handle_wait_for(hvd_handle h, int64_t timeout_ms) {
+  if (h == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_handle_wait_for: no handle");
+  return coord_handle_wait(h, hvd_deadline_after_ms(timeout_ms < 0 ? 0 : timeout_ms),
+                           h->spin_ns);
+}
+
+static hvd_status completed_ok(hvd_handle h, const char *what) {
+  if (h == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no handle", what);
+  if (!atomic_load_explicit(&h->done, memory_order_acquire))
+    return hvd_error(HVD_ERR_PRECONDITION, "%s: the operation has not completed", what);
+  if (h->status != HVD_OK)
+    return hvd_error(HVD_ERR_PRECONDITION, "%s: the operation failed: %s", what,
+                     h->message != NULL ? h->message : hvd_strerror(h->status));
+  return HVD_OK;
+}
+
+HVD_API hvd_status hvd_handle_output(hvd_handle h, void **data, size_t *bytes, int64_t *shape) {
+  hvd_status st = completed_ok(h, "hvd_handle_output");
+  if (st != HVD_OK)
+    return st;
+  if (h->output == NULL)
+    return hvd_error(HVD_ERR_PRECONDITION,
+                     "hvd_handle_output: only allgather and alltoall have outputs in the handle");
+  if (data != NULL)
+    *data = h->output;
+  if (bytes != NULL)
+    *bytes = h->output_bytes;
+  if (shape != NULL)
+    memcpy(shape, h->shape, (size_t)h->ndims * sizeof(*shape));
+  return HVD_OK;
+}
+
+HVD_API hvd_status hvd_handle_received_splits(hvd_handle h, const int32_t **splits, size_t *n) {
+  hvd_status st = completed_ok(h, "hvd_handle_received_splits");
+  if (st != HVD_OK)
+    return st;
+  if (h->recv_splits == NULL)
+    return hvd_error(HVD_ERR_PRECONDITION,
+                     "hvd_handle_received_splits: only alltoall has received splits");
+  if (splits != NULL)
+    *splits = h->recv_splits;
+  if (n != NULL)
+    *n = h->nsplits;
+  return HVD_OK;
+}
+
+HVD_API void hvd_handle_release(hvd_handle h) {
+  if (h == NULL)
+    return;
+  (void)coord_handle_wait(h, HVD_NO_DEADLINE, h->spin_ns);
+  coord_handle_destroy(h);
+}

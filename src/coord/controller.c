@@ -1,0 +1,530 @@
+/*
+ * The coordinator's table: which ranks have submitted which operation.
+ *
+ * DESIGN. Global rank 0 keeps one table for every process set, keyed by
+ * set and name, so that one total order covers all sets: every rank runs
+ * the responses in the order rank 0 sends them, and ranks in two sets can
+ * never wait on each other in opposite orders. A request is checked
+ * against the first one submitted under its name as it arrives; the first
+ * disagreement is kept and becomes an error response once the operation is
+ * ready, so every rank that submitted it fails it, with the same message,
+ * and the job goes on. An operation is ready when every member of its set
+ * that has not joined has submitted it. Ready operations wait in a FIFO
+ * (grouped ones until their whole group is ready) for dispatch.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller_private.h"
+
+/* ==== process sets, as the coordinator sees them ==================================== */
+
+static hvd_status set_put(struct coord_controller *c, int id, const int32_t *ranks, int n) {
+  int32_t *copy = malloc((size_t)(n ? n : 1) * sizeof(*copy));
+
+  if (copy == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot record process set %d", id);
+  if (id >= c->nsets) {
+    int cap = id + 8;
+    struct ctl_set *grown = realloc(c->sets, (size_t)cap * sizeof(*grown));
+    if (grown == NULL) {
+      free(copy);
+      return hvd_error(HVD_ERR_NO_MEMORY, "cannot record process set %d", id);
+    }
+    memset(grown + c->nsets, 0, (size_t)(cap - c->nsets) * sizeof(*grown));
+    c->sets = grown;
+    c->nsets = cap;
+  }
+  memcpy(copy, ranks, (size_t)n * sizeof(*copy));
+  free(c->sets[id].ranks);
+  c->sets[id] = (struct ctl_set){.used = true, .ranks = copy, .size = n};
+  return HVD_OK;
+}
+
+int ctl_set_rank(const struct ctl_set *set, int rank) {
+  int lo = 0, hi = set->size - 1;
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (set->ranks[mid] == rank)
+      return mid;
+    if (set->ranks[mid] < rank)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  return -1;
+}
+
+/* ==== lifetime ========================================================================= */
+
+hvd_status coord_controller_create(struct coord_state *s, struct coord_controller **out) {
+  struct coord_controller *c = calloc(1, sizeof(*c));
+  int32_t *all = NULL;
+  hvd_status st;
+
+  if (c == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the coordinator");
+  c->s = s;
+  c->size = s->size;
+  c->next_seq = 1;
+  c->last_joined = -1;
+  hvd_map_init(&c->table);
+  hvd_map_init(&c->groups);
+  c->joined = calloc((size_t)s->size, sizeof(*c->joined));
+  c->acks = calloc((size_t)s->size, sizeof(*c->acks));
+  all = malloc((size_t)s->size * sizeof(*all));
+  if (c->joined == NULL || c->acks == NULL || all == NULL) {
+    free(all);
+    coord_controller_destroy(c);
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the coordinator for %d ranks", s->size);
+  }
+  for (int r = 0; r < s->size; r++)
+    all[r] = r;
+  st = set_put(c, HVD_PROCESS_SET_GLOBAL, all, s->size);
+  free(all);
+  if (st != HVD_OK) {
+    coord_controller_destroy(c);
+    return st;
+  }
+  *out = c;
+  return HVD_OK;
+}
+
+void ctl_pending_destroy(struct pending *p) {
+  if (p == NULL)
+    return;
+  coord_request_fini(&p->first);
+  free(p->submitted);
+  free(p->elements);
+  free(p->error);
+  free(p);
+}
+
+void coord_controller_destroy(struct coord_controller *c) {
+  struct hvd_map_iter it = {0};
+  const char *key;
+  size_t klen;
+  void *value;
+
+  if (c == NULL)
+    return;
+  while (c->head != NULL) {
+    struct pending *p = c->head;
+    ctl_unlink(c, p);
+    ctl_pending_destroy(p);
+  }
+  while (c->ready_head != NULL) {
+    struct pending *p = c->ready_head;
+    c->ready_head = p->next_ready;
+    ctl_pending_destroy(p);
+  }
+  while (hvd_map_iter_next(&c->groups, &it, &key, &klen, &value)) {
+    struct group_wait *g = value;
+    for (int i = 0; i < g->count; i++)
+      ctl_pending_destroy(g->members[i]);
+    free(g->members);
+    free(g);
+  }
+  hvd_map_fini(&c->groups);
+  hvd_map_fini(&c->table);
+  for (int i = 0; i < c->nsets; i++)
+    free(c->sets[i].ranks);
+  free(c->sets);
+  free(c->joined);
+  free(c->acks);
+  free(c->retired);
+  free(c);
+}
+
+/* ==== the table ========================================================================== */
+
+static size_t pending_key(const struct pending *p, char *key, size_t size) {
+  return coord_key(key, size, p->first.set, p->first.name, p->first.name_len);
+}
+
+void ctl_unlink(struct coord_controller *c, struct pending *p) {
+  char key[COORD_KEY_MAX];
+
+  if (!p->in_table)
+    return;
+  hvd_map_remove(&c->table, key, pending_key(p, key, sizeof(key)));
+  if (p->prev != NULL)
+    p->prev->next = p->next;
+  else
+    c->head = p->next;
+  if (p->next != NULL)
+    p->next->prev = p->prev;
+  else
+    c->tail = p->prev;
+  p->prev = p->next = NULL;
+  p->in_table = false;
+  c->npending--;
+}
+
+size_t ctl_pending_bytes(const struct pending *p) {
+  int64_t n = 0;
+  size_t esize = hvd_dtype_size(p->first.dtype);
+
+  if (p->first.type == COORD_ALLGATHER && p->elements != NULL) {
+    for (int i = 0; i < p->set_size; i++)
+      n += p->elements[i];
+  } else if (!coord_shape_elements(p->first.shape, p->first.ndims, &n)) {
+    n = 0;
+  }
+  return (size_t)n * esize;
+}
+
+void ctl_push_ready(struct coord_controller *c, struct pending *p) {
+  p->next_ready = NULL;
+  if (c->ready_tail != NULL)
+    c->ready_tail->next_ready = p;
+  else
+    c->ready_head = p;
+  c->ready_tail = p;
+  if (c->nready++ == 0)
+    c->oldest_ready_ns = hvd_now_ns();
+  c->ready_bytes += ctl_pending_bytes(p);
+}
+
+/* A ready operation goes to the FIFO, or waits for the rest of its group. */
+static void make_ready(struct coord_controller *c, struct pending *p) {
+  char key[COORD_KEY_MAX];
+  size_t klen;
+  struct group_wait *g;
+
+  ctl_unlink(c, p);
+  if (c->s->timeline != NULL)
+    coord_timeline_end(c->s->timeline, p->first.name);
+  if (p->first.group_size == 0) {
+    ctl_push_ready(c, p);
+    return;
+  }
+  klen = coord_key(key, sizeof(key), p->first.set, p->first.group, p->first.group_len);
+  g = hvd_map_get(&c->groups, key, klen);
+  if (g == NULL) {
+    g = calloc(1, sizeof(*g));
+    if (g != NULL)
+      g->members = calloc(p->first.group_size, sizeof(*g->members));
+    if (g == NULL || g->members == NULL || hvd_map_put(&c->groups, key, klen, g, NULL) != HVD_OK) {
+      /* Out of memory: run it alone rather than lose it. */
+      if (g != NULL)
+        free(g->members);
+      free(g);
+      ctl_push_ready(c, p);
+      return;
+    }
+    g->size = (int)p->first.group_size;
+  }
+  g->members[g->count++] = p;
+  if (g->count < g->size)
+    return;
+  hvd_map_remove(&c->groups, key, klen);
+  for (int i = 0; i < g->count; i++)
+    ctl_push_ready(c, g->members[i]);
+  free(g->members);
+  free(g);
+}
+
+bool ctl_is_ready(const struct coord_controller *c, const struct pending *p) {
+  const struct ctl_set *set;
+
+  if (c->njoined == 0)
+    return p->count >= p->set_size;
+  set = &c->sets[p->first.set];
+  for (int i = 0; i < set->size; i++) {
+    if (!(p->submitted[i / 8] & (1u << (i % 8))) && !c->joined[set->ranks[i]])
+      return false;
+  }
+  return true;
+}
+
+/* An operation that fails at once (an unknown set): ready with its error. */
+static void fail_now(struct coord_controller *c, struct coord_request *req, uint8_t status,
+                     const char *why) {
+  struct pending *p = calloc(1, sizeof(*p));
+  char msg[HVD_ERROR_MESSAGE_MAX];
+
+  if (p == NULL) {
+    coord_request_fini(req);
+    return;
+  }
+  p->first = *req;
+  memset(req, 0, sizeof(*req));
+  p->first.group_size = 0; /* it fails alone */
+  free(p->first.group);
+  p->first.group = NULL;
+  p->first.group_len = 0;
+  snprintf(msg, sizeof(msg), "%s '%.256s': %s", coord_type_name(p->first.type), p->first.name,
+           why);
+  p->error = hvd_strndup(msg, strlen(msg));
+  p->error_status = status;
+  ctl_push_ready(c, p);
+}
+
+/* Whether two submissions describe the same operation (the cache's view:
+ * an allgather's first dimension may differ). */
+static bool same_params(const struct coord_request *a, const struct coord_request *b) {
+  int from = a->type == COORD_ALLGATHER ? 1 : 0;
+  if (a->type != b->type || a->dtype != b->dtype || a->op != b->op || a->root != b->root ||
+      a->device != b->device || a->ndims != b->ndims || a->group_size != b->group_size ||
+      memcmp(&a->prescale, &b->prescale, sizeof(double)) != 0 ||
+      memcmp(&a->postscale, &b->postscale, sizeof(double)) != 0)
+    return false;
+  for (int i = from; i < a->ndims; i++) {
+    if (a->shape[i] != b->shape[i])
+      return false;
+  }
+  return true;
+}
+
+void ctl_retire(struct coord_controller *c, int bit) {
+  if (c->nretired == c->retired_cap) {
+    uint32_t cap = c->retired_cap ? 2 * c->retired_cap : 16;
+    int32_t *grown = realloc(c->retired, cap * sizeof(*grown));
+    if (grown == NULL)
+      return; /* the bit stays retired on the coordinator only: workers keep a harmless entry */
+    c->retired = grown;
+    c->retired_cap = cap;
+  }
+  coord_cache_retire(&c->s->cache, bit, c->next_seq);
+  c->retired[c->nretired++] = bit;
+}
+
+static void submit_join(struct coord_controller *c, struct coord_request *req) {
+  int rank = req->rank;
+
+  coord_request_fini(req);
+  if (c->joined[rank])
+    return;
+  c->joined[rank] = true;
+  c->njoined++;
+  c->last_joined = rank;
+  /* Operations that only waited for this rank are ready now. */
+  for (struct pending *p = c->head; p != NULL;) {
+    struct pending *next = p->next;
+    if (ctl_is_ready(c, p))
+      make_ready(c, p);
+    p = next;
+  }
+  if (c->njoined == c->size)
+    c->join_due = true;
+}
+
+void coord_controller_submit(struct coord_controller *c, struct coord_request *req) {
+  struct coord_state *s = c->s;
+  char key[COORD_KEY_MAX], msg[HVD_ERROR_MESSAGE_MAX];
+  size_t klen;
+  struct pending *p;
+  const struct ctl_set *set;
+  int srank, rank;
+  int64_t elements;
+
+  if (req->type == COORD_JOIN) {
+    submit_join(c, req);
+    return;
+  }
+  if (req->set < 0 || req->set >= c->nsets || !c->sets[req->set].used) {
+    snprintf(msg, sizeof(msg), "process set %d does not exist", req->set);
+    fail_now(c, req, HVD_ERR_INVALID_ARGUMENT, msg);
+    return;
+  }
+  set = &c->sets[req->set];
+  srank = ctl_set_rank(set, req->rank);
+  rank = req->rank;
+  if (!coord_shape_elements(req->shape, req->ndims, &elements))
+    elements = 0;
+  if (srank < 0) {
+    snprintf(msg, sizeof(msg), "rank %d is not in process set %d", req->rank, req->set);
+    fail_now(c, req, HVD_ERR_INVALID_ARGUMENT, msg);
+    return;
+  }
+  /* A cached operation submitted with other parameters leaves the cache. */
+  if (s->cache.capacity > 0) {
+    int bit = coord_cache_find(&s->cache, req->set, req->name, req->name_len);
+    const struct coord_cache_entry *e = coord_cache_entry(&s->cache, bit);
+    if (e != NULL && e->state == COORD_CACHE_ACTIVE && e->have_req && !same_params(&e->req, req))
+      ctl_retire(c, bit);
+  }
+  klen = coord_key(key, sizeof(key), req->set, req->name, req->name_len);
+  p = hvd_map_get(&c->table, key, klen);
+  if (p == NULL) {
+    p = calloc(1, sizeof(*p));
+    if (p == NULL || (p->submitted = calloc((size_t)set->size / 8 + 1, 1)) == NULL ||
+        (req->type == COORD_ALLGATHER &&
+         (p->elements = calloc((size_t)set->size, sizeof(*p->elements))) == NULL)) {
+      ctl_pending_destroy(p);
+      coord_request_fini(req);
+      HVD_LOG_ERROR("out of memory in the coordinator: dropping '%s'", req->name);
+      return;
+    }
+    p->first = *req;
+    memset(req, 0, sizeof(*req));
+    p->set_size = set->size;
+    p->first_ns = hvd_now_ns();
+    if (hvd_map_put(&c->table, key, klen, p, NULL) != HVD_OK) {
+      ctl_pending_destroy(p);
+      HVD_LOG_ERROR("out of memory in the coordinator: dropping an operation");
+      return;
+    }
+    p->in_table = true;
+    p->prev = c->tail;
+    if (c->tail != NULL)
+      c->tail->next = p;
+    else
+      c->head = p;
+    c->tail = p;
+    c->npending++;
+    if (s->timeline != NULL) {
+      char phase[64];
+      snprintf(phase, sizeof(phase), "NEGOTIATE_%s", coord_type_name(p->first.type));
+      for (char *q = phase; *q; q++)
+        *q = (char)(*q >= 'a' && *q <= 'z' ? *q - 32 : *q);
+      coord_timeline_begin(s->timeline, p->first.name, phase);
+    }
+  } else {
+    if (p->error == NULL && !coord_validate(&p->first, req, msg, sizeof(msg))) {
+      char full[HVD_ERROR_MESSAGE_MAX];
+      snprintf(full, sizeof(full), "%s '%.256s': %.700s", coord_type_name(p->first.type),
+               p->first.name, msg);
+      p->error = hvd_strndup(full, strlen(full));
+      p->error_status = HVD_ERR_MISMATCH;
+    }
+    if (p->submitted[srank / 8] & (1u << (srank % 8))) {
+      snprintf(msg, sizeof(msg), "%s '%.256s': rank %d submitted it twice",
+               coord_type_name(p->first.type), p->first.name, req->rank);
+      HVD_LOG_ERROR("%s", msg);
+      if (p->error == NULL) {
+        p->error = hvd_strndup(msg, strlen(msg));
+        p->error_status = HVD_ERR_PROTOCOL;
+      }
+      coord_request_fini(req);
+      return;
+    }
+  }
+  p->submitted[srank / 8] |= (unsigned char)(1u << (srank % 8));
+  p->count++;
+  if (p->elements != NULL)
+    p->elements[srank] = elements;
+  if (s->timeline != NULL) {
+    char what[32];
+    snprintf(what, sizeof(what), "rank %d", rank);
+    coord_timeline_mark(s->timeline, p->first.name, what);
+  }
+  coord_request_fini(req);
+  if (ctl_is_ready(c, p))
+    make_ready(c, p);
+}
+
+hvd_status coord_controller_receive(struct coord_controller *c, int rank,
+                                    struct coord_request_list *l) {
+  struct coord_cache *cache = &c->s->cache;
+
+  if (l->ack < c->acks[rank] || l->ack >= c->next_seq)
+    return hvd_error(HVD_ERR_PROTOCOL,
+                     "rank %d acknowledged response list %llu, after %llu (%llu sent so far)", rank,
+                     (unsigned long long)l->ack, (unsigned long long)c->acks[rank],
+                     (unsigned long long)(c->next_seq - 1));
+  c->acks[rank] = l->ack;
+  if (l->flags & COORD_FLAG_ABORT) {
+    if (!c->aborting) {
+      c->aborting = true;
+      c->abort_status = l->abort_status ? l->abort_status : HVD_ERR_ABORTED;
+      snprintf(c->abort_msg, sizeof(c->abort_msg), "rank %d failed: %s", rank,
+               l->abort_message != NULL ? l->abort_message : "(no message)");
+    }
+    return HVD_OK;
+  }
+  if (l->flags & COORD_FLAG_SHUTDOWN)
+    c->shutdown = true;
+  for (uint32_t byte = 0; byte < l->hits_bytes; byte++) {
+    for (int b = 0; b < 8; b++) {
+      int bit = (int)(byte * 8 + (uint32_t)b);
+      const struct coord_cache_entry *e;
+      struct coord_request req;
+      bool valid;
+      if (!(l->hits[byte] & (1u << b)))
+        continue;
+      e = coord_cache_entry(cache, bit);
+      valid = e != NULL && e->have_req && e->assigned_seq <= l->ack &&
+              (e->state == COORD_CACHE_ACTIVE ||
+               (e->state == COORD_CACHE_RETIRED && l->ack < e->retired_seq));
+      if (!valid)
+        return hvd_error(HVD_ERR_PROTOCOL,
+                         "rank %d sent cache bit %d, which it cannot know (it acknowledged list "
+                         "%llu)",
+                         rank, bit, (unsigned long long)l->ack);
+      if (coord_request_copy(&req, &e->req) != HVD_OK)
+        return hvd_error_status();
+      req.rank = rank;
+      if (req.type == COORD_ALLGATHER) {
+        const struct ctl_set *set = &c->sets[req.set];
+        int srank = req.set < c->nsets && set->used ? ctl_set_rank(set, rank) : -1;
+        int64_t row = 1;
+        coord_shape_elements(req.shape + 1, req.ndims - 1, &row);
+        if (srank < 0 || (uint32_t)srank >= e->resp.ncounts || row <= 0) {
+          coord_request_fini(&req);
+          return hvd_error(HVD_ERR_PROTOCOL, "rank %d sent cache bit %d of a set it is not in",
+                           rank, bit);
+        }
+        req.shape[0] = e->resp.counts[srank] / row;
+      }
+      coord_cache_touch(cache, bit);
+      coord_controller_submit(c, &req);
+    }
+  }
+  for (uint32_t i = 0; i < l->n; i++) {
+    struct coord_request req = l->reqs[i];
+    memset(&l->reqs[i], 0, sizeof(l->reqs[i]));
+    req.rank = rank;
+    coord_controller_submit(c, &req);
+  }
+  return HVD_OK;
+}
+
+/* Takes the pending operations of a set out of the table and the group
+ * waits, with an error (the set is being removed). */
+void coord_controller_fail_set(struct coord_controller *c, int set, const char *why) {
+  struct hvd_map_iter it = {0};
+  const char *key;
+  size_t klen;
+  void *value;
+
+  for (struct pending *p = c->head; p != NULL;) {
+    struct pending *next = p->next;
+    if (p->first.set == set) {
+      char msg[HVD_ERROR_MESSAGE_MAX];
+      snprintf(msg, sizeof(msg), "%s '%.256s': %.700s", coord_type_name(p->first.type),
+               p->first.name, why);
+      if (p->error == NULL) {
+        p->error = hvd_strndup(msg, strlen(msg));
+        p->error_status = HVD_ERR_ABORTED;
+      }
+      ctl_unlink(c, p);
+      ctl_push_ready(c, p);
+    }
+    p = next;
+  }
+  while (hvd_map_iter_next(&c->groups, &it, &key, &klen, &value)) {
+    struct group_wait *g = value;
+    if (g->count == 0 || g->members[0]->first.set != set)
+      continue;
+    hvd_map_iter_remove(&c->groups, &it);
+    for (int i = 0; i < g->count; i++)
+      ctl_push_ready(c, g->members[i]);
+    free(g->members);
+    free(g);
+  }
+}
+
+/* Records a set registered or removed by a response being built. */
+hvd_status ctl_set_added(struct coord_controller *c, int id, const int32_t *ranks, int n) {
+  return set_put(c, id, ranks, n);
+}
+
+void ctl_set_removed(struct coord_controller *c, int id) {
+  if (id > 0 && id < c->nsets) {
+    free(c->sets[id].ranks);
+    memset(&c->sets[id], 0, sizeof(c->sets[id]));
+  }
+}

@@ -1,0 +1,87 @@
+/* The coordinator's internals, shared by controller.c, dispatch.c and stall.c. */
+#ifndef HVD_COORD_CONTROLLER_PRIVATE_H
+#define HVD_COORD_CONTROLLER_PRIVATE_H
+
+#include "coord.h"
+
+/* One operation that some ranks have submitted. */
+struct pending {
+  struct coord_request first; /* the first submission; owns the name */
+  int set_size;
+  unsigned char *submitted;   /* bit per set rank */
+  int count;
+  int64_t *elements;          /* ALLGATHER: elements per set rank */
+  char *error;                /* the first disagreement, "<op> '<name>': ..." */
+  uint8_t error_status;
+  int64_t first_ns;
+  struct pending *prev, *next; /* the table's list, in arrival order */
+  struct pending *next_ready;
+  bool in_table;
+  bool prepared; /* SET_REMOVE: the set's operations were failed already */
+};
+
+/* The coordinator's view of a process set. */
+struct ctl_set {
+  bool used;
+  int32_t *ranks; /* sorted */
+  int size;
+};
+
+/* Ready members of a group, waiting for the rest. */
+struct group_wait {
+  struct pending **members;
+  int count, size;
+};
+
+struct coord_controller {
+  struct coord_state *s;
+  int size; /* ranks in the job */
+
+  struct hvd_map table;        /* "<set>:<name>" -> pending */
+  struct pending *head, *tail; /* every pending in the table */
+  size_t npending;
+  struct pending *ready_head, *ready_tail;
+  size_t nready;
+  size_t ready_bytes;
+  int64_t oldest_ready_ns;
+  struct hvd_map groups; /* "<set>:<group>" -> group_wait */
+
+  struct ctl_set *sets;
+  int nsets;
+
+  bool *joined; /* by global rank */
+  int njoined;
+  int last_joined;
+  bool join_due; /* every rank has joined: send the JOIN response */
+
+  uint64_t *acks; /* by global rank: the last response list it applied */
+  uint64_t next_seq;
+  int32_t *retired; /* cache bits to announce in the next list */
+  uint32_t nretired, retired_cap;
+
+  bool shutdown;      /* a rank asked to shut down */
+  bool aborting;      /* a rank reported a failure */
+  uint8_t abort_status;
+  char abort_msg[HVD_ERROR_MESSAGE_MAX];
+
+  int64_t next_stall_check;
+};
+
+/* Sizes a pending response moves, for fusion. */
+size_t ctl_pending_bytes(const struct pending *p);
+/* The set rank of a global rank, -1 if not a member. */
+int ctl_set_rank(const struct ctl_set *set, int rank);
+/* Queues a cache bit for the next list's retired list. */
+void ctl_retire(struct coord_controller *c, int bit);
+/* Whether every non-joined member has submitted. */
+bool ctl_is_ready(const struct coord_controller *c, const struct pending *p);
+/* Appends p to the ready FIFO. */
+void ctl_push_ready(struct coord_controller *c, struct pending *p);
+/* Removes p from the table (not from the ready list). */
+void ctl_unlink(struct coord_controller *c, struct pending *p);
+void ctl_pending_destroy(struct pending *p);
+/* The coordinator's copy of the registry, changed as responses are built. */
+hvd_status ctl_set_added(struct coord_controller *c, int id, const int32_t *ranks, int n);
+void ctl_set_removed(struct coord_controller *c, int id);
+
+#endif

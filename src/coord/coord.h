@@ -1,0 +1,441 @@
+/*
+ * The coord module: what turns the collectives of ops into a library that
+ * training frameworks can call from many threads in any order. User
+ * threads enqueue; one background thread per process negotiates with the
+ * coordinator (global rank 0) over the control communicator, which decides
+ * when every rank has submitted a tensor, checks that they agree, fuses
+ * them and tells every rank the order to run them in; then each rank runs
+ * them on its process set's communicator (see docs/coordinator-protocol.md).
+ *
+ * Lock order: coord_state.lock, then a handle's mu. coord_state.sets_lock
+ * and the timeline's lock are leaves. No lock is held across socket I/O or
+ * a user callback.
+ */
+#ifndef HVD_COORD_H
+#define HVD_COORD_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/common.h"
+#include "ops/ops.h"
+#include "transport/transport.h"
+
+/* ==== requests and responses (message.c) ====================================== */
+
+enum coord_type {
+  COORD_ALLREDUCE = 0,
+  COORD_ALLGATHER = 1,
+  COORD_BROADCAST = 2,
+  COORD_JOIN = 3,
+  COORD_ALLTOALL = 4,
+  COORD_BARRIER = 5,
+  COORD_REDUCESCATTER = 6,
+  COORD_SET_ADD = 7,    /* registers a process set (global set) */
+  COORD_SET_REMOVE = 8, /* removes one (global set) */
+  COORD_ERROR = 9,      /* responses only: the tensors fail */
+  COORD_TYPE_COUNT = 10,
+};
+
+/* "allreduce", ...; "unknown" otherwise. */
+const char *coord_type_name(int type);
+
+enum {
+  COORD_NAME_MAX = 4096,          /* bytes of a tensor name */
+  COORD_MAX_SET_RANKS = 1 << 24,  /* ranks in a process-set list */
+  COORD_MAX_MESSAGE = 256u << 20, /* bytes of one encoded list */
+};
+
+/* One rank's submission of one operation. */
+struct coord_request {
+  uint8_t type;   /* enum coord_type */
+  uint8_t dtype;  /* hvd_dtype */
+  uint8_t op;     /* hvd_reduce_op */
+  int32_t set;    /* process set id */
+  int32_t root;   /* BROADCAST: the root's set rank; SET_REMOVE: the set id */
+  int32_t device; /* HVD_DEVICE_CPU or a GPU ordinal */
+  int32_t rank;   /* the submitting global rank (filled in by the coordinator) */
+  uint32_t group_size; /* grouped allreduce: tensors in the group; 0: not grouped */
+  double prescale, postscale;
+  int32_t ndims;
+  int64_t shape[HVD_MAX_DIMS];
+  int32_t *ranks; /* SET_ADD: the sorted global ranks */
+  uint32_t nranks;
+  char *name; /* NUL-terminated, name_len bytes */
+  uint32_t name_len;
+  char *group; /* grouped: the group's name (its first tensor's), NULL otherwise */
+  uint32_t group_len;
+};
+
+/*
+ * What every member of a set runs. A response covers ntensors tensors (more
+ * than one when fused); counts depends on the type:
+ *   ALLREDUCE, BROADCAST, REDUCESCATTER: elements per tensor (ntensors);
+ *   ALLGATHER: elements each set rank contributes, per tensor
+ *     (ntensors x set size, tensor-major);
+ *   others: none.
+ */
+struct coord_response {
+  uint8_t type;
+  uint8_t dtype;
+  uint8_t op;
+  uint8_t status; /* ERROR: the hvd_status the tensors fail with */
+  int32_t set;
+  int32_t root;
+  int32_t device;
+  int32_t last_joined; /* JOIN */
+  int32_t new_set;     /* SET_ADD, SET_REMOVE: the set id */
+  double prescale, postscale;
+  uint32_t ntensors;
+  char **names;   /* ntensors */
+  int32_t *bits;  /* ntensors: each tensor's cache bit, -1: not cached */
+  bool cached;    /* on the wire as cache bits only: names and counts come from the cache */
+  uint32_t ncounts;
+  int64_t *counts;
+  int32_t *ranks; /* SET_ADD: sorted global ranks */
+  uint32_t nranks;
+  char *error; /* ERROR: the message */
+};
+
+enum {
+  COORD_FLAG_SHUTDOWN = 1, /* the sender shuts down (request) / everybody does (response) */
+  COORD_FLAG_ABORT = 2,    /* the job failed: abort_status and abort_message say how */
+};
+
+/* Worker -> coordinator. */
+struct coord_request_list {
+  uint64_t ack; /* the last response list this rank has applied */
+  uint8_t flags;
+  uint8_t abort_status;
+  char *abort_message;
+  unsigned char *hits; /* cache bits of cached requests, bit k = byte k/8, 1 << k%8 */
+  uint32_t hits_bytes;
+  struct coord_request *reqs;
+  uint32_t n;
+};
+
+/* Coordinator -> every worker. */
+struct coord_response_list {
+  uint64_t seq; /* 1, 2, ... */
+  uint8_t flags;
+  uint8_t abort_status;
+  char *abort_message;
+  int32_t *retired; /* cache bits dropped after this list's responses */
+  uint32_t nretired;
+  struct coord_response *resps;
+  uint32_t n;
+};
+
+void coord_request_fini(struct coord_request *r);
+/* A deep copy (names and rank lists duplicated). */
+hvd_status coord_request_copy(struct coord_request *dst, const struct coord_request *src);
+void coord_response_fini(struct coord_response *r);
+hvd_status coord_response_copy(struct coord_response *dst, const struct coord_response *src);
+void coord_request_list_fini(struct coord_request_list *l);
+void coord_response_list_fini(struct coord_response_list *l);
+
+/* Elements of a request's tensor (product of the shape); false on overflow. */
+bool coord_shape_elements(const int64_t *shape, int ndims, int64_t *out);
+
+/* Little-endian, versioned, every length checked on decode; a decode failure
+ * is HVD_ERR_PROTOCOL naming what was wrong, and leaves *out empty. */
+hvd_status coord_encode_requests(const struct coord_request_list *l, struct hvd_buf *out);
+hvd_status coord_decode_requests(const void *data, size_t len, struct coord_request_list *out);
+hvd_status coord_encode_responses(const struct coord_response_list *l, struct hvd_buf *out);
+hvd_status coord_decode_responses(const void *data, size_t len, struct coord_response_list *out);
+
+/* ==== configuration (config.c) ================================================== */
+
+struct coord_config {
+  size_t fusion_threshold;      /* HOROVOD_FUSION_THRESHOLD bytes; 0: no fusion */
+  size_t fusion_inplace_bytes;  /* HVD_FUSION_INPLACE_BYTES: larger tensors of a fused
+                                   allreduce are reduced in place, not copied */
+  int64_t cycle_ns;             /* HOROVOD_CYCLE_TIME: longest wait to batch ready tensors */
+  size_t cache_capacity;        /* HOROVOD_CACHE_CAPACITY; 0: no cache */
+  bool stall_check;             /* !HOROVOD_STALL_CHECK_DISABLE */
+  int64_t stall_warn_ns;        /* HOROVOD_STALL_CHECK_TIME_SECONDS */
+  int64_t stall_shutdown_ns;    /* HOROVOD_STALL_SHUTDOWN_TIME_SECONDS; 0: never */
+  bool hierarchical_allreduce;  /* HOROVOD_HIERARCHICAL_ALLREDUCE */
+  bool hierarchical_allgather;  /* HOROVOD_HIERARCHICAL_ALLGATHER */
+  char timeline[1024];          /* HOROVOD_TIMELINE: a path, "DYNAMIC" or "" */
+  bool timeline_mark_cycles;    /* HOROVOD_TIMELINE_MARK_CYCLES */
+  int affinity_core;            /* HOROVOD_THREAD_AFFINITY's entry for this local rank; -1 */
+  int64_t spin_ns;              /* HVD_SPIN_US: how long a waiting user thread spins */
+  int64_t timeout_ns;           /* HOROVOD_GLOO_TIMEOUT_SECONDS */
+};
+
+/* Reads the variables; a malformed value is HVD_ERR_INVALID_ARGUMENT naming it. */
+hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_config *out);
+
+/* ==== handles and entries (handle.c) ============================================ */
+
+struct hvd_handle_s {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  atomic_bool done;
+  int parts;             /* entries not yet finished (a group has several); under mu */
+  int waiters;           /* threads in hvd_handle_wait; under mu */
+  hvd_status status;     /* the first failure among the parts; under mu until done */
+  char *message;
+  hvd_callback callback;
+  void *callback_arg;
+  /* results, written by the background thread before done */
+  void *output; /* allgather, alltoall: allocated by hvd */
+  size_t output_bytes;
+  int ndims;
+  int64_t shape[HVD_MAX_DIMS];
+  int32_t *recv_splits; /* alltoall */
+  size_t nsplits;
+  int32_t value; /* join: the last rank to join; set add: the id */
+  int64_t spin_ns; /* how long a waiter spins before it sleeps */
+};
+
+struct hvd_handle_s *coord_handle_create(int parts, hvd_callback cb, void *arg);
+/* One part finished with st (message from this thread's last error when
+ * st != HVD_OK, or `message` if not NULL). The last part completes the
+ * handle: waiters wake, then the callback runs (no lock held). */
+void coord_handle_finish(struct hvd_handle_s *h, hvd_status st, const char *message);
+hvd_status coord_handle_wait(struct hvd_handle_s *h, int64_t deadline_ns, int64_t spin_ns);
+void coord_handle_destroy(struct hvd_handle_s *h);
+
+/* One tensor of one operation on this rank, from enqueue to completion. */
+struct coord_entry {
+  struct coord_request req;
+  const void *input;
+  void *output;
+  int32_t *splits; /* alltoall: rows to each set rank (set size entries) */
+  struct hvd_handle_s *handle;
+  int64_t enqueued_ns;
+  struct coord_entry *next; /* in the queue */
+};
+
+void coord_entry_destroy(struct coord_entry *e);
+
+/* ==== process sets (process_set.c) =============================================== */
+
+struct coord_set {
+  int id;
+  int32_t *ranks; /* sorted global ranks */
+  int size;
+  int rank;              /* this rank's place, -1: not a member */
+  struct net_comm *comm; /* members only; the global set uses the world's */
+  bool owns_comm;
+};
+
+struct coord_sets {
+  pthread_mutex_t lock; /* protects everything below */
+  struct coord_set **sets; /* by id; NULL: free */
+  int cap;
+  uint32_t registrations; /* communicator ids of new sets */
+};
+
+hvd_status coord_sets_init(struct coord_sets *s, struct net_comm *global, int size);
+void coord_sets_fini(struct coord_sets *s);
+/* Copies what a user thread needs to validate an operation; false if no such set. */
+bool coord_sets_lookup(struct coord_sets *s, int id, int *size, int *rank);
+/* The set (background thread only; sets change only on that thread). */
+struct coord_set *coord_sets_get(struct coord_sets *s, int id);
+/* The id a set with exactly these ranks has, -1 if none. */
+int coord_sets_find(struct coord_sets *s, const int32_t *ranks, uint32_t n);
+/* The lowest free id (>= 1). */
+int coord_sets_free_id(struct coord_sets *s);
+/* Registers a set (background thread); derives its communicator on members. */
+hvd_status coord_sets_add(struct coord_sets *s, struct net_comm *global, int id,
+                          const int32_t *ranks, uint32_t n);
+hvd_status coord_sets_remove(struct coord_sets *s, int id);
+/* The set's ranks (any thread): up to cap into out, the count in *n. */
+hvd_status coord_sets_ranks(struct coord_sets *s, int id, int *out, size_t cap, size_t *n);
+
+/* ==== response cache (cache.c) ================================================== */
+
+/*
+ * Both sides keep the same table of single-tensor responses by bit. The
+ * coordinator assigns bits (in the responses it sends) and retires them
+ * (in the retired list); every rank applies both in list order. A worker
+ * whose request equals its cached one sends the bit instead of the request;
+ * the coordinator turns it back into the request. A retired bit is reused
+ * only once every rank has acknowledged the list that retired it, so a
+ * bit in flight always means what its sender thought.
+ */
+struct coord_cache_entry {
+  int state; /* COORD_CACHE_FREE, _ACTIVE, _RETIRED */
+  struct coord_response resp; /* one tensor */
+  struct coord_request req;   /* coordinator: the tensor's request; worker: this rank's */
+  bool have_req;
+  uint64_t assigned_seq, retired_seq;
+  uint64_t used; /* LRU stamp */
+};
+
+enum { COORD_CACHE_FREE = 0, COORD_CACHE_ACTIVE = 1, COORD_CACHE_RETIRED = 2 };
+
+struct coord_cache {
+  size_t capacity;
+  struct coord_cache_entry *entries; /* capacity of them, allocated on first use */
+  size_t nentries;                   /* highest bit in use + 1 */
+  struct hvd_map by_name;            /* "<set>:<name>" -> bit + 1 (ACTIVE only) */
+  uint64_t clock;
+};
+
+void coord_cache_init(struct coord_cache *c, size_t capacity);
+void coord_cache_fini(struct coord_cache *c);
+/* Whether a response of this type and request can be cached. */
+bool coord_cache_eligible(const struct coord_request *req);
+/* The ACTIVE bit for (set, name), or -1. */
+int coord_cache_find(const struct coord_cache *c, int set, const char *name, size_t len);
+/* Worker: the bit whose request equals req exactly, or -1. */
+int coord_cache_hit(struct coord_cache *c, const struct coord_request *req);
+/* Both: stores a single-tensor response (and the request, may be NULL)
+ * under bit; replaces what was there. */
+hvd_status coord_cache_put(struct coord_cache *c, int bit, const struct coord_response *resp,
+                           const struct coord_request *req, uint64_t seq);
+/* Worker: drops a bit. Coordinator: marks it retired at seq. */
+void coord_cache_drop(struct coord_cache *c, int bit);
+void coord_cache_retire(struct coord_cache *c, int bit, uint64_t seq);
+/* Coordinator: a free bit, freeing retired ones every rank has acknowledged
+ * (min_ack), or evicting the least recently used (its bit goes to
+ * *evicted, -1 if none); -1 if there is none to be had now. */
+int coord_cache_take_bit(struct coord_cache *c, uint64_t min_ack, uint64_t seq, int *evicted);
+const struct coord_cache_entry *coord_cache_entry(const struct coord_cache *c, int bit);
+void coord_cache_touch(struct coord_cache *c, int bit);
+
+/* ==== the coordinator (controller.c, validate.c, fusion.c) ====================== */
+
+struct coord_state;
+struct coord_controller;
+
+hvd_status coord_controller_create(struct coord_state *s, struct coord_controller **out);
+void coord_controller_destroy(struct coord_controller *c);
+/* A request from rank (its own or a worker's); the controller takes ownership
+ * of req's allocations. */
+void coord_controller_submit(struct coord_controller *c, struct coord_request *req);
+/* A worker's list: acknowledgement, cached bits and requests. */
+hvd_status coord_controller_receive(struct coord_controller *c, int rank,
+                                    struct coord_request_list *l);
+/* Builds the next response list if one is due at `now`; *due says when the
+ * next one may be (HVD_NO_DEADLINE: nothing pending). Returns false when
+ * there is nothing to send now. */
+bool coord_controller_next(struct coord_controller *c, int64_t now, struct coord_response_list *out,
+                           int64_t *due);
+/* A rank asked to shut down: the next list says so. */
+void coord_controller_request_shutdown(struct coord_controller *c);
+/* When a list may next be due (HVD_NO_DEADLINE: when something arrives). */
+int64_t coord_controller_due(const struct coord_controller *c);
+/* When the stall inspector next wants to look (HVD_NO_DEADLINE: nothing pending). */
+int64_t coord_controller_next_check(const struct coord_controller *c);
+/* Turns every pending tensor of a set into an error (set removal). */
+void coord_controller_fail_set(struct coord_controller *c, int set, const char *why);
+/* The stall inspector (stall.c): warns about old pending tensors; returns
+ * HVD_ERR_TIMEOUT with a message when one passed the shutdown time. */
+hvd_status coord_controller_check_stalls(struct coord_controller *c, int64_t now);
+
+/* Checks a request against the first one submitted for its name; writes a
+ * message ("mismatched shapes: ...") and returns false on a mismatch. */
+bool coord_validate(const struct coord_request *first, const struct coord_request *req,
+                    char *msg, size_t size);
+
+/* Fuses single-tensor responses (in order) into as few as the threshold
+ * allows; consumes `in`. bytes[i] is the size of in[i]'s data. */
+hvd_status coord_fuse(struct coord_response *in, const size_t *bytes, size_t n, size_t threshold,
+                      struct coord_response **out, size_t *nout);
+
+/* ==== running responses (execute.c) ================================================ */
+
+/* Runs one response on this rank and finishes the entries it covers.
+ * Returns a failure of the job (a communicator failed); a failed operation
+ * whose ranks go on (a mismatch) is not one. */
+hvd_status coord_execute(struct coord_state *s, const struct coord_response *r);
+
+/* ==== timeline (timeline.c) ======================================================= */
+
+struct coord_timeline;
+
+hvd_status coord_timeline_create(struct coord_timeline **out);
+void coord_timeline_destroy(struct coord_timeline *t);
+hvd_status coord_timeline_start(struct coord_timeline *t, const char *path, bool mark_cycles);
+hvd_status coord_timeline_stop(struct coord_timeline *t);
+bool coord_timeline_active(const struct coord_timeline *t);
+/* Events: name is the tensor; phase names follow Horovod's
+ * (NEGOTIATE_ALLREDUCE, ALLREDUCE, MEMCPY_IN_FUSION_BUFFER, ...). */
+void coord_timeline_begin(struct coord_timeline *t, const char *tensor, const char *phase);
+void coord_timeline_end(struct coord_timeline *t, const char *tensor);
+void coord_timeline_mark(struct coord_timeline *t, const char *tensor, const char *what);
+void coord_timeline_cycle(struct coord_timeline *t);
+
+/* ==== the state of an initialized process (api.c, loop.c) ========================= */
+
+enum coord_phase {
+  COORD_RUNNING = 0,
+  COORD_STOPPED, /* shut down or failed: `failure` says which */
+};
+
+struct coord_state {
+  /* set by hvd_init, then read-only */
+  struct coord_config cfg;
+  struct rdzv_client *store;
+  struct net_world *world;
+  struct net_comm *control;
+  int rank, size;
+  pthread_t thread;
+  int wake_fd; /* eventfd: wakes the background thread from poll() */
+
+  /* user threads <-> background thread; under lock */
+  pthread_mutex_t lock;
+  struct coord_entry *queue_head, *queue_tail;
+  struct hvd_map inflight;    /* "<set>:<name>" -> entry, from enqueue to completion */
+  struct hvd_map noname;      /* "<set>:<kind>" -> calls so far, for generated names */
+  bool stop_requested;        /* hvd_shutdown asked */
+  enum coord_phase phase;
+  hvd_status failure;         /* COORD_STOPPED: why */
+  char failure_msg[HVD_ERROR_MESSAGE_MAX];
+  atomic_bool queued;         /* the queue is not empty, or stop was requested */
+  atomic_bool sleeping;       /* the background thread is (about to be) in poll() */
+
+  struct coord_sets sets;
+  struct coord_timeline *timeline;
+
+  /* background thread only */
+  struct ops_ctx *ops;
+  struct coord_cache cache;
+  struct coord_controller *controller; /* rank 0 */
+  uint64_t applied_seq;                /* the last response list applied */
+  void *fusion;                        /* fusion buffer */
+  size_t fusion_cap;
+  void *identity; /* a joined rank's contribution */
+  size_t identity_cap;
+  bool joined;     /* this rank called hvd_join and the job has not all joined yet */
+  struct coord_loop *loop;
+};
+
+/* Starts and stops the background thread (loop.c). */
+hvd_status coord_loop_start(struct coord_state *s);
+void coord_loop_join(struct coord_state *s);
+/* Wakes the background thread (any thread). */
+void coord_wake(struct coord_state *s);
+
+/* Enqueue (api_ops.c uses it): validates locally, registers the name and
+ * queues the entries; on failure nothing is queued and the entries are
+ * destroyed. */
+hvd_status coord_enqueue(struct coord_state *s, struct coord_entry **entries, size_t n);
+
+/* Finishing entries (background thread): removes them from the in-flight
+ * map and finishes their handle part. */
+void coord_finish_entry(struct coord_state *s, struct coord_entry *e, hvd_status st,
+                        const char *message);
+/* Looks an entry up by set and name (background thread). */
+struct coord_entry *coord_find_entry(struct coord_state *s, int set, const char *name);
+/* Fails every in-flight entry and stops the job (background thread). */
+void coord_stop(struct coord_state *s, hvd_status st, const char *message);
+
+/* The published state, read-locked (api.c): NULL (and an error set) when
+ * hvd is not initialized; coord_release ends the lock. */
+struct coord_state *coord_acquire(void);
+void coord_release(void);
+
+/* "<set>:<name>" keys of the in-flight map and the cache. */
+size_t coord_key(char *out, size_t size, int set, const char *name, size_t len);
+enum { COORD_KEY_MAX = COORD_NAME_MAX + 16 };
+
+#endif /* HVD_COORD_H */

@@ -1,0 +1,341 @@
+/*
+ * The coordinator's output: response lists.
+ *
+ * DESIGN. Ready operations are sent as soon as nothing else is pending:
+ * a lone small tensor goes out the moment its last rank submits it. While
+ * other operations are still partly submitted, ready ones wait for them,
+ * at most HOROVOD_CYCLE_TIME after the oldest became ready and only until
+ * the fusion threshold is reached, so that a step's gradients, submitted
+ * in different orders by different ranks, leave as a few fused responses.
+ * Each response is first built for one tensor (an error for a mismatch or
+ * an operation join does not allow), given a cache bit, then fused
+ * (fusion.c). A response whose tensors all have bits the workers already
+ * know travels as those bits only.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller_private.h"
+
+static hvd_status error_response(struct coord_response *r, uint8_t status, const char *msg) {
+  r->type = COORD_ERROR;
+  r->status = status;
+  free(r->counts);
+  r->counts = NULL;
+  r->ncounts = 0;
+  r->error = hvd_strndup(msg, strlen(msg));
+  return r->error != NULL ? HVD_OK : hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
+}
+
+static bool anyone_joined(const struct coord_controller *c, int set_id, char *list, size_t size) {
+  const struct ctl_set *set = &c->sets[set_id];
+  size_t len = 0;
+  bool any = false;
+
+  list[0] = '\0';
+  for (int i = 0; i < set->size; i++) {
+    if (!c->joined[set->ranks[i]])
+      continue;
+    if (len < size)
+      len += (size_t)snprintf(list + len, size - len, "%s%d", any ? ", " : "", set->ranks[i]);
+    any = true;
+  }
+  return any;
+}
+
+/* The response for one ready operation (consumes p's counts). */
+static hvd_status build_single(struct coord_controller *c, struct pending *p,
+                               struct coord_response *r) {
+  const struct coord_request *q = &p->first;
+  char msg[HVD_ERROR_MESSAGE_MAX], joined[256];
+  int64_t elements = 0;
+
+  memset(r, 0, sizeof(*r));
+  r->type = q->type;
+  r->dtype = q->dtype;
+  r->op = q->op;
+  r->set = q->set;
+  r->root = q->root;
+  r->device = q->device;
+  r->prescale = q->prescale;
+  r->postscale = q->postscale;
+  r->last_joined = -1;
+  r->new_set = -1;
+  r->ntensors = 1;
+  r->names = calloc(1, sizeof(*r->names));
+  r->bits = malloc(sizeof(*r->bits));
+  if (r->names == NULL || r->bits == NULL ||
+      (r->names[0] = hvd_strndup(q->name, q->name_len)) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
+  r->bits[0] = -1;
+  if (p->error != NULL)
+    return error_response(r, p->error_status, p->error);
+  coord_shape_elements(q->shape, q->ndims, &elements);
+  switch (q->type) {
+  case COORD_ALLGATHER:
+  case COORD_BROADCAST:
+  case COORD_ALLTOALL:
+  case COORD_REDUCESCATTER:
+    if (anyone_joined(c, q->set, joined, sizeof(joined))) {
+      snprintf(msg, sizeof(msg), "%s '%s' cannot run while rank(s) %s have joined (hvd_join)",
+               coord_type_name(q->type), q->name, joined);
+      return error_response(r, HVD_ERR_PRECONDITION, msg);
+    }
+    break;
+  default:
+    break;
+  }
+  switch (q->type) {
+  case COORD_ALLREDUCE:
+  case COORD_BROADCAST:
+  case COORD_REDUCESCATTER:
+    if ((r->counts = malloc(sizeof(*r->counts))) == NULL)
+      return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
+    r->counts[0] = elements;
+    r->ncounts = 1;
+    break;
+  case COORD_ALLGATHER:
+    r->counts = p->elements;
+    r->ncounts = (uint32_t)p->set_size;
+    p->elements = NULL;
+    break;
+  case COORD_SET_ADD: {
+    int existing = -1, id = 1;
+    for (int i = 0; i < c->nsets; i++) {
+      if (c->sets[i].used && (uint32_t)c->sets[i].size == q->nranks &&
+          memcmp(c->sets[i].ranks, q->ranks, q->nranks * sizeof(*q->ranks)) == 0)
+        existing = i;
+    }
+    if (existing >= 0) {
+      snprintf(msg, sizeof(msg), "a process set with these %u ranks exists already (id %d)",
+               q->nranks, existing);
+      return error_response(r, HVD_ERR_INVALID_ARGUMENT, msg);
+    }
+    while (id < c->nsets && c->sets[id].used)
+      id++;
+    if (ctl_set_added(c, id, q->ranks, (int)q->nranks) != HVD_OK)
+      return hvd_error_status();
+    r->new_set = id;
+    r->ranks = malloc(q->nranks * sizeof(*r->ranks));
+    if (r->ranks == NULL)
+      return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
+    memcpy(r->ranks, q->ranks, q->nranks * sizeof(*r->ranks));
+    r->nranks = q->nranks;
+    break;
+  }
+  case COORD_SET_REMOVE:
+    if (q->root <= 0 || q->root >= c->nsets || !c->sets[q->root].used) {
+      snprintf(msg, sizeof(msg), "process set %d %s", q->root,
+               q->root == 0 ? "is the global set, which cannot be removed" : "does not exist");
+      return error_response(r, HVD_ERR_INVALID_ARGUMENT, msg);
+    }
+    r->new_set = q->root;
+    ctl_set_removed(c, q->root);
+    break;
+  default:
+    break;
+  }
+  return HVD_OK;
+}
+
+/* The minimum acknowledgement over the workers (rank 0 is always current). */
+static uint64_t min_ack(const struct coord_controller *c) {
+  uint64_t m = UINT64_MAX;
+  for (int r = 1; r < c->size; r++) {
+    if (c->acks[r] < m)
+      m = c->acks[r];
+  }
+  return m;
+}
+
+static bool same_response(const struct coord_response *a, const struct coord_response *b) {
+  return a->type == b->type && a->dtype == b->dtype && a->op == b->op && a->set == b->set &&
+         a->root == b->root && a->device == b->device &&
+         memcmp(&a->prescale, &b->prescale, sizeof(double)) == 0 &&
+         memcmp(&a->postscale, &b->postscale, sizeof(double)) == 0 && a->ncounts == b->ncounts &&
+         (a->ncounts == 0 || memcmp(a->counts, b->counts, a->ncounts * sizeof(*a->counts)) == 0);
+}
+
+/* Gives a single response its cache bit: the one it has, or a new one. */
+static void assign_bit(struct coord_controller *c, const struct pending *p,
+                       struct coord_response *r) {
+  struct coord_cache *cache = &c->s->cache;
+  int bit, evicted;
+  const struct coord_cache_entry *e;
+
+  if (cache->capacity == 0 || r->type == COORD_ERROR || !coord_cache_eligible(&p->first))
+    return;
+  bit = coord_cache_find(cache, r->set, r->names[0], strlen(r->names[0]));
+  e = coord_cache_entry(cache, bit);
+  if (e != NULL && e->state == COORD_CACHE_ACTIVE) {
+    if (same_response(&e->resp, r)) {
+      coord_cache_touch(cache, bit);
+      r->bits[0] = bit;
+      return;
+    }
+    ctl_retire(c, bit);
+  }
+  bit = coord_cache_take_bit(cache, min_ack(c), c->next_seq, &evicted);
+  if (evicted >= 0)
+    ctl_retire(c, evicted);
+  if (bit >= 0 && coord_cache_put(cache, bit, r, &p->first, c->next_seq) == HVD_OK)
+    r->bits[0] = bit;
+}
+
+static bool known_bits(const struct coord_controller *c, const struct coord_response *r) {
+  for (uint32_t i = 0; i < r->ntensors; i++) {
+    const struct coord_cache_entry *e = coord_cache_entry(&c->s->cache, r->bits[i]);
+    if (r->bits[i] < 0 || e == NULL || e->assigned_seq >= c->next_seq)
+      return false;
+  }
+  return r->ntensors > 0;
+}
+
+static void retire_set(struct coord_controller *c, int set) {
+  struct coord_cache *cache = &c->s->cache;
+  for (size_t i = 0; i < cache->nentries; i++) {
+    if (cache->entries[i].state == COORD_CACHE_ACTIVE && cache->entries[i].resp.set == set)
+      ctl_retire(c, (int)i);
+  }
+}
+
+static bool due_now(const struct coord_controller *c, int64_t now, int64_t *due) {
+  const struct coord_config *cfg = &c->s->cfg;
+  bool waiting = c->npending > 0 || c->groups.count > 0;
+
+  if (c->shutdown || c->join_due)
+    return true;
+  if (c->nready == 0)
+    return false;
+  if (!waiting || cfg->fusion_threshold == 0 || c->ready_bytes >= cfg->fusion_threshold ||
+      now >= c->oldest_ready_ns + cfg->cycle_ns)
+    return true;
+  *due = c->oldest_ready_ns + cfg->cycle_ns;
+  return false;
+}
+
+bool coord_controller_next(struct coord_controller *c, int64_t now, struct coord_response_list *out,
+                           int64_t *due) {
+  struct coord_response *singles = NULL, *fused = NULL;
+  size_t *bytes = NULL, n = 0, nfused = 0, cap = 0;
+  hvd_status st = HVD_OK;
+
+  *due = HVD_NO_DEADLINE;
+  memset(out, 0, sizeof(*out));
+  if (c->aborting) {
+    out->seq = c->next_seq++;
+    out->flags = COORD_FLAG_ABORT;
+    out->abort_status = c->abort_status;
+    out->abort_message = hvd_strndup(c->abort_msg, strlen(c->abort_msg));
+    return true;
+  }
+  if (!due_now(c, now, due))
+    return false;
+  while (c->ready_head != NULL) {
+    struct pending *p = c->ready_head;
+    c->ready_head = p->next_ready;
+    if (c->ready_head == NULL)
+      c->ready_tail = NULL;
+    c->nready--;
+    if (p->first.type == COORD_SET_REMOVE && p->error == NULL && !p->prepared &&
+        p->first.root > 0 && p->first.root < c->nsets && c->sets[p->first.root].used) {
+      /* The set's pending operations fail first, in this list: they join
+       * the FIFO ahead of the removal. */
+      char why[96];
+      snprintf(why, sizeof(why), "process set %d was removed", p->first.root);
+      coord_controller_fail_set(c, p->first.root, why);
+      retire_set(c, p->first.root);
+      p->prepared = true;
+      ctl_push_ready(c, p);
+      continue;
+    }
+    if (n == cap) {
+      size_t ncap = cap ? 2 * cap : 16;
+      struct coord_response *gs = realloc(singles, ncap * sizeof(*gs));
+      size_t *gb = gs != NULL ? realloc(bytes, ncap * sizeof(*gb)) : NULL;
+      if (gs != NULL)
+        singles = gs;
+      if (gb == NULL) {
+        ctl_pending_destroy(p);
+        st = hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response list");
+        goto out;
+      }
+      bytes = gb;
+      cap = ncap;
+    }
+    bytes[n] = ctl_pending_bytes(p);
+    st = build_single(c, p, &singles[n]);
+    if (st == HVD_OK)
+      assign_bit(c, p, &singles[n]);
+    ctl_pending_destroy(p);
+    if (st != HVD_OK) {
+      coord_response_fini(&singles[n]);
+      goto out;
+    }
+    n++;
+  }
+  c->ready_bytes = 0;
+  st = coord_fuse(singles, bytes, n, c->s->cfg.fusion_threshold, &fused, &nfused);
+  singles = NULL; /* consumed */
+  if (st != HVD_OK)
+    goto out;
+  if (c->join_due) {
+    struct coord_response *grown = realloc(fused, (nfused + 1) * sizeof(*grown));
+    if (grown == NULL) {
+      st = hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response list");
+      goto out;
+    }
+    fused = grown;
+    memset(&fused[nfused], 0, sizeof(fused[nfused]));
+    fused[nfused].type = COORD_JOIN;
+    fused[nfused].last_joined = c->last_joined;
+    fused[nfused].new_set = -1;
+    nfused++;
+    c->join_due = false;
+    c->njoined = 0;
+    memset(c->joined, 0, (size_t)c->size * sizeof(*c->joined));
+  }
+  for (size_t i = 0; i < nfused; i++)
+    fused[i].cached = known_bits(c, &fused[i]);
+  out->seq = c->next_seq++;
+  out->resps = fused;
+  out->n = (uint32_t)nfused;
+  fused = NULL;
+  out->retired = c->retired;
+  out->nretired = c->nretired;
+  c->retired = NULL;
+  c->nretired = c->retired_cap = 0;
+  if (c->shutdown)
+    out->flags |= COORD_FLAG_SHUTDOWN;
+out:
+  if (singles != NULL) {
+    for (size_t i = 0; i < n; i++)
+      coord_response_fini(&singles[i]);
+  }
+  free(singles);
+  free(bytes);
+  if (st != HVD_OK) {
+    /* Out of memory: the job cannot keep its ranks in step any more. */
+    for (size_t i = 0; i < nfused; i++)
+      coord_response_fini(&fused[i]);
+    free(fused);
+    c->aborting = true;
+    c->abort_status = st;
+    snprintf(c->abort_msg, sizeof(c->abort_msg), "the coordinator failed: %s",
+             hvd_last_error_message());
+    return coord_controller_next(c, now, out, due);
+  }
+  (void)now;
+  return true;
+}
+
+void coord_controller_request_shutdown(struct coord_controller *c) { c->shutdown = true; }
+
+int64_t coord_controller_due(const struct coord_controller *c) {
+  if (c->shutdown || c->join_due || c->aborting)
+    return 0;
+  if (c->nready == 0)
+    return HVD_NO_DEADLINE;
+  return c->oldest_ready_ns + c->s->cfg.cycle_ns;
+}

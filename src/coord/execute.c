@@ -1,0 +1,424 @@
+/*
+ * Running a response on this rank: the collective on the process set's
+ * communicator, then the handles.
+ *
+ * DESIGN. A fused allreduce copies its small tensors into the fusion
+ * buffer and reduces them as one, which saves a round of latency per
+ * tensor; tensors of HVD_FUSION_INPLACE_BYTES or more are reduced where
+ * they are, one collective each, because copying them in and out costs
+ * more memory traffic than their own round of latency (on loopback the
+ * copies would add half again to a large step). A rank that has joined
+ * has no tensors: it contributes the reduction's identity. Allgather
+ * fuses by packing each rank's tensors into one block per rank.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord.h"
+
+static void timeline_phase(struct coord_state *s, const struct coord_response *r,
+                           const char *phase) {
+  if (!coord_timeline_active(s->timeline))
+    return;
+  for (uint32_t i = 0; i < r->ntensors; i++) {
+    coord_timeline_end(s->timeline, r->names[i]);
+    if (phase != NULL)
+      coord_timeline_begin(s->timeline, r->names[i], phase);
+  }
+}
+
+static void *grow(void **buf, size_t *cap, size_t bytes) {
+  if (bytes > *cap) {
+    void *p = NULL;
+    size_t want = bytes < 4096 ? 4096 : bytes;
+    if (posix_memalign(&p, 64, want) != 0) {
+      hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate %zu bytes for a fused operation", want);
+      return NULL;
+    }
+    free(*buf);
+    *buf = p;
+    *cap = want;
+  }
+  return *buf;
+}
+
+/* The entries a response names on this rank (NULL where it has none). */
+static void find_entries(struct coord_state *s, const struct coord_response *r,
+                         struct coord_entry **out) {
+  char key[COORD_KEY_MAX];
+  pthread_mutex_lock(&s->lock);
+  for (uint32_t i = 0; i < r->ntensors; i++)
+    out[i] = hvd_map_get(&s->inflight, key,
+                         coord_key(key, sizeof(key), r->set, r->names[i], strlen(r->names[i])));
+  pthread_mutex_unlock(&s->lock);
+}
+
+static void finish_all(struct coord_state *s, const struct coord_response *r,
+                       struct coord_entry **entries, hvd_status st, const char *message) {
+  for (uint32_t i = 0; i < r->ntensors; i++) {
+    if (entries[i] != NULL)
+      coord_finish_entry(s, entries[i], st, message);
+  }
+}
+
+/* ==== allreduce ======================================================================= */
+
+static hvd_status reduce(struct coord_state *s, const struct coord_set *set,
+                         const struct coord_response *r, const void *in, void *out, size_t count) {
+  if (set->id == HVD_PROCESS_SET_GLOBAL && s->cfg.hierarchical_allreduce &&
+      s->world->local_size < s->size) {
+    struct ops_layout l = {s->world->global, s->world->local, s->world->cross};
+    return ops_allreduce_hierarchical(s->ops, &l, in, out, count, r->dtype, r->op, r->prescale,
+                                      r->postscale);
+  }
+  return ops_allreduce(s->ops, set->comm, in, out, count, r->dtype, r->op, r->prescale,
+                       r->postscale);
+}
+
+/* A joined rank's input: the identity, count elements. */
+static void *identity(struct coord_state *s, const struct coord_response *r, size_t count) {
+  size_t esize = hvd_dtype_size(r->dtype);
+  void *buf = grow(&s->identity, &s->identity_cap, count * esize);
+  if (buf != NULL)
+    ops_fill_identity(buf, count, r->dtype, r->op);
+  return buf;
+}
+
+static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *set,
+                                const struct coord_response *r, struct coord_entry **entries) {
+  size_t esize = hvd_dtype_size(r->dtype), packed = 0;
+  size_t inplace = s->cfg.fusion_inplace_bytes;
+  char *fb = NULL;
+  hvd_status st = HVD_OK;
+
+  if (r->ntensors == 1) {
+    struct coord_entry *e = entries[0];
+    size_t count = (size_t)r->counts[0];
+    void *buf = e != NULL ? e->output : identity(s, r, count);
+    if (buf == NULL)
+      return hvd_error_status();
+    timeline_phase(s, r, "ALLREDUCE");
+    return reduce(s, set, r, e != NULL ? e->input : buf, buf, count);
+  }
+  /* The small tensors go through the fusion buffer, in order. */
+  for (uint32_t i = 0; i < r->ntensors; i++) {
+    size_t bytes = (size_t)r->counts[i] * esize;
+    if (bytes < inplace || inplace == 0)
+      packed += bytes;
+  }
+  if (packed > 0) {
+    size_t off = 0;
+    if ((fb = grow(&s->fusion, &s->fusion_cap, packed)) == NULL)
+      return hvd_error_status();
+    timeline_phase(s, r, "MEMCPY_IN_FUSION_BUFFER");
+    for (uint32_t i = 0; i < r->ntensors; i++) {
+      size_t count = (size_t)r->counts[i], bytes = count * esize;
+      if (bytes >= inplace && inplace != 0)
+        continue;
+      if (entries[i] != NULL)
+        memcpy(fb + off, entries[i]->input, bytes);
+      else
+        ops_fill_identity(fb + off, count, r->dtype, r->op);
+      off += bytes;
+    }
+    timeline_phase(s, r, "ALLREDUCE");
+    st = reduce(s, set, r, fb, fb, packed / esize);
+    if (st != HVD_OK)
+      return st;
+    timeline_phase(s, r, "MEMCPY_OUT_FUSION_BUFFER");
+    off = 0;
+    for (uint32_t i = 0; i < r->ntensors; i++) {
+      size_t bytes = (size_t)r->counts[i] * esize;
+      if (bytes >= inplace && inplace != 0)
+        continue;
+      if (entries[i] != NULL)
+        memcpy(entries[i]->output, fb + off, bytes);
+      off += bytes;
+    }
+  }
+  for (uint32_t i = 0; i < r->ntensors && st == HVD_OK; i++) {
+    size_t count = (size_t)r->counts[i];
+    struct coord_entry *e = entries[i];
+    void *buf;
+    if (count * esize < inplace || inplace == 0)
+      continue;
+    if ((buf = e != NULL ? e->output : identity(s, r, count)) == NULL)
+      return hvd_error_status();
+    timeline_phase(s, r, "ALLREDUCE");
+    st = reduce(s, set, r, e != NULL ? e->input : buf, buf, count);
+  }
+  return st;
+}
+
+/* ==== allgather ======================================================================== */
+
+static hvd_status gather(struct coord_state *s, const struct coord_set *set, const void *in,
+                         void *out, const size_t *counts, hvd_dtype dtype) {
+  if (set->id == HVD_PROCESS_SET_GLOBAL && s->cfg.hierarchical_allgather &&
+      s->world->local_size < s->size) {
+    struct ops_layout l = {s->world->global, s->world->local, s->world->cross};
+    return ops_allgatherv_hierarchical(s->ops, &l, in, out, counts, dtype);
+  }
+  return ops_allgatherv(s->ops, set->comm, in, out, counts, dtype);
+}
+
+/* Allocates a tensor's gathered output in its handle. */
+static hvd_status gathered_output(struct coord_entry *e, int64_t total, size_t esize) {
+  struct hvd_handle_s *h = e->handle;
+  int64_t row = 1;
+
+  coord_shape_elements(e->req.shape + 1, e->req.ndims - 1, &row);
+  h->output_bytes = (size_t)total * esize;
+  h->output = malloc(h->output_bytes ? h->output_bytes : 1);
+  if (h->output == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate %zu bytes for allgather '%s'",
+                     h->output_bytes, e->req.name);
+  h->ndims = e->req.ndims;
+  memcpy(h->shape, e->req.shape, (size_t)e->req.ndims * sizeof(h->shape[0]));
+  h->shape[0] = row > 0 ? total / row : 0;
+  return HVD_OK;
+}
+
+static hvd_status run_allgather(struct coord_state *s, const struct coord_set *set,
+                                const struct coord_response *r, struct coord_entry **entries) {
+  int n = set->size;
+  size_t esize = hvd_dtype_size(r->dtype);
+  size_t *counts = calloc((size_t)n, sizeof(*counts));
+  size_t *offsets = calloc((size_t)n, sizeof(*offsets));
+  size_t total = 0, off;
+  char *fb;
+  hvd_status st = HVD_OK;
+
+  if (counts == NULL || offsets == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate allgather counts");
+    goto out;
+  }
+  for (uint32_t t = 0; t < r->ntensors; t++) {
+    int64_t sum = 0;
+    if (entries[t] == NULL) {
+      st = hvd_error(HVD_ERR_PROTOCOL, "allgather '%s' reached a rank that did not submit it",
+                     r->names[t]);
+      goto out;
+    }
+    for (int i = 0; i < n; i++) {
+      counts[i] += (size_t)r->counts[t * (uint32_t)n + (uint32_t)i];
+      sum += r->counts[t * (uint32_t)n + (uint32_t)i];
+    }
+    if ((st = gathered_output(entries[t], sum, esize)) != HVD_OK)
+      goto out;
+  }
+  if (r->ntensors == 1) {
+    timeline_phase(s, r, "ALLGATHER");
+    st = gather(s, set, entries[0]->input, entries[0]->handle->output, counts, r->dtype);
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    offsets[i] = total;
+    total += counts[i];
+  }
+  if ((fb = grow(&s->fusion, &s->fusion_cap, total * esize)) == NULL) {
+    st = hvd_error_status();
+    goto out;
+  }
+  /* This rank's block: its tensors, one after the other. */
+  timeline_phase(s, r, "MEMCPY_IN_FUSION_BUFFER");
+  off = offsets[set->rank] * esize;
+  for (uint32_t t = 0; t < r->ntensors; t++) {
+    size_t bytes = (size_t)r->counts[t * (uint32_t)n + (uint32_t)set->rank] * esize;
+    memcpy(fb + off, entries[t]->input, bytes);
+    off += bytes;
+  }
+  timeline_phase(s, r, "ALLGATHER");
+  st = gather(s, set, fb + offsets[set->rank] * esize, fb, counts, r->dtype);
+  if (st != HVD_OK)
+    goto out;
+  timeline_phase(s, r, "MEMCPY_OUT_FUSION_BUFFER");
+  for (int i = 0; i < n; i++) {
+    size_t src = offsets[i] * esize;
+    for (uint32_t t = 0; t < r->ntensors; t++) {
+      size_t bytes = (size_t)r->counts[t * (uint32_t)n + (uint32_t)i] * esize, dst = 0;
+      for (int j = 0; j < i; j++)
+        dst += (size_t)r->counts[t * (uint32_t)n + (uint32_t)j] * esize;
+      memcpy((char *)entries[t]->handle->output + dst, fb + src, bytes);
+      src += bytes;
+    }
+  }
+out:
+  free(counts);
+  free(offsets);
+  return st;
+}
+
+/* ==== the others ====================================================================== */
+
+static hvd_status run_broadcast(struct coord_state *s, const struct coord_set *set,
+                                const struct coord_response *r, struct coord_entry *e) {
+  size_t count = (size_t)r->counts[0];
+  if (e == NULL)
+    return hvd_error(HVD_ERR_PROTOCOL, "broadcast '%s' reached a rank that did not submit it",
+                     r->names[0]);
+  if (set->rank == r->root && e->output != e->input)
+    memcpy(e->output, e->input, count * hvd_dtype_size(r->dtype));
+  timeline_phase(s, r, "BROADCAST");
+  return ops_broadcast(s->ops, set->comm, e->output, count, r->dtype, r->root);
+}
+
+static hvd_status run_alltoall(struct coord_state *s, const struct coord_set *set,
+                               const struct coord_response *r, struct coord_entry *e) {
+  int n = set->size;
+  size_t esize = hvd_dtype_size(r->dtype);
+  struct hvd_handle_s *h;
+  int32_t *recv_splits = NULL;
+  size_t *send = NULL, *recv = NULL, *ones = NULL;
+  int64_t row = 1, rows = 0;
+  hvd_status st;
+
+  if (e == NULL)
+    return hvd_error(HVD_ERR_PROTOCOL, "alltoall '%s' reached a rank that did not submit it",
+                     r->names[0]);
+  h = e->handle;
+  recv_splits = calloc((size_t)n, sizeof(*recv_splits));
+  send = calloc((size_t)n, sizeof(*send));
+  recv = calloc((size_t)n, sizeof(*recv));
+  ones = calloc((size_t)n, sizeof(*ones));
+  if (recv_splits == NULL || send == NULL || recv == NULL || ones == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate alltoall splits");
+    goto out;
+  }
+  coord_shape_elements(e->req.shape + 1, e->req.ndims - 1, &row);
+  for (int i = 0; i < n; i++)
+    ones[i] = 1;
+  /* Every rank learns how many rows it receives from each. */
+  timeline_phase(s, r, "ALLTOALL");
+  st = ops_alltoallv(s->ops, set->comm, e->splits, ones, recv_splits, ones, HVD_INT32);
+  if (st != HVD_OK)
+    goto out;
+  for (int i = 0; i < n; i++) {
+    if (recv_splits[i] < 0) {
+      st = hvd_error(HVD_ERR_PROTOCOL, "alltoall '%s': set rank %d sends %d rows", r->names[0], i,
+                     recv_splits[i]);
+      goto out;
+    }
+    send[i] = (size_t)e->splits[i] * (size_t)row;
+    recv[i] = (size_t)recv_splits[i] * (size_t)row;
+    rows += recv_splits[i];
+  }
+  h->output_bytes = (size_t)rows * (size_t)row * esize;
+  h->output = malloc(h->output_bytes ? h->output_bytes : 1);
+  if (h->output == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate %zu bytes for alltoall '%s'",
+                   h->output_bytes, r->names[0]);
+    goto out;
+  }
+  h->ndims = e->req.ndims;
+  memcpy(h->shape, e->req.shape, (size_t)e->req.ndims * sizeof(h->shape[0]));
+  h->shape[0] = rows;
+  st = ops_alltoallv(s->ops, set->comm, e->input, send, h->output, recv, r->dtype);
+  if (st == HVD_OK) {
+    h->recv_splits = recv_splits;
+    h->nsplits = (size_t)n;
+    recv_splits = NULL;
+  }
+out:
+  free(recv_splits);
+  free(send);
+  free(recv);
+  free(ones);
+  return st;
+}
+
+static hvd_status run_reducescatter(struct coord_state *s, const struct coord_set *set,
+                                    const struct coord_response *r, struct coord_entry *e) {
+  int n = set->size;
+  size_t *counts;
+  int64_t rows, row;
+  hvd_status st;
+
+  if (e == NULL)
+    return hvd_error(HVD_ERR_PROTOCOL,
+                     "reducescatter '%s' reached a rank that did not submit it", r->names[0]);
+  rows = e->req.shape[0];
+  row = rows > 0 ? r->counts[0] / rows : 0;
+  if ((counts = calloc((size_t)n, sizeof(*counts))) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate reducescatter counts");
+  for (int i = 0; i < n; i++)
+    counts[i] = ops_share_count((size_t)rows, n, i) * (size_t)row;
+  timeline_phase(s, r, "REDUCESCATTER");
+  st = ops_reducescatterv(s->ops, set->comm, e->input, e->output, counts, r->dtype, r->op,
+                          r->prescale, r->postscale);
+  free(counts);
+  return st;
+}
+
+/* ==== dispatch ========================================================================== */
+
+hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) {
+  struct coord_entry *one[1], **entries = r->ntensors <= 1 ? one : NULL;
+  struct coord_set *set = coord_sets_get(&s->sets, r->set);
+  hvd_status st = HVD_OK, failure = HVD_OK;
+
+  if (r->type == COORD_JOIN) {
+    struct coord_entry *e = coord_find_entry(s, HVD_PROCESS_SET_GLOBAL, "hvd.join");
+    s->joined = false;
+    if (e != NULL) {
+      e->handle->value = r->last_joined;
+      coord_finish_entry(s, e, HVD_OK, NULL);
+    }
+    return HVD_OK;
+  }
+  if (entries == NULL && (entries = calloc(r->ntensors, sizeof(*entries))) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot run a response of %u tensors", r->ntensors);
+  one[0] = NULL;
+  find_entries(s, r, entries);
+  switch (r->type) {
+  case COORD_ERROR:
+    finish_all(s, r, entries, (hvd_status)r->status, r->error);
+    goto out;
+  case COORD_SET_ADD:
+    st = coord_sets_add(&s->sets, s->world->global, r->new_set, r->ranks, r->nranks);
+    if (st != HVD_OK) {
+      failure = st;
+      break;
+    }
+    if (entries[0] != NULL)
+      entries[0]->handle->value = r->new_set;
+    break;
+  case COORD_SET_REMOVE:
+    st = coord_sets_remove(&s->sets, r->new_set);
+    if (st != HVD_OK)
+      failure = st;
+    break;
+  default:
+    if (set == NULL) {
+      failure = st = hvd_error(HVD_ERR_PROTOCOL, "%s '%s' names process set %d, which is unknown",
+                               coord_type_name(r->type), r->names[0], r->set);
+      break;
+    }
+    if (set->rank < 0) /* not a member */
+      goto out;
+    switch (r->type) {
+    case COORD_ALLREDUCE: st = run_allreduce(s, set, r, entries); break;
+    case COORD_ALLGATHER: st = run_allgather(s, set, r, entries); break;
+    case COORD_BROADCAST: st = run_broadcast(s, set, r, entries[0]); break;
+    case COORD_ALLTOALL: st = run_alltoall(s, set, r, entries[0]); break;
+    case COORD_REDUCESCATTER: st = run_reducescatter(s, set, r, entries[0]); break;
+    case COORD_BARRIER:
+      timeline_phase(s, r, "BARRIER");
+      st = ops_barrier(s->ops, set->comm);
+      break;
+    default:
+      st = hvd_error(HVD_ERR_PROTOCOL, "unexpected response type %d", r->type);
+      break;
+    }
+    /* A failed collective means a failed communicator: the job stops. */
+    if (st != HVD_OK)
+      failure = st;
+    break;
+  }
+  timeline_phase(s, r, NULL);
+  finish_all(s, r, entries, st, NULL);
+out:
+  if (entries != one)
+    free(entries);
+  return failure;
+}

@@ -1,0 +1,112 @@
+/*
+ * Handles: how a user thread learns that its operation finished.
+ *
+ * DESIGN. The background thread finishes a handle's parts (a grouped
+ * allreduce has one per tensor). The last part runs the callback, then
+ * publishes `done` and wakes waiters, so a callback always runs before any
+ * waiter returns and nobody can release the handle under it. Waiters spin
+ * for a short while first (HVD_SPIN_US, yielding the core): a small
+ * operation finishes in a few microseconds, and a futex wake-up costs more
+ * than that on a loaded machine.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord.h"
+
+struct hvd_handle_s *coord_handle_create(int parts, hvd_callback cb, void *arg) {
+  struct hvd_handle_s *h = calloc(1, sizeof(*h));
+
+  if (h == NULL)
+    return NULL;
+  if (pthread_mutex_init(&h->mu, NULL) != 0) {
+    free(h);
+    return NULL;
+  }
+  if (hvd_cond_init(&h->cv) != 0) {
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+    return NULL;
+  }
+  atomic_init(&h->done, false);
+  h->parts = parts;
+  h->status = HVD_OK;
+  h->callback = cb;
+  h->callback_arg = arg;
+  h->value = -1;
+  return h;
+}
+
+void coord_handle_finish(struct hvd_handle_s *h, hvd_status st, const char *message) {
+  bool last;
+
+  pthread_mutex_lock(&h->mu);
+  if (st != HVD_OK && h->status == HVD_OK) {
+    const char *m = message != NULL ? message : hvd_last_error_message();
+    h->status = st;
+    h->message = hvd_strndup(m, strlen(m));
+  }
+  last = --h->parts == 0;
+  pthread_mutex_unlock(&h->mu);
+  if (!last)
+    return;
+  if (h->callback != NULL)
+    h->callback(h, h->status, h->callback_arg);
+  pthread_mutex_lock(&h->mu);
+  atomic_store_explicit(&h->done, true, memory_order_release);
+  if (h->waiters > 0)
+    pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+}
+
+static hvd_status result(struct hvd_handle_s *h) {
+  if (h->status == HVD_OK)
+    return HVD_OK;
+  return hvd_error(h->status, "%s", h->message != NULL ? h->message : hvd_strerror(h->status));
+}
+
+hvd_status coord_handle_wait(struct hvd_handle_s *h, int64_t deadline_ns, int64_t spin_ns) {
+  int64_t spin_until = hvd_now_ns() + spin_ns;
+
+  while (!atomic_load_explicit(&h->done, memory_order_acquire)) {
+    if (hvd_now_ns() >= spin_until)
+      break;
+    sched_yield();
+  }
+  if (atomic_load_explicit(&h->done, memory_order_acquire))
+    return result(h);
+  pthread_mutex_lock(&h->mu);
+  h->waiters++;
+  while (!atomic_load_explicit(&h->done, memory_order_acquire)) {
+    if (hvd_cond_wait_until(&h->cv, &h->mu, deadline_ns) == ETIMEDOUT &&
+        !atomic_load_explicit(&h->done, memory_order_acquire)) {
+      h->waiters--;
+      pthread_mutex_unlock(&h->mu);
+      return hvd_error(HVD_ERR_TIMEOUT, "the operation has not completed yet");
+    }
+  }
+  h->waiters--;
+  pthread_mutex_unlock(&h->mu);
+  return result(h);
+}
+
+void coord_handle_destroy(struct hvd_handle_s *h) {
+  if (h == NULL)
+    return;
+  free(h->output);
+  free(h->recv_splits);
+  free(h->message);
+  pthread_cond_destroy(&h->cv);
+  pthread_mutex_destroy(&h->mu);
+  free(h);
+}
+
+void coord_entry_destroy(struct coord_entry *e) {
+  if (e == NULL)
+    return;
+  coord_request_fini(&e->req);
+  free(e->splits);
+  free(e);
+}

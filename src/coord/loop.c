@@ -1,0 +1,575 @@
+/*
+ * The background thread: the only thread that talks to other ranks.
+ *
+ * DESIGN. The loop is driven by events, not by a clock. It sleeps in
+ * poll() on the control communicator and an eventfd until a user thread
+ * queues something, a control message arrives, or a timer is due (the
+ * coordinator's batching deadline, the stall inspector, a shutdown's
+ * deadline). Before it sleeps it spins for HVD_SPIN_US, so a step's next
+ * operation is picked up without a wake-up. A worker sends its new
+ * requests to rank 0 as soon as it has them (cache bits in place of
+ * requests the cache knows) and runs each response list rank 0 sends, in
+ * order. Rank 0 feeds its own requests and the workers' to the controller
+ * and, whenever a list is due, sends it to every worker before running it
+ * itself. Control messages are framed as an 8-byte length and the payload;
+ * a receive of up to 4 KiB is always posted per peer, and a longer message
+ * sends its remainder as a second message of known length.
+ * Failures: a peer whose control connection breaks, or a collective that
+ * fails, stops the job on this rank (every pending handle fails with the
+ * reason); rank 0 passes the reason on to every worker in an abort list, a
+ * worker to rank 0.
+ */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "coord.h"
+
+enum { CHUNK = 4096, FRAME = 8 };
+
+struct coord_loop {
+  struct coord_state *s;
+  struct net_comm *ctl;
+  bool coordinator;
+  int nrecv; /* posted receives: rank 0 one per worker (worker r at r - 1), a worker one */
+  struct net_req *recvs;
+  struct net_req **recv_ptrs;
+  unsigned char *bufs; /* nrecv x CHUNK */
+  struct net_req *sends; /* 2 per worker */
+  struct net_req **send_ptrs;
+  struct hvd_buf msg;   /* encoding */
+  struct hvd_buf big;   /* a long incoming message */
+  bool stop_sent;
+  int64_t stop_deadline;
+  bool slept;
+};
+
+void coord_wake(struct coord_state *s) {
+  atomic_store(&s->queued, true);
+  if (atomic_load(&s->sleeping)) {
+    uint64_t one = 1;
+    ssize_t n = write(s->wake_fd, &one, sizeof(one));
+    (void)n; /* a full eventfd already wakes the thread */
+  }
+}
+
+static bool queued_cb(void *arg) {
+  struct coord_state *s = arg;
+  return atomic_load_explicit(&s->queued, memory_order_relaxed);
+}
+
+static bool sleep_cb(void *arg) {
+  struct coord_state *s = arg;
+  atomic_store(&s->sleeping, true);
+  return atomic_load(&s->queued);
+}
+
+/* ==== framing ============================================================================ */
+
+static int peer_of(const struct coord_loop *l, int i) { return l->coordinator ? i + 1 : 0; }
+
+static hvd_status post_recv(struct coord_loop *l, int i) {
+  return net_irecv_max(l->ctl, peer_of(l, i), l->bufs + (size_t)i * CHUNK, CHUNK, &l->recvs[i]);
+}
+
+/* Posts one message to peer in the next one or two send slots (*n counts
+ * the slots in use); the caller waits for send_ptrs[0 .. *n). */
+static hvd_status post_send(struct coord_loop *l, int peer, const unsigned char *hdr,
+                            const void *data, size_t len, int *n) {
+  size_t first = len < CHUNK - FRAME ? len : CHUNK - FRAME;
+  struct iovec iov[2] = {{(void *)hdr, FRAME}, {(void *)data, first}};
+  hvd_status st;
+
+  st = net_isendv(l->ctl, peer, iov, 2, &l->sends[*n]);
+  if (st != HVD_OK && !l->sends[*n].done)
+    return st;
+  l->send_ptrs[*n] = &l->sends[*n];
+  (*n)++;
+  if (len > first) {
+    st = net_isend(l->ctl, peer, (const char *)data + first, len - first, &l->sends[*n]);
+    if (st != HVD_OK && !l->sends[*n].done)
+      return st;
+    l->send_ptrs[*n] = &l->sends[*n];
+    (*n)++;
+  }
+  return HVD_OK;
+}
+
+/* Sends one encoded message to one peer and waits until it is on its way. */
+static hvd_status send_one(struct coord_loop *l, int peer, const void *data, size_t len) {
+  unsigned char hdr[FRAME];
+  int n = 0;
+  hvd_status st;
+  hvd_put_le64(hdr, len);
+  st = post_send(l, peer, hdr, data, len, &n);
+  if (st == HVD_OK)
+    st = net_wait(l->ctl, l->send_ptrs, (size_t)n);
+  return st;
+}
+
+/* The payload of completed receive i: in its buffer, or (longer) in l->big. */
+static hvd_status take_message(struct coord_loop *l, int i, const void **data, size_t *len) {
+  struct net_req *r = &l->recvs[i];
+  const unsigned char *buf = l->bufs + (size_t)i * CHUNK;
+  size_t got = net_req_length(r);
+  uint64_t total;
+  hvd_status st;
+
+  if (got < FRAME)
+    return hvd_error(HVD_ERR_PROTOCOL, "rank %d sent a control message of %zu bytes",
+                     peer_of(l, i), got);
+  total = hvd_get_le64(buf);
+  if (total > COORD_MAX_MESSAGE || total < got - FRAME)
+    return hvd_error(HVD_ERR_PROTOCOL, "rank %d announced a control message of %llu bytes",
+                     peer_of(l, i), (unsigned long long)total);
+  if (total == got - FRAME) {
+    *data = buf + FRAME;
+    *len = (size_t)total;
+    return HVD_OK;
+  }
+  hvd_buf_reset(&l->big);
+  st = hvd_buf_reserve(&l->big, (size_t)total);
+  if (st != HVD_OK)
+    return st;
+  memcpy(l->big.data, buf + FRAME, got - FRAME);
+  st = net_recv(l->ctl, peer_of(l, i), l->big.data + got - FRAME, (size_t)total - (got - FRAME));
+  if (st != HVD_OK)
+    return st;
+  *data = l->big.data;
+  *len = (size_t)total;
+  return HVD_OK;
+}
+
+/* ==== the job's end ===================================================================== */
+
+static bool stopped(struct coord_state *s) {
+  bool r;
+  pthread_mutex_lock(&s->lock);
+  r = s->phase != COORD_RUNNING;
+  pthread_mutex_unlock(&s->lock);
+  return r;
+}
+
+/* This rank failed (st, with this thread's message): stop, and tell the
+ * others what happened, as far as they can still be reached. */
+static void fail_job(struct coord_loop *l, hvd_status st) {
+  struct coord_state *s = l->s;
+  char msg[HVD_ERROR_MESSAGE_MAX];
+
+  snprintf(msg, sizeof(msg), "%s", hvd_last_error_message());
+  HVD_LOG_ERROR("stopping: %s", msg);
+  coord_stop(s, st, msg);
+  hvd_buf_reset(&l->msg);
+  if (l->coordinator) {
+    struct coord_response_list out;
+    unsigned char hdr[FRAME];
+    int n = 0;
+    memset(&out, 0, sizeof(out));
+    out.flags = COORD_FLAG_ABORT;
+    out.abort_status = (uint8_t)st;
+    out.abort_message = msg;
+    if (coord_encode_responses(&out, &l->msg) != HVD_OK)
+      return;
+    hvd_put_le64(hdr, l->msg.len);
+    for (int w = 1; w < s->size; w++) {
+      if (!net_comm_peer_failed(l->ctl, w) &&
+          post_send(l, w, hdr, l->msg.data, l->msg.len, &n) != HVD_OK)
+        break;
+    }
+    (void)net_wait(l->ctl, l->send_ptrs, (size_t)n);
+  } else if (!net_comm_peer_failed(l->ctl, 0)) {
+    struct coord_request_list out;
+    memset(&out, 0, sizeof(out));
+    out.ack = s->applied_seq;
+    out.flags = COORD_FLAG_ABORT;
+    out.abort_status = (uint8_t)st;
+    out.abort_message = msg;
+    if (coord_encode_requests(&out, &l->msg) == HVD_OK)
+      (void)send_one(l, 0, l->msg.data, l->msg.len);
+  }
+}
+
+/* ==== applying a response list (every rank) ============================================ */
+
+/* One tensor of a fused response, for the cache. */
+static hvd_status split(const struct coord_response *r, uint32_t i, struct coord_response *out) {
+  uint32_t per = r->type == COORD_ALLGATHER && r->ntensors > 0 ? r->ncounts / r->ntensors : 1;
+  struct coord_response view = *r;
+
+  view.ntensors = 1;
+  view.names = &r->names[i];
+  view.bits = &r->bits[i];
+  view.ncounts = r->ncounts > 0 ? per : 0;
+  view.counts = r->ncounts > 0 ? r->counts + (size_t)i * per : NULL;
+  view.cached = false;
+  return coord_response_copy(out, &view);
+}
+
+/* A response sent as cache bits, rebuilt from the cache. */
+static hvd_status expand(struct coord_state *s, const struct coord_response *r,
+                         struct coord_response *out) {
+  const struct coord_cache_entry *first = coord_cache_entry(&s->cache, r->bits[0]);
+  uint32_t per;
+
+  memset(out, 0, sizeof(*out));
+  if (first == NULL || first->state != COORD_CACHE_ACTIVE)
+    return hvd_error(HVD_ERR_PROTOCOL, "rank 0 sent cache bit %d, which this rank does not have",
+                     r->bits[0]);
+  *out = first->resp;
+  per = first->resp.ncounts;
+  out->ntensors = r->ntensors;
+  out->ncounts = per * r->ntensors;
+  out->names = calloc(r->ntensors, sizeof(*out->names));
+  out->bits = malloc(r->ntensors * sizeof(*out->bits));
+  out->counts = out->ncounts > 0 ? malloc(out->ncounts * sizeof(*out->counts)) : NULL;
+  out->ranks = NULL;
+  out->error = NULL;
+  out->cached = false;
+  if (out->names == NULL || out->bits == NULL || (out->ncounts > 0 && out->counts == NULL)) {
+    coord_response_fini(out);
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot expand a cached response");
+  }
+  for (uint32_t i = 0; i < r->ntensors; i++) {
+    const struct coord_cache_entry *e = coord_cache_entry(&s->cache, r->bits[i]);
+    if (e == NULL || e->state != COORD_CACHE_ACTIVE || e->resp.ncounts != per) {
+      coord_response_fini(out);
+      return hvd_error(HVD_ERR_PROTOCOL,
+                       "rank 0 sent cache bit %d, which this rank does not have", r->bits[i]);
+    }
+    out->names[i] = hvd_strndup(e->resp.names[0], strlen(e->resp.names[0]));
+    if (out->names[i] == NULL) {
+      coord_response_fini(out);
+      return hvd_error(HVD_ERR_NO_MEMORY, "cannot expand a cached response");
+    }
+    out->bits[i] = r->bits[i];
+    if (per > 0)
+      memcpy(out->counts + (size_t)i * per, e->resp.counts, per * sizeof(*out->counts));
+  }
+  return HVD_OK;
+}
+
+/* A worker records the bits a full response assigns, with its own requests. */
+static hvd_status remember(struct coord_state *s, const struct coord_response *r, uint64_t seq) {
+  for (uint32_t i = 0; i < r->ntensors; i++) {
+    struct coord_response one;
+    struct coord_entry *e;
+    hvd_status st;
+    if (r->bits == NULL || r->bits[i] < 0)
+      continue;
+    if ((st = split(r, i, &one)) != HVD_OK)
+      return st;
+    e = coord_find_entry(s, r->set, r->names[i]);
+    st = coord_cache_put(&s->cache, r->bits[i], &one, e != NULL ? &e->req : NULL, seq);
+    coord_response_fini(&one);
+    if (st != HVD_OK)
+      return st;
+  }
+  return HVD_OK;
+}
+
+/* Runs a list; returns a failure of the job. */
+static hvd_status apply(struct coord_loop *l, struct coord_response_list *list) {
+  struct coord_state *s = l->s;
+  hvd_status st = HVD_OK;
+
+  if (list->flags & COORD_FLAG_ABORT) {
+    coord_stop(s, list->abort_status ? (hvd_status)list->abort_status : HVD_ERR_ABORTED,
+               list->abort_message != NULL ? list->abort_message : "the job failed");
+    return HVD_OK;
+  }
+  for (uint32_t i = 0; i < list->n && st == HVD_OK; i++) {
+    struct coord_response *r = &list->resps[i];
+    if (l->coordinator) {
+      st = coord_execute(s, r);
+    } else if (r->cached) {
+      struct coord_response full;
+      st = expand(s, r, &full);
+      if (st == HVD_OK) {
+        for (uint32_t k = 0; k < full.ntensors; k++)
+          coord_cache_touch(&s->cache, full.bits[k]);
+        st = coord_execute(s, &full);
+        coord_response_fini(&full);
+      }
+    } else {
+      st = remember(s, r, list->seq);
+      if (st == HVD_OK)
+        st = coord_execute(s, r);
+    }
+  }
+  if (st != HVD_OK)
+    return st;
+  if (!l->coordinator) {
+    for (uint32_t i = 0; i < list->nretired; i++)
+      coord_cache_drop(&s->cache, list->retired[i]);
+  }
+  s->applied_seq = list->seq;
+  if (list->flags & COORD_FLAG_SHUTDOWN)
+    coord_stop(s, HVD_ERR_ABORTED,
+               "hvd was shut down (a rank called hvd_shutdown; operations after that fail)");
+  return HVD_OK;
+}
+
+/* ==== one turn of the loop ================================================================ */
+
+/* Takes what user threads queued; *stop says whether shutdown was asked. */
+static struct coord_entry *drain(struct coord_state *s, bool *stop) {
+  struct coord_entry *head;
+  pthread_mutex_lock(&s->lock);
+  head = s->queue_head;
+  s->queue_head = s->queue_tail = NULL;
+  *stop = s->stop_requested;
+  atomic_store(&s->queued, false);
+  pthread_mutex_unlock(&s->lock);
+  return head;
+}
+
+static hvd_status coordinator_turn(struct coord_loop *l, bool *worked) {
+  struct coord_state *s = l->s;
+  struct coord_controller *c = s->controller;
+  struct coord_response_list list;
+  int64_t due;
+  bool stop;
+  hvd_status st;
+
+  for (struct coord_entry *e = drain(s, &stop); e != NULL; e = e->next) {
+    struct coord_request req;
+    *worked = true;
+    if (coord_request_copy(&req, &e->req) != HVD_OK)
+      return hvd_error_status();
+    req.rank = 0;
+    coord_controller_submit(c, &req);
+  }
+  if (stop)
+    coord_controller_request_shutdown(c);
+  for (int i = 0; i < l->nrecv; i++) {
+    struct coord_request_list in;
+    const void *data;
+    size_t len;
+    if (!l->recvs[i].done)
+      continue;
+    *worked = true;
+    if (l->recvs[i].status != HVD_OK) /* the worker is gone (the message names it) */
+      return net_req_result(l->ctl, &l->recvs[i]);
+    st = take_message(l, i, &data, &len);
+    if (st == HVD_OK)
+      st = coord_decode_requests(data, len, &in);
+    if (st != HVD_OK)
+      return hvd_error_prefix("from rank %d", i + 1);
+    st = coord_controller_receive(c, i + 1, &in);
+    coord_request_list_fini(&in);
+    if (st != HVD_OK)
+      return st;
+    if ((st = post_recv(l, i)) != HVD_OK)
+      return st;
+  }
+  if ((st = coord_controller_check_stalls(c, hvd_now_ns())) != HVD_OK)
+    return st;
+  while (!stopped(s) && coord_controller_next(c, hvd_now_ns(), &list, &due)) {
+    unsigned char hdr[FRAME];
+    int n = 0;
+    *worked = true;
+    coord_timeline_cycle(s->timeline);
+    hvd_buf_reset(&l->msg);
+    st = coord_encode_responses(&list, &l->msg);
+    if (st == HVD_OK) {
+      hvd_put_le64(hdr, l->msg.len);
+      for (int w = 1; w < s->size && st == HVD_OK; w++)
+        st = post_send(l, w, hdr, l->msg.data, l->msg.len, &n);
+      if (st == HVD_OK)
+        st = net_wait(l->ctl, l->send_ptrs, (size_t)n);
+    }
+    if (st == HVD_OK)
+      st = apply(l, &list);
+    coord_response_list_fini(&list);
+    if (st != HVD_OK)
+      return st;
+  }
+  return HVD_OK;
+}
+
+static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
+  struct coord_state *s = l->s;
+  struct coord_request_list out;
+  struct coord_entry *head;
+  uint32_t n = 0, cap = 0;
+  bool stop;
+  hvd_status st = HVD_OK;
+
+  memset(&out, 0, sizeof(out));
+  head = drain(s, &stop);
+  for (struct coord_entry *e = head; e != NULL; e = e->next)
+    cap++;
+  if (cap > 0 && (out.reqs = calloc(cap, sizeof(*out.reqs))) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
+  for (struct coord_entry *e = head; e != NULL && st == HVD_OK; e = e->next) {
+    int bit = s->cache.capacity > 0 ? coord_cache_hit(&s->cache, &e->req) : -1;
+    if (bit >= 0) {
+      uint32_t need = (uint32_t)bit / 8 + 1;
+      if (need > out.hits_bytes) {
+        unsigned char *grown = realloc(out.hits, need);
+        if (grown == NULL) {
+          st = hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
+          break;
+        }
+        memset(grown + out.hits_bytes, 0, need - out.hits_bytes);
+        out.hits = grown;
+        out.hits_bytes = need;
+      }
+      out.hits[bit / 8] |= (unsigned char)(1u << (bit % 8));
+      coord_cache_touch(&s->cache, bit);
+    } else {
+      st = coord_request_copy(&out.reqs[n++], &e->req);
+    }
+  }
+  out.n = n;
+  if (stop && !l->stop_sent) {
+    out.flags |= COORD_FLAG_SHUTDOWN;
+    l->stop_sent = true;
+    l->stop_deadline = hvd_now_ns() + s->cfg.timeout_ns;
+  }
+  if (st == HVD_OK && (cap > 0 || out.flags != 0)) {
+    *worked = true;
+    out.ack = s->applied_seq;
+    hvd_buf_reset(&l->msg);
+    st = coord_encode_requests(&out, &l->msg);
+    if (st == HVD_OK)
+      st = send_one(l, 0, l->msg.data, l->msg.len);
+  }
+  coord_request_list_fini(&out);
+  if (st != HVD_OK)
+    return st;
+  if (l->nrecv > 0 && l->recvs[0].done) {
+    struct coord_response_list list;
+    const void *data;
+    size_t len;
+    *worked = true;
+    if (l->recvs[0].status != HVD_OK)
+      return net_req_result(l->ctl, &l->recvs[0]);
+    st = take_message(l, 0, &data, &len);
+    if (st == HVD_OK)
+      st = coord_decode_responses(data, len, &list);
+    if (st != HVD_OK)
+      return hvd_error_prefix("from rank 0");
+    st = apply(l, &list);
+    coord_response_list_fini(&list);
+    if (st == HVD_OK && !stopped(s))
+      st = post_recv(l, 0);
+  }
+  return st;
+}
+
+/* How long the loop may sleep. */
+static int64_t next_deadline(const struct coord_loop *l) {
+  int64_t d = HVD_NO_DEADLINE;
+  if (l->coordinator) {
+    d = coord_controller_due(l->s->controller);
+    int64_t stall = coord_controller_next_check(l->s->controller);
+    if (stall < d)
+      d = stall;
+  }
+  if (l->stop_sent && l->stop_deadline < d)
+    d = l->stop_deadline;
+  return d;
+}
+
+static void *loop_main(void *arg) {
+  struct coord_loop *l = arg;
+  struct coord_state *s = l->s;
+  struct net_wake wake = {.fd = s->wake_fd, .check = queued_cb, .sleep = sleep_cb, .arg = s};
+  hvd_status st = HVD_OK;
+
+  if (s->cfg.affinity_core >= 0) {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    CPU_SET(s->cfg.affinity_core, &cpus);
+    if (pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus) != 0)
+      HVD_LOG_WARN("HOROVOD_THREAD_AFFINITY: cannot pin the background thread to core %d",
+                   s->cfg.affinity_core);
+  }
+  for (int i = 0; i < l->nrecv && st == HVD_OK; i++)
+    st = post_recv(l, i);
+  while (st == HVD_OK && !stopped(s)) {
+    bool worked = false;
+    st = l->coordinator ? coordinator_turn(l, &worked) : worker_turn(l, &worked);
+    if (st != HVD_OK || stopped(s))
+      break;
+    if (l->stop_sent && hvd_now_ns() >= l->stop_deadline) {
+      st = hvd_error(HVD_ERR_TIMEOUT,
+                     "shutting down: rank 0 did not answer within HOROVOD_GLOO_TIMEOUT_SECONDS");
+      break;
+    }
+    if (worked)
+      continue;
+    st = net_wait_event(l->ctl, l->recv_ptrs, (size_t)l->nrecv, &wake, next_deadline(l));
+    if (atomic_exchange(&s->sleeping, false)) {
+      uint64_t v;
+      ssize_t n = read(s->wake_fd, &v, sizeof(v)); /* non-blocking: empty is fine */
+      (void)n;
+    }
+    if (st != HVD_OK && l->coordinator) {
+      /* With isolation, only a worker's receive can fail: the turn reports it. */
+      st = HVD_OK;
+    }
+  }
+  if (st != HVD_OK)
+    fail_job(l, st);
+  return NULL;
+}
+
+/* ==== start and stop ======================================================================= */
+
+static void loop_destroy(struct coord_loop *l) {
+  if (l == NULL)
+    return;
+  free(l->recvs);
+  free(l->recv_ptrs);
+  free(l->bufs);
+  free(l->sends);
+  free(l->send_ptrs);
+  hvd_buf_fini(&l->msg);
+  hvd_buf_fini(&l->big);
+  free(l);
+}
+
+hvd_status coord_loop_start(struct coord_state *s) {
+  struct coord_loop *l = calloc(1, sizeof(*l));
+  int workers = s->size - 1;
+
+  if (l == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the background loop");
+  l->s = s;
+  l->ctl = s->control;
+  l->coordinator = s->rank == 0;
+  l->nrecv = l->coordinator ? workers : (s->size > 1 ? 1 : 0);
+  hvd_buf_init(&l->msg, COORD_MAX_MESSAGE);
+  hvd_buf_init(&l->big, COORD_MAX_MESSAGE);
+  l->recvs = calloc((size_t)l->nrecv + 1, sizeof(*l->recvs));
+  l->recv_ptrs = calloc((size_t)l->nrecv + 1, sizeof(*l->recv_ptrs));
+  l->bufs = malloc(((size_t)l->nrecv + 1) * CHUNK);
+  l->sends = calloc(2 * (size_t)workers + 2, sizeof(*l->sends));
+  l->send_ptrs = calloc(2 * (size_t)workers + 2, sizeof(*l->send_ptrs));
+  if (l->recvs == NULL || l->recv_ptrs == NULL || l->bufs == NULL || l->sends == NULL ||
+      l->send_ptrs == NULL) {
+    loop_destroy(l);
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the background loop");
+  }
+  for (int i = 0; i < l->nrecv; i++)
+    l->recv_ptrs[i] = &l->recvs[i];
+  s->loop = l;
+  if (pthread_create(&s->thread, NULL, loop_main, l) != 0) {
+    loop_destroy(l);
+    s->loop = NULL;
+    return hvd_error(HVD_ERR_IO, "cannot start the background thread");
+  }
+  return HVD_OK;
+}
+
+void coord_loop_join(struct coord_state *s) {
+  if (s->loop == NULL)
+    return;
+  pthread_join(s->thread, NULL);
+  loop_destroy(s->loop);
+  s->loop = NULL;
+}

@@ -1,0 +1,562 @@
+/*
+ * The coordinator's messages on the wire (docs/coordinator-protocol.md).
+ *
+ * DESIGN. A list is one little-endian byte string: a 12-byte preamble
+ * (magic "HVDC", version, kind), the list's fields, then its entries.
+ * Integers are fixed width; doubles travel as their IEEE bits; strings and
+ * arrays are a u32 count then the items. The decoder checks every count
+ * against the bytes that remain before it allocates anything, so a hostile
+ * or corrupt message costs at most its own size in memory, and rejects
+ * values outside their enums. A failed decode names the field.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord.h"
+
+#define COORD_MAGIC 0x43445648u /* "HVDC" */
+enum { COORD_VERSION = 1, KIND_REQUESTS = 1, KIND_RESPONSES = 2 };
+enum { FORM_FULL = 0, FORM_CACHED = 1 };
+
+const char *coord_type_name(int type) {
+  static const char *const names[COORD_TYPE_COUNT] = {
+      "allreduce", "allgather", "broadcast", "join", "alltoall",
+      "barrier", "reducescatter", "process_set_add", "process_set_remove", "error"};
+  return type >= 0 && type < COORD_TYPE_COUNT ? names[type] : "unknown";
+}
+
+bool coord_shape_elements(const int64_t *shape, int ndims, int64_t *out) {
+  int64_t n = 1;
+  for (int i = 0; i < ndims; i++) {
+    if (shape[i] < 0 || (shape[i] > 0 && n > INT64_MAX / shape[i]))
+      return false;
+    n *= shape[i];
+  }
+  *out = n;
+  return true;
+}
+
+/* ==== ownership ================================================================== */
+
+void coord_request_fini(struct coord_request *r) {
+  free(r->name);
+  free(r->ranks);
+  free(r->group);
+  r->name = NULL;
+  r->ranks = NULL;
+  r->group = NULL;
+  r->name_len = r->nranks = r->group_len = 0;
+}
+
+hvd_status coord_request_copy(struct coord_request *dst, const struct coord_request *src) {
+  *dst = *src;
+  dst->name = NULL;
+  dst->ranks = NULL;
+  dst->group = NULL;
+  if ((src->name != NULL && (dst->name = hvd_strndup(src->name, src->name_len)) == NULL) ||
+      (src->group != NULL && (dst->group = hvd_strndup(src->group, src->group_len)) == NULL)) {
+    coord_request_fini(dst);
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot copy a tensor name");
+  }
+  if (src->nranks > 0) {
+    dst->ranks = malloc(src->nranks * sizeof(*dst->ranks));
+    if (dst->ranks == NULL) {
+      coord_request_fini(dst);
+      return hvd_error(HVD_ERR_NO_MEMORY, "cannot copy a rank list");
+    }
+    memcpy(dst->ranks, src->ranks, src->nranks * sizeof(*dst->ranks));
+  }
+  return HVD_OK;
+}
+
+void coord_response_fini(struct coord_response *r) {
+  if (r->names != NULL) {
+    for (uint32_t i = 0; i < r->ntensors; i++)
+      free(r->names[i]);
+  }
+  free(r->names);
+  free(r->bits);
+  free(r->counts);
+  free(r->ranks);
+  free(r->error);
+  memset(r, 0, sizeof(*r));
+}
+
+hvd_status coord_response_copy(struct coord_response *dst, const struct coord_response *src) {
+  *dst = *src;
+  dst->names = NULL;
+  dst->bits = NULL;
+  dst->counts = NULL;
+  dst->ranks = NULL;
+  dst->error = NULL;
+  if (src->ntensors > 0) {
+    dst->names = calloc(src->ntensors, sizeof(*dst->names));
+    dst->bits = malloc(src->ntensors * sizeof(*dst->bits));
+    if (dst->names == NULL || dst->bits == NULL)
+      goto nomem;
+    memcpy(dst->bits, src->bits, src->ntensors * sizeof(*dst->bits));
+    for (uint32_t i = 0; i < src->ntensors && src->names != NULL; i++) {
+      if ((dst->names[i] = hvd_strndup(src->names[i], strlen(src->names[i]))) == NULL)
+        goto nomem;
+    }
+  }
+  if (src->ncounts > 0) {
+    if ((dst->counts = malloc(src->ncounts * sizeof(*dst->counts))) == NULL)
+      goto nomem;
+    memcpy(dst->counts, src->counts, src->ncounts * sizeof(*dst->counts));
+  }
+  if (src->nranks > 0) {
+    if ((dst->ranks = malloc(src->nranks * sizeof(*dst->ranks))) == NULL)
+      goto nomem;
+    memcpy(dst->ranks, src->ranks, src->nranks * sizeof(*dst->ranks));
+  }
+  if (src->error != NULL && (dst->error = hvd_strndup(src->error, strlen(src->error))) == NULL)
+    goto nomem;
+  return HVD_OK;
+nomem:
+  coord_response_fini(dst);
+  return hvd_error(HVD_ERR_NO_MEMORY, "cannot copy a response");
+}
+
+void coord_request_list_fini(struct coord_request_list *l) {
+  for (uint32_t i = 0; i < l->n; i++)
+    coord_request_fini(&l->reqs[i]);
+  free(l->reqs);
+  free(l->hits);
+  free(l->abort_message);
+  memset(l, 0, sizeof(*l));
+}
+
+void coord_response_list_fini(struct coord_response_list *l) {
+  for (uint32_t i = 0; i < l->n; i++)
+    coord_response_fini(&l->resps[i]);
+  free(l->resps);
+  free(l->retired);
+  free(l->abort_message);
+  memset(l, 0, sizeof(*l));
+}
+
+/* ==== writing ====================================================================== */
+
+struct writer {
+  struct hvd_buf *b;
+  hvd_status st;
+};
+
+static void put(struct writer *w, const void *p, size_t n) {
+  if (w->st == HVD_OK)
+    w->st = hvd_buf_append(w->b, p, n);
+}
+
+static void put_u8(struct writer *w, uint8_t v) { put(w, &v, 1); }
+
+static void put_u16(struct writer *w, uint16_t v) {
+  unsigned char b[2];
+  hvd_put_le16(b, v);
+  put(w, b, 2);
+}
+
+static void put_u32(struct writer *w, uint32_t v) {
+  unsigned char b[4];
+  hvd_put_le32(b, v);
+  put(w, b, 4);
+}
+
+static void put_u64(struct writer *w, uint64_t v) {
+  unsigned char b[8];
+  hvd_put_le64(b, v);
+  put(w, b, 8);
+}
+
+static void put_f64(struct writer *w, double v) {
+  uint64_t bits;
+  memcpy(&bits, &v, 8);
+  put_u64(w, bits);
+}
+
+static void put_str(struct writer *w, const char *s, size_t len) {
+  put_u32(w, (uint32_t)len);
+  put(w, s, len);
+}
+
+static void put_preamble(struct writer *w, uint16_t kind) {
+  put_u32(w, COORD_MAGIC);
+  put_u16(w, COORD_VERSION);
+  put_u16(w, kind);
+}
+
+static void put_abort(struct writer *w, uint8_t flags, uint8_t status, const char *msg) {
+  put_u8(w, flags);
+  put_u8(w, status);
+  put_str(w, msg != NULL ? msg : "", msg != NULL ? strlen(msg) : 0);
+}
+
+static void put_request(struct writer *w, const struct coord_request *r) {
+  put_u8(w, r->type);
+  put_u8(w, r->dtype);
+  put_u8(w, r->op);
+  put_u8(w, 0);
+  put_u32(w, (uint32_t)r->set);
+  put_u32(w, (uint32_t)r->root);
+  put_u32(w, (uint32_t)r->device);
+  put_u32(w, r->group_size);
+  put_f64(w, r->prescale);
+  put_f64(w, r->postscale);
+  put_u32(w, (uint32_t)r->ndims);
+  for (int i = 0; i < r->ndims; i++)
+    put_u64(w, (uint64_t)r->shape[i]);
+  put_u32(w, r->nranks);
+  for (uint32_t i = 0; i < r->nranks; i++)
+    put_u32(w, (uint32_t)r->ranks[i]);
+  put_str(w, r->name, r->name_len);
+  put_str(w, r->group != NULL ? r->group : "", r->group_len);
+}
+
+hvd_status coord_encode_requests(const struct coord_request_list *l, struct hvd_buf *out) {
+  struct writer w = {out, HVD_OK};
+
+  put_preamble(&w, KIND_REQUESTS);
+  put_u64(&w, l->ack);
+  put_abort(&w, l->flags, l->abort_status, l->abort_message);
+  put_u32(&w, l->hits_bytes);
+  put(&w, l->hits, l->hits_bytes);
+  put_u32(&w, l->n);
+  for (uint32_t i = 0; i < l->n; i++)
+    put_request(&w, &l->reqs[i]);
+  return w.st;
+}
+
+static void put_response(struct writer *w, const struct coord_response *r) {
+  if (r->cached) {
+    put_u8(w, FORM_CACHED);
+    put_u32(w, r->ntensors);
+    for (uint32_t i = 0; i < r->ntensors; i++)
+      put_u32(w, (uint32_t)r->bits[i]);
+    return;
+  }
+  put_u8(w, FORM_FULL);
+  put_u8(w, r->type);
+  put_u8(w, r->dtype);
+  put_u8(w, r->op);
+  put_u8(w, r->status);
+  put_u32(w, (uint32_t)r->set);
+  put_u32(w, (uint32_t)r->root);
+  put_u32(w, (uint32_t)r->device);
+  put_u32(w, (uint32_t)r->last_joined);
+  put_u32(w, (uint32_t)r->new_set);
+  put_f64(w, r->prescale);
+  put_f64(w, r->postscale);
+  put_u32(w, r->ntensors);
+  for (uint32_t i = 0; i < r->ntensors; i++) {
+    put_str(w, r->names[i], strlen(r->names[i]));
+    put_u32(w, (uint32_t)(r->bits != NULL ? r->bits[i] : -1));
+  }
+  put_u32(w, r->ncounts);
+  for (uint32_t i = 0; i < r->ncounts; i++)
+    put_u64(w, (uint64_t)r->counts[i]);
+  put_u32(w, r->nranks);
+  for (uint32_t i = 0; i < r->nranks; i++)
+    put_u32(w, (uint32_t)r->ranks[i]);
+  put_str(w, r->error != NULL ? r->error : "", r->error != NULL ? strlen(r->error) : 0);
+}
+
+hvd_status coord_encode_responses(const struct coord_response_list *l, struct hvd_buf *out) {
+  struct writer w = {out, HVD_OK};
+
+  put_preamble(&w, KIND_RESPONSES);
+  put_u64(&w, l->seq);
+  put_abort(&w, l->flags, l->abort_status, l->abort_message);
+  put_u32(&w, l->nretired);
+  for (uint32_t i = 0; i < l->nretired; i++)
+    put_u32(&w, (uint32_t)l->retired[i]);
+  put_u32(&w, l->n);
+  for (uint32_t i = 0; i < l->n; i++)
+    put_response(&w, &l->resps[i]);
+  return w.st;
+}
+
+/* ==== reading ========================================================================= */
+
+struct reader {
+  const unsigned char *p;
+  size_t left;
+  const char *bad; /* the first field that did not fit or was out of range */
+};
+
+static bool need(struct reader *r, size_t n, const char *field) {
+  if (r->bad != NULL)
+    return false;
+  if (r->left < n) {
+    r->bad = field;
+    return false;
+  }
+  return true;
+}
+
+static uint8_t get_u8(struct reader *r, const char *field) {
+  if (!need(r, 1, field))
+    return 0;
+  r->left--;
+  return *r->p++;
+}
+
+static uint16_t get_u16(struct reader *r, const char *field) {
+  uint16_t v;
+  if (!need(r, 2, field))
+    return 0;
+  v = hvd_get_le16(r->p);
+  r->p += 2;
+  r->left -= 2;
+  return v;
+}
+
+static uint32_t get_u32(struct reader *r, const char *field) {
+  uint32_t v;
+  if (!need(r, 4, field))
+    return 0;
+  v = hvd_get_le32(r->p);
+  r->p += 4;
+  r->left -= 4;
+  return v;
+}
+
+static uint64_t get_u64(struct reader *r, const char *field) {
+  uint64_t v;
+  if (!need(r, 8, field))
+    return 0;
+  v = hvd_get_le64(r->p);
+  r->p += 8;
+  r->left -= 8;
+  return v;
+}
+
+static double get_f64(struct reader *r, const char *field) {
+  uint64_t bits = get_u64(r, field);
+  double v;
+  memcpy(&v, &bits, 8);
+  return v;
+}
+
+/* A count of items of `size` bytes each that must still fit in the message. */
+static uint32_t get_count(struct reader *r, size_t size, uint32_t max, const char *field) {
+  uint32_t n = get_u32(r, field);
+  if (r->bad == NULL && (n > max || (size > 0 && n > r->left / size)))
+    r->bad = field;
+  return r->bad == NULL ? n : 0;
+}
+
+/* A string, copied and NUL-terminated; *len its length. */
+static char *get_str(struct reader *r, uint32_t max, uint32_t *len, const char *field) {
+  uint32_t n = get_count(r, 1, max, field);
+  char *s;
+  if (r->bad != NULL)
+    return NULL;
+  if ((s = hvd_strndup((const char *)r->p, n)) == NULL) {
+    r->bad = "memory";
+    return NULL;
+  }
+  if (memchr(s, '\0', n) != NULL) { /* names and messages are text */
+    free(s);
+    r->bad = field;
+    return NULL;
+  }
+  r->p += n;
+  r->left -= n;
+  if (len != NULL)
+    *len = n;
+  return s;
+}
+
+static void *get_array(struct reader *r, uint32_t n, size_t size, const char *field) {
+  void *a;
+  if (r->bad != NULL || n == 0)
+    return NULL;
+  if ((a = calloc(n, size)) == NULL)
+    r->bad = "memory";
+  (void)field;
+  return a;
+}
+
+static hvd_status decode_failed(struct reader *r, const char *what) {
+  if (strcmp(r->bad, "memory") == 0)
+    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory decoding a %s", what);
+  return hvd_error(HVD_ERR_PROTOCOL, "malformed %s: bad or truncated field '%s'", what, r->bad);
+}
+
+static void get_preamble(struct reader *r, uint16_t kind) {
+  uint32_t magic = get_u32(r, "magic");
+  uint16_t version = get_u16(r, "version");
+  uint16_t k = get_u16(r, "kind");
+  if (r->bad == NULL && magic != COORD_MAGIC)
+    r->bad = "magic";
+  else if (r->bad == NULL && version != COORD_VERSION)
+    r->bad = "version";
+  else if (r->bad == NULL && k != kind)
+    r->bad = "kind";
+}
+
+static void get_request(struct reader *r, struct coord_request *q) {
+  q->type = get_u8(r, "request type");
+  q->dtype = get_u8(r, "dtype");
+  q->op = get_u8(r, "reduce op");
+  (void)get_u8(r, "reserved");
+  q->set = (int32_t)get_u32(r, "process set");
+  q->root = (int32_t)get_u32(r, "root");
+  q->device = (int32_t)get_u32(r, "device");
+  q->group_size = get_u32(r, "group size");
+  q->prescale = get_f64(r, "prescale");
+  q->postscale = get_f64(r, "postscale");
+  q->ndims = (int32_t)get_count(r, 8, HVD_MAX_DIMS, "ndims");
+  for (int i = 0; i < q->ndims && r->bad == NULL; i++) {
+    q->shape[i] = (int64_t)get_u64(r, "shape");
+    if (q->shape[i] < 0)
+      r->bad = "shape";
+  }
+  q->nranks = get_count(r, 4, COORD_MAX_SET_RANKS, "rank count");
+  q->ranks = get_array(r, q->nranks, sizeof(*q->ranks), "ranks");
+  for (uint32_t i = 0; i < q->nranks && r->bad == NULL; i++)
+    q->ranks[i] = (int32_t)get_u32(r, "ranks");
+  q->name = get_str(r, COORD_NAME_MAX, &q->name_len, "name");
+  q->group = get_str(r, COORD_NAME_MAX, &q->group_len, "group");
+  if (r->bad == NULL && q->group_len == 0) {
+    free(q->group);
+    q->group = NULL;
+  }
+  if (r->bad == NULL && (q->group == NULL) != (q->group_size == 0))
+    r->bad = "group";
+  if (r->bad == NULL && (q->type >= COORD_ERROR))
+    r->bad = "request type";
+  if (r->bad == NULL && (q->dtype >= HVD_DTYPE_COUNT))
+    r->bad = "dtype";
+  if (r->bad == NULL && q->op > HVD_PRODUCT)
+    r->bad = "reduce op";
+  if (r->bad == NULL && q->name_len == 0)
+    r->bad = "name";
+}
+
+hvd_status coord_decode_requests(const void *data, size_t len, struct coord_request_list *out) {
+  struct reader r = {data, len, NULL};
+  struct coord_request_list l;
+
+  memset(&l, 0, sizeof(l));
+  get_preamble(&r, KIND_REQUESTS);
+  l.ack = get_u64(&r, "ack");
+  l.flags = get_u8(&r, "flags");
+  l.abort_status = get_u8(&r, "abort status");
+  l.abort_message = get_str(&r, HVD_ERROR_MESSAGE_MAX, NULL, "abort message");
+  l.hits_bytes = get_count(&r, 1, UINT32_MAX, "hits");
+  l.hits = get_array(&r, l.hits_bytes, 1, "hits");
+  if (l.hits != NULL) {
+    memcpy(l.hits, r.p, l.hits_bytes);
+    r.p += l.hits_bytes;
+    r.left -= l.hits_bytes;
+  }
+  /* A request is at least 52 bytes: that bounds the count. */
+  l.n = get_count(&r, 52, UINT32_MAX, "request count");
+  l.reqs = get_array(&r, l.n, sizeof(*l.reqs), "requests");
+  for (uint32_t i = 0; i < l.n && r.bad == NULL; i++)
+    get_request(&r, &l.reqs[i]);
+  if (r.bad == NULL && r.left != 0)
+    r.bad = "trailing bytes";
+  if (r.bad != NULL) {
+    coord_request_list_fini(&l);
+    return decode_failed(&r, "request list");
+  }
+  *out = l;
+  return HVD_OK;
+}
+
+static void get_response(struct reader *r, struct coord_response *p) {
+  uint8_t form = get_u8(r, "response form");
+
+  p->last_joined = -1;
+  p->new_set = -1;
+  if (form == FORM_CACHED) {
+    p->cached = true;
+    p->ntensors = get_count(r, 4, UINT32_MAX, "cached count");
+    p->bits = get_array(r, p->ntensors, sizeof(*p->bits), "bits");
+    for (uint32_t i = 0; i < p->ntensors && r->bad == NULL; i++) {
+      p->bits[i] = (int32_t)get_u32(r, "bits");
+      if (p->bits[i] < 0)
+        r->bad = "bits";
+    }
+    if (r->bad == NULL && p->ntensors == 0)
+      r->bad = "cached count";
+    return;
+  }
+  if (r->bad == NULL && form != FORM_FULL) {
+    r->bad = "response form";
+    return;
+  }
+  p->type = get_u8(r, "response type");
+  p->dtype = get_u8(r, "dtype");
+  p->op = get_u8(r, "reduce op");
+  p->status = get_u8(r, "status");
+  p->set = (int32_t)get_u32(r, "process set");
+  p->root = (int32_t)get_u32(r, "root");
+  p->device = (int32_t)get_u32(r, "device");
+  p->last_joined = (int32_t)get_u32(r, "last joined");
+  p->new_set = (int32_t)get_u32(r, "new set");
+  p->prescale = get_f64(r, "prescale");
+  p->postscale = get_f64(r, "postscale");
+  p->ntensors = get_count(r, 8, UINT32_MAX, "tensor count");
+  p->names = get_array(r, p->ntensors, sizeof(*p->names), "names");
+  p->bits = get_array(r, p->ntensors, sizeof(*p->bits), "bits");
+  for (uint32_t i = 0; i < p->ntensors && r->bad == NULL; i++) {
+    uint32_t len = 0;
+    p->names[i] = get_str(r, COORD_NAME_MAX, &len, "name");
+    p->bits[i] = (int32_t)get_u32(r, "bits");
+    if (r->bad == NULL && (len == 0 || p->bits[i] < -1))
+      r->bad = len == 0 ? "name" : "bits";
+  }
+  p->ncounts = get_count(r, 8, UINT32_MAX, "count count");
+  p->counts = get_array(r, p->ncounts, sizeof(*p->counts), "counts");
+  for (uint32_t i = 0; i < p->ncounts && r->bad == NULL; i++) {
+    p->counts[i] = (int64_t)get_u64(r, "counts");
+    if (p->counts[i] < 0)
+      r->bad = "counts";
+  }
+  p->nranks = get_count(r, 4, COORD_MAX_SET_RANKS, "rank count");
+  p->ranks = get_array(r, p->nranks, sizeof(*p->ranks), "ranks");
+  for (uint32_t i = 0; i < p->nranks && r->bad == NULL; i++)
+    p->ranks[i] = (int32_t)get_u32(r, "ranks");
+  p->error = get_str(r, HVD_ERROR_MESSAGE_MAX * 4, NULL, "error");
+  if (r->bad == NULL && p->type >= COORD_TYPE_COUNT)
+    r->bad = "response type";
+  if (r->bad == NULL && p->dtype >= HVD_DTYPE_COUNT)
+    r->bad = "dtype";
+  if (r->bad == NULL && p->op > HVD_PRODUCT)
+    r->bad = "reduce op";
+}
+
+hvd_status coord_decode_responses(const void *data, size_t len, struct coord_response_list *out) {
+  struct reader r = {data, len, NULL};
+  struct coord_response_list l;
+
+  memset(&l, 0, sizeof(l));
+  get_preamble(&r, KIND_RESPONSES);
+  l.seq = get_u64(&r, "sequence");
+  l.flags = get_u8(&r, "flags");
+  l.abort_status = get_u8(&r, "abort status");
+  l.abort_message = get_str(&r, HVD_ERROR_MESSAGE_MAX, NULL, "abort message");
+  l.nretired = get_count(&r, 4, UINT32_MAX, "retired count");
+  l.retired = get_array(&r, l.nretired, sizeof(*l.retired), "retired");
+  for (uint32_t i = 0; i < l.nretired && r.bad == NULL; i++) {
+    l.retired[i] = (int32_t)get_u32(&r, "retired");
+    if (l.retired[i] < 0)
+      r.bad = "retired";
+  }
+  /* A response is at least 5 bytes (a cached one with one bit). */
+  l.n = get_count(&r, 5, UINT32_MAX, "response count");
+  l.resps = get_array(&r, l.n, sizeof(*l.resps), "responses");
+  for (uint32_t i = 0; i < l.n && r.bad == NULL; i++)
+    get_response(&r, &l.resps[i]);
+  if (r.bad == NULL && r.left != 0)
+    r.bad = "trailing bytes";
+  if (r.bad != NULL) {
+    coord_response_list_fini(&l);
+    return decode_failed(&r, "response list");
+  }
+  *out = l;
+  return HVD_OK;
+}

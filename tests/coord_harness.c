@@ -1,0 +1,136 @@
+/* The multi-process harness of the coordinator tests (see coord_harness.h). */
+#include "coord_harness.h"
+
+#include <errno.h>
+#include <time.h>
+
+struct job job;
+
+void job_setup(void) {
+  int port_pipe[2], ctl_pipe[2];
+
+  memset(&job, 0, sizeof(job));
+  ck_assert_int_eq(pipe(port_pipe), 0);
+  ck_assert_int_eq(pipe(ctl_pipe), 0);
+  job.server = fork();
+  ck_assert_int_ge(job.server, 0);
+  if (job.server == 0) {
+    struct rdzv_server_config cfg;
+    struct rdzv_server *srv = NULL;
+    int port = -1;
+    char byte;
+    close(port_pipe[0]);
+    close(ctl_pipe[1]);
+    alarm(900);
+    rdzv_server_config_default(&cfg);
+    cfg.bind_address = "127.0.0.1";
+    if (rdzv_server_start(&cfg, &srv) == HVD_OK)
+      port = rdzv_server_port(srv);
+    if (write(port_pipe[1], &port, sizeof(port)) != sizeof(port) || port < 0)
+      _exit(1);
+    while (read(ctl_pipe[0], &byte, 1) > 0) {
+    }
+    rdzv_server_stop(srv);
+    _exit(0);
+  }
+  close(port_pipe[1]);
+  close(ctl_pipe[0]);
+  ck_assert_int_eq(read(port_pipe[0], &job.port, sizeof(job.port)), sizeof(job.port));
+  ck_assert_int_gt(job.port, 0);
+  close(port_pipe[0]);
+  job.server_ctl = ctl_pipe[1];
+}
+
+void job_teardown(void) {
+  close(job.server_ctl);
+  waitpid(job.server, NULL, 0);
+}
+
+int report(int code, const char *fmt, ...) {
+  va_list ap;
+  char msg[2048];
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "rank %d: %s\n", hvd_rank(), msg);
+  return code;
+}
+
+static void set_int(const char *name, int v) {
+  char text[32];
+  snprintf(text, sizeof(text), "%d", v);
+  setenv(name, text, 1);
+}
+
+static int child(int rank, int size, rank_fn fn, void *arg) {
+  int code;
+
+  set_int("HOROVOD_RANK", rank);
+  set_int("HOROVOD_SIZE", size);
+  setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1", 1);
+  set_int("HOROVOD_GLOO_RENDEZVOUS_PORT", job.port);
+  set_int("HOROVOD_GLOO_TIMEOUT_SECONDS", job.timeout_s > 0 ? job.timeout_s : 20);
+  setenv("HOROVOD_HOSTNAME", job.hosts[rank] != NULL ? job.hosts[rank] : "localhost", 1);
+  for (int i = 0; i < 16 && job.env[i] != NULL; i++) {
+    char name[128];
+    const char *eq = strchr(job.env[i], '=');
+    if (eq == NULL || (size_t)(eq - job.env[i]) >= sizeof(name))
+      continue;
+    memcpy(name, job.env[i], (size_t)(eq - job.env[i]));
+    name[eq - job.env[i]] = '\0';
+    setenv(name, eq + 1, 1);
+  }
+  if (hvd_init() != HVD_OK) {
+    fprintf(stderr, "rank %d: hvd_init: %s\n", rank, hvd_last_error_message());
+    return EXIT_SETUP;
+  }
+  code = fn(rank, size, arg);
+  hvd_shutdown();
+  return code;
+}
+
+void run_ranks(int size, rank_fn fn, void *arg, int *codes, int deadline_s) {
+  pid_t pids[16];
+  struct timespec start;
+
+  ck_assert_int_le(size, 16);
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (int r = 0; r < size; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0) {
+      alarm((unsigned)deadline_s + 30);
+      fflush(stderr);
+      _exit(child(r, size, fn, arg));
+    }
+  }
+  for (int r = 0; r < size; r++) {
+    int status = 0;
+    pid_t got;
+    for (;;) {
+      struct timespec now;
+      got = waitpid(pids[r], &status, WNOHANG);
+      if (got != 0)
+        break;
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      if (now.tv_sec - start.tv_sec > deadline_s) {
+        for (int q = 0; q < size; q++)
+          kill(pids[q], SIGKILL);
+      }
+      usleep(2000);
+    }
+    if (got < 0)
+      codes[r] = -1000;
+    else if (WIFEXITED(status))
+      codes[r] = WEXITSTATUS(status);
+    else
+      codes[r] = -WTERMSIG(status);
+  }
+}
+
+void run_ok(int size, rank_fn fn, void *arg) {
+  int codes[16];
+  run_ranks(size, fn, arg, codes, 120);
+  for (int r = 0; r < size; r++)
+    ck_assert_msg(codes[r] == 0, "size %d: rank %d exited with %d", size, r, codes[r]);
+}
