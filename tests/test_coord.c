@@ -1,35 +1,1235 @@
+/*
+ * Multi-process tests of the public API and the coordinator: forked ranks
+ * (see coord_harness.h) call hvd's collectives through include/hvd/hvd.h
+ * and check every value against a reference computed from every rank's
+ * input. Inputs are small integers, so every reduction order gives the
+ * same bits. Suites: collectives, async, errors, join, sets, lifecycle.
+ */
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+
 #include "coord_harness.h"
 
-static int basic(int rank, int size, void *arg) {
-  (void)arg;
-  float in[5], out[5];
-  int64_t shape[1] = {5};
-  for (int i = 0; i < 5; i++) in[i] = (float)(rank + i);
-  hvd_tensor t = {"x", HVD_FLOAT32, 1, shape, in, out};
-  for (int k = 0; k < 3; k++) {
-    CALL(hvd_allreduce(&t, NULL));
-    for (int i = 0; i < 5; i++) {
-      float want = 0; for (int r = 0; r < size; r++) want += (float)(r + i);
-      EXPECT(out[i] == want, "k %d i %d: %g != %g", k, i, out[i], want);
+Suite *coord_units_suite(void);
+
+/* ==== values ====================================================================== */
+
+static const hvd_dtype all_dtypes[] = {HVD_UINT8,    HVD_INT8,    HVD_UINT16,  HVD_INT16,
+                                       HVD_INT32,    HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
+                                       HVD_FLOAT32,  HVD_FLOAT64, HVD_BOOL};
+
+static bool is_float(hvd_dtype t) {
+  return t == HVD_FLOAT16 || t == HVD_BFLOAT16 || t == HVD_FLOAT32 || t == HVD_FLOAT64;
+}
+
+static double get(hvd_dtype t, const void *buf, size_t i) {
+  switch (t) {
+  case HVD_UINT8: return ((const uint8_t *)buf)[i];
+  case HVD_INT8: return ((const int8_t *)buf)[i];
+  case HVD_UINT16: return ((const uint16_t *)buf)[i];
+  case HVD_INT16: return ((const int16_t *)buf)[i];
+  case HVD_INT32: return ((const int32_t *)buf)[i];
+  case HVD_INT64: return (double)((const int64_t *)buf)[i];
+  case HVD_FLOAT16: return ops_half_to_float(((const uint16_t *)buf)[i]);
+  case HVD_BFLOAT16: return ops_bf16_to_float(((const uint16_t *)buf)[i]);
+  case HVD_FLOAT32: return ((const float *)buf)[i];
+  case HVD_FLOAT64: return ((const double *)buf)[i];
+  case HVD_BOOL: return ((const uint8_t *)buf)[i];
+  }
+  return -1;
+}
+
+static void put(hvd_dtype t, void *buf, size_t i, double v) {
+  switch (t) {
+  case HVD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case HVD_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+  case HVD_UINT16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
+  case HVD_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
+  case HVD_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case HVD_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case HVD_FLOAT16: ((uint16_t *)buf)[i] = ops_float_to_half((float)v); break;
+  case HVD_BFLOAT16: ((uint16_t *)buf)[i] = ops_float_to_bf16((float)v); break;
+  case HVD_FLOAT32: ((float *)buf)[i] = (float)v; break;
+  case HVD_FLOAT64: ((double *)buf)[i] = v; break;
+  case HVD_BOOL: ((uint8_t *)buf)[i] = v != 0; break;
+  }
+}
+
+/* Rank r's element i: small enough that sums and products stay exact in
+ * every dtype (bool: 0 or 1; products: 1 or 2). */
+static double value(hvd_dtype t, hvd_reduce_op op, int r, size_t i) {
+  if (t == HVD_BOOL)
+    return (double)((r + i) % 3 == 0);
+  if (op == HVD_PRODUCT)
+    return (double)(1 + (r + i) % 2);
+  return (double)((r + 1) * (int)(i % 7 + 1) % 23);
+}
+
+static double reduce(hvd_dtype t, hvd_reduce_op op, int size, size_t i, int skip) {
+  double acc = 0;
+  bool first = true;
+  int n = 0;
+  for (int r = 0; r < size; r++) {
+    double v = value(t, op, r, i);
+    if (r == skip)
+      continue;
+    n++;
+    if (first) {
+      acc = v;
+      first = false;
+      continue;
+    }
+    switch (op) {
+    case HVD_SUM:
+    case HVD_AVERAGE: acc = t == HVD_BOOL ? (acc != 0 || v != 0) : acc + v; break;
+    case HVD_MIN: acc = v < acc ? v : acc; break;
+    case HVD_MAX: acc = v > acc ? v : acc; break;
+    case HVD_PRODUCT: acc = t == HVD_BOOL ? (acc != 0 && v != 0) : acc * v; break;
     }
   }
-  EXPECT(hvd_rank() == rank && hvd_size() == size, "rank/size");
+  (void)n;
+  if (op == HVD_AVERAGE)
+    acc = is_float(t) ? acc / size : (double)(int64_t)(acc / size);
+  return acc;
+}
+
+static size_t elements(const int64_t *shape, int ndims) {
+  size_t n = 1;
+  for (int i = 0; i < ndims; i++)
+    n *= (size_t)shape[i];
+  return n;
+}
+
+/* A global allreduce of one int (for agreement checks). */
+static hvd_status allreduce_int(int v, hvd_reduce_op op, int *out) {
+  int64_t shape[1] = {1};
+  int32_t in = v, res = 0;
+  hvd_tensor t = {NULL, HVD_INT32, 1, shape, &in, &res};
+  hvd_options o = HVD_OPTIONS_INIT;
+  hvd_status st;
+  o.op = op;
+  st = hvd_allreduce(&t, &o);
+  *out = res;
+  return st;
+}
+
+/* ==== collectives ===================================================================== */
+
+static int check_allreduce(int rank, int size, hvd_dtype t, hvd_reduce_op op, const int64_t *shape,
+                           int ndims, bool in_place) {
+  size_t n = elements(shape, ndims), es = hvd_dtype_size(t);
+  unsigned char *in = malloc(n * es + 1), *out = malloc(n * es + 1);
+  hvd_options o = HVD_OPTIONS_INIT;
+  hvd_tensor tensor = {NULL, t, ndims, shape, in, in_place ? in : out};
+  int code = 0;
+  hvd_status st;
+
+  for (size_t i = 0; i < n; i++)
+    put(t, in, i, value(t, op, rank, i));
+  o.op = op;
+  st = hvd_allreduce(&tensor, &o);
+  if (st != HVD_OK)
+    code = report(EXIT_FAILED, "allreduce %s %s ndims %d: %s", hvd_dtype_name(t),
+                  hvd_reduce_op_name(op), ndims, hvd_last_error_message());
+  for (size_t i = 0; i < n && code == 0; i++) {
+    double want = reduce(t, op, size, i, -1);
+    double got = get(t, tensor.output, i);
+    if (got != want)
+      code = report(EXIT_WRONG, "allreduce %s %s ndims %d%s: element %zu is %g, want %g",
+                    hvd_dtype_name(t), hvd_reduce_op_name(op), ndims, in_place ? " in place" : "",
+                    i, got, want);
+  }
+  free(in);
+  free(out);
+  return code;
+}
+
+static int allreduce_values(int rank, int size, void *arg) {
+  static const int64_t shapes[][3] = {{1, 1, 1}, {17, 1, 1}, {3, 4, 5}, {2, 0, 3}};
+  static const int ndims[] = {0, 1, 3, 3};
+  static const hvd_reduce_op ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX, HVD_PRODUCT};
+  int code;
+  (void)arg;
+
+  for (size_t d = 0; d < HVD_ARRAY_SIZE(all_dtypes); d++) {
+    for (size_t s = 0; s < HVD_ARRAY_SIZE(ndims); s++) {
+      for (size_t o = 0; o < HVD_ARRAY_SIZE(ops); o++) {
+        if (all_dtypes[d] == HVD_BOOL && ops[o] == HVD_AVERAGE)
+          continue;
+        code = check_allreduce(rank, size, all_dtypes[d], ops[o], shapes[s], ndims[s], s == 1);
+        if (code != 0)
+          return code;
+      }
+    }
+  }
   return 0;
 }
 
-START_TEST(smoke) { run_ok(_i, basic, NULL); }
+/* Prescale and postscale on floats: (v * 0.5) summed, times 4. */
+static int allreduce_scaled(int rank, int size, void *arg) {
+  static const hvd_dtype floats[] = {HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64};
+  int64_t shape[1] = {33};
+  (void)arg;
+
+  for (size_t d = 0; d < HVD_ARRAY_SIZE(floats); d++) {
+    hvd_dtype t = floats[d];
+    unsigned char in[33 * 8], out[33 * 8];
+    hvd_tensor tensor = {"scaled", t, 1, shape, in, out};
+    hvd_options o = HVD_OPTIONS_INIT;
+    o.prescale = 0.5;
+    o.postscale = 4.0;
+    for (size_t i = 0; i < 33; i++)
+      put(t, in, i, value(t, HVD_SUM, rank, i));
+    CALL(hvd_allreduce(&tensor, &o));
+    for (size_t i = 0; i < 33; i++) {
+      double want = 2.0 * reduce(t, HVD_SUM, size, i, -1);
+      EXPECT(get(t, out, i) == want, "scaled %s element %zu: %g, want %g", hvd_dtype_name(t), i,
+             get(t, out, i), want);
+    }
+  }
+  return 0;
+}
+
+static int allgather_values(int rank, int size, void *arg) {
+  static const hvd_dtype types[] = {HVD_UINT8, HVD_INT64, HVD_FLOAT16, HVD_FLOAT32};
+  (void)arg;
+
+  for (size_t d = 0; d < HVD_ARRAY_SIZE(types); d++) {
+    for (int variant = 0; variant < 2; variant++) {
+      hvd_dtype t = types[d];
+      /* rank r gives r + 1 rows (variant 1: rank 0 gives none) of 2 x 3 */
+      int64_t rows = variant == 1 && rank == 0 ? 0 : rank + 1;
+      int64_t shape[3] = {rows, 2, 3}, got_shape[HVD_MAX_DIMS];
+      size_t n = (size_t)rows * 6, es = hvd_dtype_size(t), bytes = 0, total_rows = 0, at = 0;
+      unsigned char *in = malloc(n * es + 1);
+      hvd_tensor tensor = {NULL, t, 3, shape, in, NULL};
+      hvd_handle h;
+      void *out;
+      for (size_t i = 0; i < n; i++)
+        put(t, in, i, (double)((rank * 7 + (int)i) % 50));
+      CALL(hvd_allgather_async(&tensor, NULL, &h));
+      CALL(hvd_handle_wait(h));
+      CALL(hvd_handle_output(h, &out, &bytes, got_shape));
+      for (int r = 0; r < size; r++)
+        total_rows += variant == 1 && r == 0 ? 0 : (size_t)r + 1;
+      EXPECT(got_shape[0] == (int64_t)total_rows && got_shape[1] == 2 && got_shape[2] == 3,
+             "allgather shape [%lld, %lld, %lld], want [%zu, 2, 3]", (long long)got_shape[0],
+             (long long)got_shape[1], (long long)got_shape[2], total_rows);
+      EXPECT(bytes == total_rows * 6 * es, "allgather output of %zu bytes", bytes);
+      for (int r = 0; r < size; r++) {
+        size_t rn = (variant == 1 && r == 0 ? 0 : (size_t)r + 1) * 6;
+        for (size_t i = 0; i < rn; i++, at++) {
+          double want = (double)((r * 7 + (int)i) % 50);
+          EXPECT(get(t, out, at) == want, "allgather %s: element %zu of rank %d: %g, want %g",
+                 hvd_dtype_name(t), i, r, get(t, out, at), want);
+        }
+      }
+      hvd_handle_release(h);
+      free(in);
+    }
+  }
+  return 0;
+}
+
+static int broadcast_values(int rank, int size, void *arg) {
+  int64_t shape[2] = {5, 7};
+  (void)arg;
+
+  for (int root = 0; root < size; root++) {
+    for (int in_place = 0; in_place < 2; in_place++) {
+      double in[35], out[35];
+      hvd_tensor t = {NULL, HVD_FLOAT64, 2, shape, in, in_place ? in : out};
+      hvd_options o = HVD_OPTIONS_INIT;
+      o.root = root;
+      for (int i = 0; i < 35; i++)
+        in[i] = rank * 1000 + i;
+      CALL(hvd_broadcast(&t, &o));
+      for (int i = 0; i < 35; i++)
+        EXPECT(((double *)t.output)[i] == root * 1000 + i, "broadcast from %d: element %d is %g",
+               root, i, ((double *)t.output)[i]);
+    }
+  }
+  return 0;
+}
+
+static int alltoall_values(int rank, int size, void *arg) {
+  (void)arg;
+  for (int even = 0; even < 2; even++) {
+    int32_t splits[16];
+    int64_t rows = 0, shape[2], got_shape[HVD_MAX_DIMS];
+    /* rank r sends (r + p) % 3 rows to rank p; even: 2 rows to everybody */
+    for (int p = 0; p < size; p++) {
+      splits[p] = even ? 2 : (rank + p) % 3;
+      rows += splits[p];
+    }
+    rows += even ? 0 : 1; /* a row nobody gets */
+    shape[0] = rows;
+    shape[1] = 2;
+    int32_t *in = malloc((size_t)rows * 2 * sizeof(int32_t) + 1);
+    hvd_tensor t = {NULL, HVD_INT32, 2, shape, in, NULL};
+    int64_t at = 0;
+    for (int p = 0; p < size; p++) {
+      for (int k = 0; k < splits[p]; k++, at++) {
+        in[at * 2] = rank * 1000 + p * 100 + k;
+        in[at * 2 + 1] = -(rank * 1000 + p * 100 + k);
+      }
+    }
+    if (!even) {
+      in[at * 2] = 99999;
+      in[at * 2 + 1] = 99999;
+    }
+    hvd_handle h;
+    const int32_t *recv;
+    size_t nrecv, bytes;
+    int32_t *out;
+    CALL(hvd_alltoall_async(&t, even ? NULL : splits, NULL, &h));
+    CALL(hvd_handle_wait(h));
+    CALL(hvd_handle_output(h, (void **)&out, &bytes, got_shape));
+    CALL(hvd_handle_received_splits(h, &recv, &nrecv));
+    EXPECT(nrecv == (size_t)size, "%zu received splits", nrecv);
+    at = 0;
+    for (int r = 0; r < size; r++) {
+      int want = even ? 2 : (r + rank) % 3;
+      EXPECT(recv[r] == want, "received %d rows from rank %d, want %d", recv[r], r, want);
+      for (int k = 0; k < want; k++, at++) {
+        EXPECT(out[at * 2] == r * 1000 + rank * 100 + k && out[at * 2 + 1] == -out[at * 2],
+               "alltoall row %lld: %d %d", (long long)at, out[at * 2], out[at * 2 + 1]);
+      }
+    }
+    EXPECT(got_shape[0] == at && got_shape[1] == 2, "alltoall shape [%lld, %lld]",
+           (long long)got_shape[0], (long long)got_shape[1]);
+    EXPECT(bytes == (size_t)at * 2 * sizeof(int32_t), "alltoall output of %zu bytes", bytes);
+    hvd_handle_release(h);
+    free(in);
+  }
+  return 0;
+}
+
+static int reducescatter_values(int rank, int size, void *arg) {
+  (void)arg;
+  for (int dim0 = 1; dim0 <= 2 * size + 1; dim0 += size) {
+    for (int avg = 0; avg < 2; avg++) {
+      int64_t shape[2] = {dim0, 3};
+      int64_t mine = hvd_reducescatter_rows(dim0, HVD_PROCESS_SET_GLOBAL);
+      int64_t first = 0;
+      float *in = malloc((size_t)dim0 * 3 * sizeof(float));
+      float *out = malloc((size_t)(mine > 0 ? mine : 1) * 3 * sizeof(float));
+      hvd_tensor t = {NULL, HVD_FLOAT32, 2, shape, in, out};
+      hvd_options o = HVD_OPTIONS_INIT;
+      o.op = avg ? HVD_AVERAGE : HVD_SUM;
+      for (int r = 0; r < rank; r++)
+        first += dim0 / size + (r < dim0 % size);
+      EXPECT(mine == dim0 / size + (rank < dim0 % size), "rank gets %lld rows of %d",
+             (long long)mine, dim0);
+      for (int i = 0; i < dim0 * 3; i++)
+        in[i] = (float)value(HVD_FLOAT32, HVD_SUM, rank, (size_t)i);
+      CALL(hvd_reducescatter(&t, &o));
+      for (int64_t i = 0; i < mine * 3; i++) {
+        double want = reduce(HVD_FLOAT32, o.op, size, (size_t)(first * 3 + i), -1);
+        EXPECT(out[i] == (float)want, "reducescatter %d rows: element %lld is %g, want %g", dim0,
+               (long long)i, out[i], want);
+      }
+      free(in);
+      free(out);
+    }
+  }
+  return 0;
+}
+
+static int grouped_values(int rank, int size, void *arg) {
+  enum { N = 6 };
+  hvd_tensor ts[N];
+  int64_t shapes[N];
+  float *bufs[N];
+  char names[N][32];
+  (void)arg;
+
+  for (int step = 0; step < 3; step++) {
+    for (int k = 0; k < N; k++) {
+      shapes[k] = k * 1000 + 1;
+      bufs[k] = malloc((size_t)shapes[k] * sizeof(float));
+      for (int64_t i = 0; i < shapes[k]; i++)
+        bufs[k][i] = (float)value(HVD_FLOAT32, HVD_SUM, rank, (size_t)(i + k));
+      snprintf(names[k], sizeof(names[k]), "group.%d", k);
+      ts[k] = (hvd_tensor){names[k], HVD_FLOAT32, 1, &shapes[k], bufs[k], bufs[k]};
+    }
+    CALL(hvd_grouped_allreduce(ts, N, NULL));
+    for (int k = 0; k < N; k++) {
+      for (int64_t i = 0; i < shapes[k]; i++) {
+        double want = reduce(HVD_FLOAT32, HVD_SUM, size, (size_t)(i + k), -1);
+        EXPECT(bufs[k][i] == (float)want, "group tensor %d element %lld: %g, want %g", k,
+               (long long)i, bufs[k][i], want);
+      }
+      free(bufs[k]);
+    }
+  }
+  return 0;
+}
+
+START_TEST(allreduce_all_types) { run_ok(_i, allreduce_values, NULL); }
+END_TEST
+START_TEST(allreduce_scale_factors) { run_ok(_i, allreduce_scaled, NULL); }
+END_TEST
+START_TEST(allgather_variable) { run_ok(_i, allgather_values, NULL); }
+END_TEST
+START_TEST(broadcast_every_root) { run_ok(_i, broadcast_values, NULL); }
+END_TEST
+START_TEST(alltoall_splits) { run_ok(_i, alltoall_values, NULL); }
+END_TEST
+START_TEST(reducescatter_shares) { run_ok(_i, reducescatter_values, NULL); }
+END_TEST
+START_TEST(grouped_allreduce) { run_ok(_i, grouped_values, NULL); }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("smoke");
-  TCase *tc = tcase_create("smoke");
+/* ==== many tensors in flight ============================================================ */
+
+enum { ASYNC_TENSORS = 120, ASYNC_STEPS = 4 };
+
+struct async_run {
+  int rank;
+  int step;
+  int first, stride; /* this thread submits order[first], order[first + stride], ... */
+  const int *order;
+  float **bufs;
+  hvd_handle *handles;
+  atomic_int *callbacks;
+  hvd_status status;
+  char message[512];
+};
+
+static int64_t async_elements(int k) { return (k * 7919) % 20000 + (k % 5 == 0 ? 300000 : 1); }
+
+static void count_callback(hvd_handle h, hvd_status st, void *arg) {
+  (void)h;
+  if (st == HVD_OK)
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static void *submit_some(void *arg) {
+  struct async_run *a = arg;
+  for (int j = a->first; j < ASYNC_TENSORS; j += a->stride) {
+    int k = a->order[j];
+    char name[32];
+    int64_t shape[1] = {async_elements(k)};
+    hvd_tensor t = {name, HVD_FLOAT32, 1, shape, a->bufs[k], a->bufs[k]};
+    hvd_options o = HVD_OPTIONS_INIT;
+    o.callback = count_callback;
+    o.callback_arg = a->callbacks;
+    snprintf(name, sizeof(name), "grad.%d", k);
+    a->status = hvd_allreduce_async(&t, &o, &a->handles[k]);
+    if (a->status != HVD_OK) {
+      snprintf(a->message, sizeof(a->message), "%s: %s", name, hvd_last_error_message());
+      break;
+    }
+  }
+  return NULL;
+}
+
+static int async_out_of_order(int rank, int size, void *arg) {
+  float *bufs[ASYNC_TENSORS];
+  hvd_handle handles[ASYNC_TENSORS];
+  int order[ASYNC_TENSORS];
+  atomic_int callbacks;
+  (void)arg;
+
+  for (int step = 0; step < ASYNC_STEPS; step++) {
+    unsigned seed = (unsigned)(rank * 7907 + step * 104729 + 1);
+    pthread_t threads[2];
+    struct async_run runs[2];
+    atomic_init(&callbacks, 0);
+    for (int k = 0; k < ASYNC_TENSORS; k++) {
+      int64_t n = async_elements(k);
+      order[k] = k;
+      bufs[k] = malloc((size_t)n * sizeof(float));
+      for (int64_t i = 0; i < n; i++)
+        bufs[k][i] = (float)value(HVD_FLOAT32, HVD_SUM, rank, (size_t)(i + k + step));
+    }
+    for (int k = ASYNC_TENSORS - 1; k > 0; k--) { /* a different order on every rank */
+      int j = (int)(rand_r(&seed) % (unsigned)(k + 1)), tmp = order[k];
+      order[k] = order[j];
+      order[j] = tmp;
+    }
+    for (int t = 0; t < 2; t++) {
+      runs[t] = (struct async_run){rank, step, t, 2, order, bufs, handles, &callbacks, HVD_OK, ""};
+      EXPECT(pthread_create(&threads[t], NULL, submit_some, &runs[t]) == 0, "pthread_create");
+    }
+    for (int t = 0; t < 2; t++) {
+      pthread_join(threads[t], NULL);
+      EXPECT(runs[t].status == HVD_OK, "step %d: enqueue failed: %s", step, runs[t].message);
+    }
+    for (int k = 0; k < ASYNC_TENSORS; k++) {
+      hvd_status st = hvd_handle_wait(handles[k]);
+      EXPECT(st == HVD_OK, "step %d: grad.%d: %s", step, k, hvd_last_error_message());
+      EXPECT(hvd_handle_poll(handles[k]) == 1, "a completed handle polls 0");
+      hvd_handle_release(handles[k]);
+      for (int64_t i = 0; i < async_elements(k); i++) {
+        double want = reduce(HVD_FLOAT32, HVD_SUM, size, (size_t)(i + k + step), -1);
+        EXPECT(bufs[k][i] == (float)want, "step %d grad.%d element %lld: %g, want %g", step, k,
+               (long long)i, bufs[k][i], want);
+      }
+      free(bufs[k]);
+    }
+    EXPECT(atomic_load(&callbacks) == ASYNC_TENSORS, "step %d: %d callbacks for %d tensors", step,
+           atomic_load(&callbacks), ASYNC_TENSORS);
+  }
+  return 0;
+}
+
+/* Settings the async test runs under, one per loop index. */
+static const char *const async_settings[][3] = {
+    {NULL},
+    {"HOROVOD_FUSION_THRESHOLD=0", NULL},
+    {"HOROVOD_CACHE_CAPACITY=0", NULL},
+    {"HOROVOD_CACHE_CAPACITY=7", "HOROVOD_FUSION_THRESHOLD=65536", NULL}, /* evictions */
+    {"HOROVOD_CYCLE_TIME=0", "HVD_FUSION_INPLACE_BYTES=0", NULL},
+    {"HOROVOD_CYCLE_TIME=5", "HVD_SPIN_US=0", NULL},
+};
+
+START_TEST(async_in_flight) {
+  for (int i = 0; async_settings[_i][i] != NULL; i++)
+    job.env[i] = async_settings[_i][i];
+  run_ok(3, async_out_of_order, NULL);
+}
+END_TEST
+
+/* Generated names: each rank calls in the same order; several user threads
+ * use names of their own at the same time. */
+struct thread_arg {
+  int rank, size, id;
+  int code;
+};
+
+static void *blocking_calls(void *arg) {
+  struct thread_arg *a = arg;
+  for (int k = 0; k < 40 && a->code == 0; k++) {
+    char name[32];
+    int64_t shape[1] = {100 + a->id};
+    double buf[104];
+    hvd_tensor t = {name, HVD_FLOAT64, 1, shape, buf, buf};
+    snprintf(name, sizeof(name), "thread%d.%d", a->id, k);
+    for (int i = 0; i < shape[0]; i++)
+      buf[i] = a->rank + i + k;
+    if (hvd_allreduce(&t, NULL) != HVD_OK) {
+      a->code = report(EXIT_FAILED, "%s: %s", name, hvd_last_error_message());
+      break;
+    }
+    for (int i = 0; i < shape[0]; i++) {
+      double want = (double)a->size * (i + k) + a->size * (a->size - 1) / 2.0;
+      if (buf[i] != want) {
+        a->code = report(EXIT_WRONG, "%s element %d: %g, want %g", name, i, buf[i], want);
+        break;
+      }
+    }
+    if (hvd_rank() != a->rank || hvd_size() != a->size)
+      a->code = report(EXIT_WRONG, "rank or size changed");
+  }
+  return NULL;
+}
+
+static int many_threads(int rank, int size, void *arg) {
+  struct thread_arg args[4];
+  pthread_t threads[4];
+  (void)arg;
+  for (int t = 0; t < 4; t++) {
+    args[t] = (struct thread_arg){rank, size, t, 0};
+    EXPECT(pthread_create(&threads[t], NULL, blocking_calls, &args[t]) == 0, "pthread_create");
+  }
+  for (int t = 0; t < 4; t++) {
+    pthread_join(threads[t], NULL);
+    if (args[t].code != 0)
+      return args[t].code;
+  }
+  return 0;
+}
+
+START_TEST(user_threads) { run_ok(3, many_threads, NULL); }
+END_TEST
+
+/* ==== errors ============================================================================ */
+
+enum mismatch {
+  MM_SHAPE,
+  MM_NDIMS,
+  MM_DTYPE,
+  MM_OP,
+  MM_PRESCALE,
+  MM_POSTSCALE,
+  MM_ROOT,
+  MM_TYPE,
+  MM_ALLGATHER_DIMS,
+  MM_COUNT
+};
+
+static const char *const mismatch_words[] = {
+    "mismatched shapes",       "mismatched shapes",         "mismatched data types",
+    "mismatched reduction",    "mismatched scale factors",  "mismatched scale factors",
+    "mismatched broadcast roots", "mismatched operations",  "mismatched shapes"};
+
+static int mismatches(int rank, int size, void *arg) {
+  int odd = size - 1; /* the rank that disagrees */
+  (void)arg;
+
+  for (int m = 0; m < MM_COUNT; m++) {
+    float in[24] = {0}, out[24];
+    int64_t shape[2] = {4, 1};
+    hvd_tensor t = {"disputed", HVD_FLOAT32, 1, shape, in, out};
+    hvd_options o = HVD_OPTIONS_INIT;
+    hvd_handle h;
+    hvd_status st;
+    char want_a[32];
+    const char *msg;
+    bool me = rank == odd;
+
+    switch (m) {
+    case MM_SHAPE: shape[0] = me ? 5 : 4; break;
+    case MM_NDIMS: t.ndims = me ? 2 : 1; break;
+    case MM_DTYPE: t.dtype = me ? HVD_INT32 : HVD_FLOAT32; break;
+    case MM_OP: o.op = me ? HVD_MAX : HVD_SUM; break;
+    case MM_PRESCALE: o.prescale = me ? 2.0 : 1.0; break;
+    case MM_POSTSCALE: o.postscale = me ? 0.5 : 1.0; break;
+    case MM_ROOT: o.root = me ? 1 : 0; break;
+    default: break;
+    }
+    if (m == MM_ROOT)
+      st = hvd_broadcast_async(&t, &o, &h);
+    else if (m == MM_TYPE)
+      st = me ? hvd_broadcast_async(&t, &o, &h) : hvd_allreduce_async(&t, &o, &h);
+    else if (m == MM_ALLGATHER_DIMS) {
+      t.ndims = 2;
+      shape[1] = me ? 3 : 2;
+      st = hvd_allgather_async(&t, &o, &h);
+    } else
+      st = hvd_allreduce_async(&t, &o, &h);
+    CALL(st);
+    st = hvd_handle_wait(h);
+    msg = hvd_last_error_message();
+    EXPECT(st == HVD_ERR_MISMATCH, "case %d: status %s (%s), want a mismatch", m, hvd_strerror(st),
+           msg);
+    /* It names the rank that disagrees (and the first one that submitted). */
+    snprintf(want_a, sizeof(want_a), "rank %d", odd);
+    EXPECT(strstr(msg, mismatch_words[m]) != NULL && strstr(msg, want_a) != NULL &&
+               strstr(msg, "disputed") != NULL,
+           "case %d: the message does not name the mismatch, the tensor and the ranks: %s", m,
+           msg);
+    hvd_handle_release(h);
+    /* The job goes on. */
+    int sum = 0;
+    CALL(allreduce_int(1, HVD_SUM, &sum));
+    EXPECT(sum == size, "after case %d: allreduce gave %d", m, sum);
+  }
+  return 0;
+}
+
+START_TEST(mismatch_reported_everywhere) { run_ok(_i, mismatches, NULL); }
+END_TEST
+
+static int duplicates(int rank, int size, void *arg) {
+  int64_t shape[1] = {3};
+  float in[3] = {1, 2, 3}, out[3], out2[3];
+  hvd_tensor t = {"dup", HVD_FLOAT32, 1, shape, in, out};
+  hvd_tensor t2 = {"dup", HVD_FLOAT32, 1, shape, in, out2};
+  hvd_handle h, h2 = NULL;
+  hvd_status st;
+  (void)arg;
+  (void)rank;
+
+  CALL(hvd_allreduce_async(&t, NULL, &h));
+  st = hvd_allreduce_async(&t2, NULL, &h2);
+  EXPECT(st == HVD_ERR_INVALID_ARGUMENT && h2 == NULL,
+         "a duplicate name in flight gave %s", hvd_strerror(st));
+  EXPECT(strstr(hvd_last_error_message(), "dup") != NULL, "message: %s", hvd_last_error_message());
+  CALL(hvd_handle_wait(h));
+  hvd_handle_release(h);
+  EXPECT(out[2] == 3.0f * (float)size, "dup: %g", out[2]);
+  /* Once done, the name can be used again. */
+  CALL(hvd_allreduce(&t2, NULL));
+  EXPECT(out2[2] == 3.0f * (float)size, "dup again: %g", out2[2]);
+  return 0;
+}
+
+START_TEST(duplicate_name_rejected) { run_ok(2, duplicates, NULL); }
+END_TEST
+
+#define EXPECT_INVALID(expr)                                                                      \
+  do {                                                                                             \
+    hvd_status s_ = (expr);                                                                        \
+    EXPECT(s_ == HVD_ERR_INVALID_ARGUMENT && hvd_last_error_message()[0] != '\0',                  \
+           "%s gave %s", #expr, hvd_strerror(s_));                                                 \
+  } while (0)
+
+static int bad_arguments(int rank, int size, void *arg) {
+  int64_t shape[2] = {4, 2}, neg[1] = {-1};
+  float buf[8] = {0};
+  uint8_t flags[8] = {0};
+  int32_t splits[4] = {0}, badsplits[4] = {-1, 0, 0, 0};
+  char long_name[COORD_NAME_MAX + 10];
+  hvd_tensor t = {"t", HVD_FLOAT32, 2, shape, buf, buf};
+  hvd_tensor x;
+  hvd_options o = HVD_OPTIONS_INIT;
+  hvd_handle h = NULL;
+  (void)arg;
+  (void)rank;
+
+  EXPECT_INVALID(hvd_allreduce_async(NULL, NULL, &h));
+  EXPECT_INVALID(hvd_allreduce_async(&t, NULL, NULL));
+  x = t, x.ndims = -1;
+  EXPECT_INVALID(hvd_allreduce_async(&x, NULL, &h));
+  x = t, x.ndims = HVD_MAX_DIMS + 1;
+  EXPECT_INVALID(hvd_allreduce_async(&x, NULL, &h));
+  x = t, x.ndims = 1, x.shape = neg;
+  EXPECT_INVALID(hvd_allreduce_async(&x, NULL, &h));
+  x = t, x.dtype = (hvd_dtype)99;
+  EXPECT_INVALID(hvd_allreduce_async(&x, NULL, &h));
+  x = t, x.input = NULL;
+  EXPECT_INVALID(hvd_allreduce_async(&x, NULL, &h));
+  x = t, x.output = NULL;
+  EXPECT_INVALID(hvd_allreduce_async(&x, NULL, &h));
+  x = t, x.name = "";
+  EXPECT_INVALID(hvd_allreduce_async(&x, NULL, &h));
+  memset(long_name, 'n', sizeof(long_name) - 1);
+  long_name[sizeof(long_name) - 1] = '\0';
+  x = t, x.name = long_name;
+  EXPECT_INVALID(hvd_allreduce_async(&x, NULL, &h));
+  o.op = (hvd_reduce_op)42;
+  EXPECT_INVALID(hvd_allreduce_async(&t, &o, &h));
+  o = (hvd_options)HVD_OPTIONS_INIT, o.op = HVD_AVERAGE;
+  x = t, x.dtype = HVD_BOOL, x.input = x.output = flags;
+  EXPECT_INVALID(hvd_allreduce_async(&x, &o, &h));
+  o = (hvd_options)HVD_OPTIONS_INIT, o.prescale = 2.0;
+  EXPECT_INVALID(hvd_allreduce_async(&x, &o, &h));
+  o = (hvd_options)HVD_OPTIONS_INIT, o.process_set = 77;
+  EXPECT_INVALID(hvd_allreduce_async(&t, &o, &h));
+  o = (hvd_options)HVD_OPTIONS_INIT, o.device = 3;
+  EXPECT(hvd_allreduce_async(&t, &o, &h) != HVD_OK, "a GPU device without CUDA was accepted");
+  o = (hvd_options)HVD_OPTIONS_INIT, o.root = size;
+  EXPECT_INVALID(hvd_broadcast_async(&t, &o, &h));
+  o.root = -1;
+  EXPECT_INVALID(hvd_broadcast_async(&t, &o, &h));
+  x = t, x.ndims = 0;
+  EXPECT_INVALID(hvd_allgather_async(&x, NULL, &h));
+  EXPECT_INVALID(hvd_reducescatter_async(&x, NULL, &h));
+  EXPECT_INVALID(hvd_alltoall_async(&x, NULL, NULL, &h));
+  for (int p = 0; p < size; p++)
+    splits[p] = 5; /* more rows than the tensor has */
+  EXPECT_INVALID(hvd_alltoall_async(&t, splits, NULL, &h));
+  EXPECT_INVALID(hvd_alltoall_async(&t, badsplits, NULL, &h));
+  x = t, shape[0] = 4;
+  if (size == 3) /* 4 rows do not divide evenly */
+    EXPECT_INVALID(hvd_alltoall_async(&x, NULL, NULL, &h));
+  EXPECT_INVALID(hvd_grouped_allreduce_async(&t, 0, NULL, &h));
+  EXPECT_INVALID(hvd_grouped_allreduce_async(NULL, 2, NULL, &h));
+  EXPECT_INVALID(hvd_barrier(77));
+  EXPECT(hvd_process_set_rank(77) == -1 && hvd_process_set_size(77) == -1, "set 77 exists");
+  EXPECT(hvd_reducescatter_rows(10, 77) == -1, "rows of set 77");
+  EXPECT(h == NULL, "a failed call returned a handle");
+  EXPECT_INVALID(hvd_process_set_remove(HVD_PROCESS_SET_GLOBAL));
+  /* Nothing above reached the coordinator: the job works. */
+  int sum = 0;
+  CALL(allreduce_int(2, HVD_SUM, &sum));
+  EXPECT(sum == 2 * size, "allreduce after bad calls gave %d", sum);
+  return 0;
+}
+
+START_TEST(bad_arguments_rejected) { run_ok(_i, bad_arguments, NULL); }
+END_TEST
+
+/* Outside a job: no initialization, every call fails cleanly. */
+START_TEST(not_initialized) {
+  int64_t shape[1] = {1};
+  float v = 1;
+  hvd_tensor t = {"t", HVD_FLOAT32, 1, shape, &v, &v};
+  hvd_handle h = NULL;
+  ck_assert_int_eq(hvd_is_initialized(), 0);
+  ck_assert_int_eq(hvd_rank(), -1);
+  ck_assert_int_eq(hvd_size(), -1);
+  ck_assert_int_eq(hvd_local_rank(), -1);
+  ck_assert_int_eq(hvd_cross_size(), -1);
+  ck_assert_int_eq(hvd_allreduce_async(&t, NULL, &h), HVD_ERR_PRECONDITION);
+  ck_assert_ptr_null(h);
+  ck_assert_int_eq(hvd_allreduce(&t, NULL), HVD_ERR_PRECONDITION);
+  ck_assert_int_eq(hvd_barrier(0), HVD_ERR_PRECONDITION);
+  ck_assert_int_eq(hvd_join(NULL), HVD_ERR_PRECONDITION);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "hvd_init"));
+  ck_assert_int_eq(hvd_shutdown(), HVD_OK);
+  hvd_handle_release(NULL);
+}
+END_TEST
+
+/* Malformed settings are named by hvd_init (run as a job of one). */
+START_TEST(bad_environment) {
+  static const char *const bad[] = {
+      "HOROVOD_FUSION_THRESHOLD=lots", "HOROVOD_CYCLE_TIME=-1",  "HOROVOD_CACHE_CAPACITY=1e99x",
+      "HOROVOD_STALL_CHECK_TIME_SECONDS=soon", "HOROVOD_TIMELINE_MARK_CYCLES=maybe",
+      "HVD_SPIN_US=-5", "HOROVOD_SIZE=0", "HOROVOD_RANK=3"};
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(bad); i++) {
+    char name[64];
+    const char *eq = strchr(bad[i], '=');
+    snprintf(name, sizeof(name), "%.*s", (int)(eq - bad[i]), bad[i]);
+    if (strcmp(name, "HOROVOD_RANK") == 0)
+      setenv("HOROVOD_SIZE", "2", 1);
+    setenv(name, eq + 1, 1);
+    ck_assert_int_eq(hvd_init(), HVD_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(hvd_last_error_message(), name) != NULL, "%s: %s", bad[i],
+                  hvd_last_error_message());
+    ck_assert_int_eq(hvd_is_initialized(), 0);
+    unsetenv(name);
+    unsetenv("HOROVOD_SIZE");
+  }
+}
+END_TEST
+
+/* ==== join =================================================================================== */
+
+struct join_arg {
+  int first; /* the rank that joins at once */
+};
+
+static int join_uneven(int rank, int size, void *arg) {
+  const struct join_arg *j = arg;
+  int last = -2, hi = 0, lo = 0;
+
+  if (rank != j->first) {
+    for (int step = 0; step < 4; step++) {
+      int64_t shape[1] = {10};
+      float in[10], sum[10], avg[10];
+      hvd_tensor ts = {"join.sum", HVD_FLOAT32, 1, shape, in, sum};
+      hvd_tensor ta = {"join.avg", HVD_FLOAT32, 1, shape, in, avg};
+      hvd_options o = HVD_OPTIONS_INIT;
+      hvd_handle hs, ha;
+      o.op = HVD_AVERAGE;
+      for (int i = 0; i < 10; i++)
+        in[i] = (float)value(HVD_FLOAT32, HVD_SUM, rank, (size_t)i);
+      CALL(hvd_allreduce_async(&ts, NULL, &hs));
+      CALL(hvd_allreduce_async(&ta, &o, &ha));
+      CALL(hvd_handle_wait(hs));
+      CALL(hvd_handle_wait(ha));
+      hvd_handle_release(hs);
+      hvd_handle_release(ha);
+      for (int i = 0; i < 10; i++) {
+        double want = reduce(HVD_FLOAT32, HVD_SUM, size, (size_t)i, j->first);
+        EXPECT(sum[i] == (float)want, "step %d: sum without rank %d: %g, want %g", step,
+               j->first, sum[i], want);
+        /* hvd may multiply by 1/size: the last bit may differ */
+        EXPECT(fabs(avg[i] - want / size) <= 1e-6 * want,
+               "step %d: average divides by %d: %.9g, want %.9g", step, size, avg[i], want / size);
+      }
+    }
+    /* Anything but an allreduce fails while a rank has joined. */
+    int64_t shape[1] = {2};
+    float b[2] = {1, 2};
+    hvd_tensor tb = {"join.bcast", HVD_FLOAT32, 1, shape, b, b};
+    hvd_status st = hvd_broadcast(&tb, NULL);
+    EXPECT(st == HVD_ERR_PRECONDITION && strstr(hvd_last_error_message(), "join") != NULL,
+           "broadcast with a joined rank gave %s: %s", hvd_strerror(st), hvd_last_error_message());
+  }
+  CALL(hvd_join(&last));
+  EXPECT(last >= 0 && last < size, "last joined rank %d", last);
+  EXPECT(size == 1 || last != j->first, "rank %d joined first but is reported last", last);
+  /* Every rank names the same one, and the job goes on. */
+  CALL(allreduce_int(last, HVD_MAX, &hi));
+  CALL(allreduce_int(last, HVD_MIN, &lo));
+  EXPECT(hi == last && lo == last, "ranks disagree on the last joined rank: %d..%d", lo, hi);
+  return 0;
+}
+
+START_TEST(join_each_rank_first) {
+  struct join_arg a = {_i % 3};
+  if (_i >= 3)
+    job.env[0] = "HOROVOD_CACHE_CAPACITY=0";
+  run_ok(3, join_uneven, &a);
+}
+END_TEST
+
+static int join_all(int rank, int size, void *arg) {
+  int last = -1;
+  (void)arg;
+  (void)size;
+  usleep((useconds_t)rank * 20000);
+  CALL(hvd_join(&last));
+  EXPECT(last >= 0 && last < size, "last %d", last);
+  CALL(hvd_join(&last)); /* again: a second round works */
+  return 0;
+}
+
+START_TEST(join_twice) { run_ok(_i, join_all, NULL); }
+END_TEST
+
+/* ==== barrier ================================================================================== */
+
+static int barrier_counts(int rank, int size, void *arg) {
+  const char *path = arg;
+  struct stat sb;
+  for (int round = 1; round <= 3; round++) {
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0600);
+    EXPECT(fd >= 0, "open %s", path);
+    usleep((useconds_t)((size - rank) * 15000));
+    EXPECT(write(fd, "x", 1) == 1, "write");
+    close(fd);
+    CALL(hvd_barrier(HVD_PROCESS_SET_GLOBAL));
+    /* Everybody wrote before anybody passed. */
+    EXPECT(stat(path, &sb) == 0 && sb.st_size >= (off_t)size * round,
+           "round %d: %lld bytes after the barrier, want %d", round, (long long)sb.st_size,
+           size * round);
+    CALL(hvd_barrier(HVD_PROCESS_SET_GLOBAL)); /* nobody starts the next round early */
+  }
+  return 0;
+}
+
+START_TEST(barrier_waits_for_all) {
+  char path[] = "/tmp/hvd-barrier-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  run_ok(_i, barrier_counts, path);
+  unlink(path);
+}
+END_TEST
+
+/* ==== process sets ============================================================================= */
+
+static int set_collectives(int rank, int size, void *arg) {
+  const int even_ranks[2] = {2, 0}, odd_ranks[2] = {3, 1};
+  int even = -1, odd = -1, lo, hi, got[4];
+  size_t n = 0;
+  (void)arg;
+
+  for (int round = 0; round < 2; round++) {
+    CALL(hvd_process_set_add(even_ranks, 2, &even));
+    CALL(hvd_process_set_add(odd_ranks, 2, &odd));
+    EXPECT(even > 0 && odd > 0 && even != odd, "ids %d %d", even, odd);
+    CALL(allreduce_int(even * 100 + odd, HVD_MAX, &hi));
+    CALL(allreduce_int(even * 100 + odd, HVD_MIN, &lo));
+    EXPECT(hi == lo, "ranks disagree about the set ids");
+    int mine = rank % 2 == 0 ? even : odd, other = rank % 2 == 0 ? odd : even;
+    EXPECT(hvd_process_set_size(mine) == 2 && hvd_process_set_rank(mine) == rank / 2,
+           "set %d: size %d, rank %d", mine, hvd_process_set_size(mine),
+           hvd_process_set_rank(mine));
+    EXPECT(hvd_process_set_rank(other) == -1 && hvd_process_set_size(other) == 2,
+           "the other set: rank %d", hvd_process_set_rank(other));
+    CALL(hvd_process_set_ranks(mine, got, 4, &n));
+    EXPECT(n == 2 && got[0] == rank % 2 && got[1] == rank % 2 + 2, "ranks of set %d", mine);
+    for (int step = 0; step < 3; step++) {
+      int64_t shape[1] = {50};
+      float in[50], out[50];
+      hvd_tensor t = {"in.set", HVD_FLOAT32, 1, shape, in, out};
+      hvd_options o = HVD_OPTIONS_INIT;
+      o.process_set = mine;
+      for (int i = 0; i < 50; i++)
+        in[i] = (float)(rank + i);
+      CALL(hvd_allreduce(&t, &o));
+      for (int i = 0; i < 50; i++) {
+        float want = (float)(rank % 2 + rank % 2 + 2 + 2 * i);
+        EXPECT(out[i] == want, "set allreduce element %d: %g, want %g", i, out[i], want);
+      }
+      o.root = 1; /* global rank 2 or 3 */
+      CALL(hvd_broadcast(&t, &o));
+      EXPECT(out[0] == (float)(rank % 2 + 2), "set broadcast: %g", out[0]);
+      /* Non-members cannot use it. */
+      o.process_set = other;
+      EXPECT(hvd_allreduce(&t, &o) == HVD_ERR_INVALID_ARGUMENT, "a non-member used a set");
+    }
+    CALL(hvd_barrier(mine));
+    EXPECT(hvd_reducescatter_rows(5, mine) == (rank < 2 ? 3 : 2), "set reducescatter rows");
+    /* A set with the same ranks is refused on every rank. */
+    int dup = -1;
+    hvd_status st = hvd_process_set_add(odd_ranks, 2, &dup);
+    EXPECT(st == HVD_ERR_INVALID_ARGUMENT || st == HVD_ERR_MISMATCH,
+           "adding a set twice gave %s", hvd_strerror(st));
+    CALL(hvd_process_set_remove(even));
+    EXPECT(hvd_process_set_size(even) == -1, "a removed set still has a size");
+    CALL(hvd_process_set_remove(odd));
+  }
+  /* Ranks that disagree about the set. */
+  int mixed[2] = {0, rank == 3 ? 2 : 1}, id = -1;
+  hvd_status st = hvd_process_set_add(mixed, 2, &id);
+  EXPECT(st == HVD_ERR_MISMATCH, "ranks adding different sets gave %s", hvd_strerror(st));
+  int sum = 0;
+  CALL(allreduce_int(1, HVD_SUM, &sum));
+  EXPECT(sum == size, "global allreduce after the sets: %d", sum);
+  return 0;
+}
+
+START_TEST(process_sets_even_odd) { run_ok(4, set_collectives, NULL); }
+END_TEST
+
+/* ==== lifecycle ================================================================================ */
+
+static int reinit(int rank, int size, void *arg) {
+  (void)arg;
+  for (int round = 0; round < 3; round++) {
+    int sum = 0;
+    CALL(allreduce_int(rank + round, HVD_SUM, &sum));
+    EXPECT(sum == size * (size - 1) / 2 + size * round, "round %d: %d", round, sum);
+    CALL(hvd_shutdown());
+    EXPECT(!hvd_is_initialized() && hvd_rank() == -1, "still initialized after shutdown");
+    EXPECT(allreduce_int(1, HVD_SUM, &sum) == HVD_ERR_PRECONDITION, "a call after shutdown");
+    CALL(hvd_init());
+    EXPECT(hvd_rank() == rank && hvd_size() == size, "rank %d of %d after re-init", hvd_rank(),
+           hvd_size());
+  }
+  return 0;
+}
+
+START_TEST(init_after_shutdown) { run_ok(_i, reinit, NULL); }
+END_TEST
+
+static int shutdown_pending(int rank, int size, void *arg) {
+  int64_t shape[1] = {4};
+  float in[4] = {0}, out[4];
+  hvd_tensor t = {rank == 0 ? "only.on.0" : "never.on.0", HVD_FLOAT32, 1, shape, in, out};
+  hvd_handle h;
+  hvd_status st;
+  (void)arg;
+  (void)size;
+
+  CALL(hvd_allreduce_async(&t, NULL, &h));
+  if (rank == 0) {
+    usleep(100000);
+    CALL(hvd_shutdown());
+  }
+  st = hvd_handle_wait(h);
+  EXPECT(st == HVD_ERR_ABORTED, "a pending operation ended with %s (%s) after a shutdown",
+         hvd_strerror(st), hvd_last_error_message());
+  hvd_handle_release(h);
+  if (rank != 0) {
+    int sum;
+    st = allreduce_int(1, HVD_SUM, &sum);
+    EXPECT(st == HVD_ERR_ABORTED, "a call after rank 0 shut down gave %s", hvd_strerror(st));
+  }
+  return 0;
+}
+
+START_TEST(shutdown_aborts_pending) { run_ok(_i, shutdown_pending, NULL); }
+END_TEST
+
+struct victim {
+  int rank;
+};
+
+static int die_midway(int rank, int size, void *arg) {
+  const struct victim *v = arg;
+  int64_t shape[1] = {1000};
+  float buf[1000];
+  hvd_tensor t = {"before", HVD_FLOAT32, 1, shape, buf, buf};
+  hvd_handle h;
+  hvd_status st;
+  int sum;
+  (void)size;
+
+  for (int i = 0; i < 1000; i++)
+    buf[i] = 1;
+  CALL(hvd_allreduce(&t, NULL));
+  if (rank == v->rank)
+    raise(SIGKILL);
+  t.name = "after";
+  /* Fails at enqueue when the death was already noticed, else pending. */
+  st = hvd_allreduce_async(&t, NULL, &h);
+  if (st == HVD_OK) {
+    st = hvd_handle_wait(h);
+    hvd_handle_release(h);
+  }
+  EXPECT(st == HVD_ERR_NETWORK || st == HVD_ERR_TIMEOUT || st == HVD_ERR_ABORTED,
+         "the pending operation ended with %s after rank %d died", hvd_strerror(st), v->rank);
+  EXPECT(hvd_last_error_message()[0] != '\0', "no message");
+  st = allreduce_int(1, HVD_SUM, &sum); /* fails at once */
+  EXPECT(st != HVD_OK, "a call after the failure succeeded");
+  return 0;
+}
+
+START_TEST(killed_rank_fails_pending) {
+  struct victim v = {_i == 0 ? 0 : 2};
+  int codes[16];
+  job.timeout_s = 5;
+  run_ranks(3, die_midway, &v, codes, 60);
+  for (int r = 0; r < 3; r++) {
+    if (r == v.rank)
+      ck_assert_msg(codes[r] == -SIGKILL, "the victim exited with %d", codes[r]);
+    else
+      ck_assert_msg(codes[r] == 0, "rank %d exited with %d", r, codes[r]);
+  }
+}
+END_TEST
+
+static int stall(int rank, int size, void *arg) {
+  const char *log = arg;
+  int64_t shape[1] = {4};
+  float in[4] = {0}, out[4];
+  hvd_tensor t = {rank == 1 ? "only.on.1" : "stuck", HVD_FLOAT32, 1, shape, in, out};
+  hvd_handle h;
+  hvd_status st;
+  (void)size;
+
+  if (rank == 0) {
+    int fd = open(log, O_WRONLY | O_TRUNC | O_CREAT, 0600);
+    EXPECT(fd >= 0 && dup2(fd, 2) == 2, "redirecting stderr");
+    close(fd);
+  }
+  CALL(hvd_allreduce_async(&t, NULL, &h));
+  st = hvd_handle_wait(h);
+  EXPECT(st != HVD_OK, "a stalled tensor completed");
+  hvd_handle_release(h);
+  return 0;
+}
+
+START_TEST(stall_warns_then_shuts_down) {
+  char path[] = "/tmp/hvd-stall-XXXXXX", text[8192];
+  int fd = mkstemp(path);
+  ssize_t n;
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  job.env[0] = "HOROVOD_STALL_CHECK_TIME_SECONDS=1";
+  job.env[1] = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=3";
+  run_ok(3, stall, path);
+  fd = open(path, O_RDONLY);
+  ck_assert_int_ge(fd, 0);
+  n = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  unlink(path);
+  ck_assert_int_gt(n, 0);
+  text[n] = '\0';
+  /* The warning names the tensor and the rank that did not submit it. */
+  ck_assert_msg(strstr(text, "stuck") != NULL && strstr(text, "1") != NULL, "log: %s", text);
+  ck_assert_msg(strstr(text, "only.on.1") != NULL, "log: %s", text);
+}
+END_TEST
+
+static int timeline_steps(int rank, int size, void *arg) {
+  (void)arg;
+  for (int k = 0; k < 5; k++) {
+    int sum = 0;
+    CALL(allreduce_int(rank, HVD_SUM, &sum));
+    EXPECT(sum == size * (size - 1) / 2, "%d", sum);
+  }
+  return 0;
+}
+
+START_TEST(timeline_is_a_chrome_trace) {
+  char path[] = "/tmp/hvd-timeline-XXXXXX", env[64];
+  int fd = mkstemp(path);
+  struct stat sb;
+  char *text;
+  cJSON *doc;
+  bool negotiate = false, reduce_seen = false;
+
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  snprintf(env, sizeof(env), "HOROVOD_TIMELINE=%s", path);
+  job.env[0] = env;
+  job.env[1] = "HOROVOD_TIMELINE_MARK_CYCLES=1";
+  run_ok(2, timeline_steps, NULL);
+  ck_assert_int_eq(stat(path, &sb), 0);
+  text = calloc(1, (size_t)sb.st_size + 1);
+  fd = open(path, O_RDONLY);
+  ck_assert_int_eq(read(fd, text, (size_t)sb.st_size), sb.st_size);
+  close(fd);
+  unlink(path);
+  doc = cJSON_Parse(text);
+  ck_assert_msg(doc != NULL, "the timeline is not JSON: %.300s", text);
+  ck_assert(cJSON_IsArray(doc) || cJSON_IsObject(doc));
+  cJSON *events = cJSON_IsArray(doc) ? doc : cJSON_GetObjectItem(doc, "traceEvents");
+  ck_assert(cJSON_IsArray(events));
+  cJSON *e;
+  cJSON_ArrayForEach(e, events) {
+    cJSON *name = cJSON_GetObjectItem(e, "name");
+    if (!cJSON_IsString(name))
+      continue;
+    if (strcmp(name->valuestring, "NEGOTIATE_ALLREDUCE") == 0)
+      negotiate = true;
+    if (strcmp(name->valuestring, "ALLREDUCE") == 0)
+      reduce_seen = true;
+  }
+  ck_assert_msg(negotiate && reduce_seen, "the timeline lacks events: %.500s", text);
+  cJSON_Delete(doc);
+  free(text);
+}
+END_TEST
+
+/* ==== suites ================================================================================== */
+
+static TCase *mp_case(Suite *s, const char *name, int timeout) {
+  TCase *tc = tcase_create(name);
   tcase_add_checked_fixture(tc, job_setup, job_teardown);
-  tcase_set_timeout(tc, 120);
-  tcase_add_loop_test(tc, smoke, 1, 5);
+  tcase_set_timeout(tc, timeout);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
+  return tc;
+}
+
+static Suite *collectives_suite(void) {
+  Suite *s = suite_create("collectives");
+  TCase *tc = mp_case(s, "values", 300);
+  tcase_add_loop_test(tc, allreduce_all_types, 1, 4);
+  tcase_add_loop_test(tc, allreduce_scale_factors, 2, 4);
+  tcase_add_loop_test(tc, allgather_variable, 1, 5);
+  tcase_add_loop_test(tc, broadcast_every_root, 2, 4);
+  tcase_add_loop_test(tc, alltoall_splits, 1, 5);
+  tcase_add_loop_test(tc, reducescatter_shares, 1, 5);
+  tcase_add_loop_test(tc, grouped_allreduce, 2, 4);
+  return s;
+}
+
+static Suite *async_suite(void) {
+  Suite *s = suite_create("async");
+  TCase *tc = mp_case(s, "in_flight", 300);
+  tcase_add_loop_test(tc, async_in_flight, 0, (int)HVD_ARRAY_SIZE(async_settings));
+  tcase_add_test(tc, user_threads);
+  return s;
+}
+
+static Suite *errors_suite(void) {
+  Suite *s = suite_create("errors");
+  TCase *tc = mp_case(s, "errors", 120);
+  tcase_add_loop_test(tc, mismatch_reported_everywhere, 2, 4);
+  tcase_add_test(tc, duplicate_name_rejected);
+  tcase_add_loop_test(tc, bad_arguments_rejected, 1, 4);
+  TCase *alone = tcase_create("alone");
+  tcase_add_test(alone, not_initialized);
+  tcase_add_test(alone, bad_environment);
+  suite_add_tcase(s, alone);
+  return s;
+}
+
+static Suite *join_suite(void) {
+  Suite *s = suite_create("join");
+  TCase *tc = mp_case(s, "join", 120);
+  tcase_add_loop_test(tc, join_each_rank_first, 0, 6);
+  tcase_add_loop_test(tc, join_twice, 1, 4);
+  tcase_add_loop_test(tc, barrier_waits_for_all, 2, 4);
+  return s;
+}
+
+static Suite *sets_suite(void) {
+  Suite *s = suite_create("sets");
+  TCase *tc = mp_case(s, "sets", 120);
+  tcase_add_test(tc, process_sets_even_odd);
+  return s;
+}
+
+static Suite *lifecycle_suite(void) {
+  Suite *s = suite_create("lifecycle");
+  TCase *tc = mp_case(s, "lifecycle", 120);
+  tcase_add_loop_test(tc, init_after_shutdown, 1, 4);
+  tcase_add_loop_test(tc, shutdown_aborts_pending, 2, 4);
+  tcase_add_loop_test(tc, killed_rank_fails_pending, 0, 2);
+  tcase_add_test(tc, stall_warns_then_shuts_down);
+  tcase_add_test(tc, timeline_is_a_chrome_trace);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(coord_units_suite());
+  int failed;
+  srunner_add_suite(sr, collectives_suite());
+  srunner_add_suite(sr, async_suite());
+  srunner_add_suite(sr, errors_suite());
+  srunner_add_suite(sr, join_suite());
+  srunner_add_suite(sr, sets_suite());
+  srunner_add_suite(sr, lifecycle_suite());
   srunner_run_all(sr, CK_ENV);
-  int f = srunner_ntests_failed(sr);
+  failed = srunner_ntests_failed(sr);
   srunner_free(sr);
-  return f ? 1 : 0;
+  return failed == 0 ? 0 : 1;
 }

@@ -117,7 +117,8 @@ HVD_API const char *hvd_version(void);
  * Returns HVD_ERR_PRECONDITION if already initialized, HVD_ERR_INVALID_ARGUMENT
  * for a malformed variable (the message names it), HVD_ERR_TIMEOUT or
  * HVD_ERR_NETWORK when the store or a peer cannot be reached.
- * hvd_init after hvd_shutdown starts afresh (elastic jobs rely on it).
+ * hvd_init after hvd_shutdown starts afresh (elastic jobs rely on it):
+ * every rank must do so, as a rank's nth init meets the others' nth.
  */
 HVD_API hvd_status hvd_init(void);
 
@@ -271,7 +272,7 @@ HVD_API hvd_status hvd_reducescatter(const hvd_tensor *tensor, const hvd_options
  * joined. Meanwhile the other ranks' allreduces go on without this rank,
  * which contributes the reduction's identity (0 for sum: an average still
  * divides by the full size); their allgather, broadcast, alltoall and
- * reducescatter fail with HVD_ERR_MISMATCH. *last_joined_rank (if not NULL)
+ * reducescatter fail on every rank with HVD_ERR_PRECONDITION. *last_joined_rank (if not NULL)
  * receives the rank that joined last, the same on every rank. Global
  * process set only. Thread-safe; one join at a time per rank.
  */

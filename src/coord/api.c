@@ -20,6 +20,10 @@
 static pthread_mutex_t g_life = PTHREAD_MUTEX_INITIALIZER;
 static pthread_rwlock_t g_rw = PTHREAD_RWLOCK_INITIALIZER;
 static struct coord_state *g_state; /* under g_rw */
+/* Successful hvd_init calls so far (under g_life): the nth init of every
+ * rank meets the others' nth in a generation of its own, away from the
+ * records the earlier ones left in the store. */
+static uint64_t g_inits;
 
 struct coord_state *coord_acquire(void) {
   pthread_rwlock_rdlock(&g_rw);
@@ -103,6 +107,7 @@ static hvd_status state_create(struct coord_state **out) {
   if (st != HVD_OK)
     goto fail;
   wcfg.ctx.store = s->store;
+  wcfg.ctx.generation = g_inits;
   wcfg.ctx.store_host = hvd_env_str("HOROVOD_GLOO_RENDEZVOUS_ADDR");
   wcfg.ctx.store_port = (int)port;
   hvd_log_set_rank(wcfg.ctx.rank);
@@ -172,6 +177,7 @@ HVD_API hvd_status hvd_init(void) {
     pthread_rwlock_wrlock(&g_rw);
     g_state = s;
     pthread_rwlock_unlock(&g_rw);
+    g_inits++;
     HVD_LOG_DEBUG("hvd %s: rank %d of %d (local %d of %d, cross %d of %d)", hvd_version(),
                   s->rank, s->size, s->world->local_rank, s->world->local_size,
                   s->world->cross_rank, s->world->cross_size);

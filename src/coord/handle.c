@@ -95,6 +95,10 @@ hvd_status coord_handle_wait(struct hvd_handle_s *h, int64_t deadline_ns, int64_
 void coord_handle_destroy(struct hvd_handle_s *h) {
   if (h == NULL)
     return;
+  /* A waiter that spun may see `done` while the finishing thread still
+   * holds mu: taking it once waits until that thread has let go. */
+  pthread_mutex_lock(&h->mu);
+  pthread_mutex_unlock(&h->mu);
   free(h->output);
   free(h->recv_splits);
   free(h->message);

@@ -106,16 +106,21 @@ static hvd_status derive(struct net_world *w) {
 
 hvd_status net_world_create(const struct net_world_config *cfg, struct net_world **out) {
   struct net_world *w = calloc(1, sizeof(*w));
-  char scope[RDZV_RECORD_HOST_MAX + 32];
+  char scope[RDZV_RECORD_HOST_MAX + 64], prefix[32] = "";
   hvd_status st;
 
   if (w == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the communicators");
   w->rank = cfg->ctx.rank;
   w->size = cfg->size;
+  /* Later generations meet in scopes of their own: the records of
+   * earlier ones stay in the store. */
+  if (cfg->ctx.generation > 0)
+    snprintf(prefix, sizeof(prefix), "g%llu.", (unsigned long long)cfg->ctx.generation);
   st = net_ctx_create(&cfg->ctx, &w->ctx);
+  snprintf(scope, sizeof(scope), "%sglobal", prefix);
   if (st == HVD_OK)
-    st = net_comm_create(w->ctx, "global", NET_COMM_GLOBAL, w->rank, w->size, &w->global);
+    st = net_comm_create(w->ctx, scope, NET_COMM_GLOBAL, w->rank, w->size, &w->global);
   if (st != HVD_OK)
     goto fail;
   if (cfg->local_rank >= 0 && cfg->cross_rank >= 0) {
@@ -126,11 +131,11 @@ hvd_status net_world_create(const struct net_world_config *cfg, struct net_world
   } else if ((st = derive(w)) != HVD_OK) {
     goto fail;
   }
-  snprintf(scope, sizeof(scope), "local_%s", w->ctx->hostname);
+  snprintf(scope, sizeof(scope), "%slocal_%s", prefix, w->ctx->hostname);
   st = net_comm_create(w->ctx, scope, NET_COMM_LOCAL, w->local_rank, w->local_size, &w->local);
   if (st != HVD_OK)
     goto fail;
-  snprintf(scope, sizeof(scope), "cross_%d", w->local_rank);
+  snprintf(scope, sizeof(scope), "%scross_%d", prefix, w->local_rank);
   st = net_comm_create(w->ctx, scope, NET_COMM_CROSS, w->cross_rank, w->cross_size, &w->cross);
   if (st != HVD_OK)
     goto fail;
