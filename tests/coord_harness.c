@@ -62,6 +62,16 @@ static void set_int(const char *name, int v) {
   setenv(name, text, 1);
 }
 
+static void put_env(const char *setting) {
+  char name[128];
+  const char *eq = strchr(setting, '=');
+  if (eq == NULL || (size_t)(eq - setting) >= sizeof(name))
+    return;
+  memcpy(name, setting, (size_t)(eq - setting));
+  name[eq - setting] = '\0';
+  setenv(name, eq + 1, 1);
+}
+
 static int child(int rank, int size, rank_fn fn, void *arg) {
   int code;
 
@@ -71,15 +81,10 @@ static int child(int rank, int size, rank_fn fn, void *arg) {
   set_int("HOROVOD_GLOO_RENDEZVOUS_PORT", job.port);
   set_int("HOROVOD_GLOO_TIMEOUT_SECONDS", job.timeout_s > 0 ? job.timeout_s : 20);
   setenv("HOROVOD_HOSTNAME", job.hosts[rank] != NULL ? job.hosts[rank] : "localhost", 1);
-  for (int i = 0; i < 16 && job.env[i] != NULL; i++) {
-    char name[128];
-    const char *eq = strchr(job.env[i], '=');
-    if (eq == NULL || (size_t)(eq - job.env[i]) >= sizeof(name))
-      continue;
-    memcpy(name, job.env[i], (size_t)(eq - job.env[i]));
-    name[eq - job.env[i]] = '\0';
-    setenv(name, eq + 1, 1);
-  }
+  for (int i = 0; i < 16 && job.env[i] != NULL; i++)
+    put_env(job.env[i]);
+  for (int i = 0; i < 4 && job.rank_env[rank][i] != NULL; i++)
+    put_env(job.rank_env[rank][i]);
   if (hvd_init() != HVD_OK) {
     fprintf(stderr, "rank %d: hvd_init: %s\n", rank, hvd_last_error_message());
     return EXIT_SETUP;
@@ -104,27 +109,42 @@ void run_ranks(int size, rank_fn fn, void *arg, int *codes, int deadline_s) {
       _exit(child(r, size, fn, arg));
     }
   }
-  for (int r = 0; r < size; r++) {
-    int status = 0;
-    pid_t got;
-    for (;;) {
-      struct timespec now;
-      got = waitpid(pids[r], &status, WNOHANG);
-      if (got != 0)
-        break;
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      if (now.tv_sec - start.tv_sec > deadline_s) {
-        for (int q = 0; q < size; q++)
-          kill(pids[q], SIGKILL);
+  /* Reap every rank; a rank that stopped itself (SIGSTOP: a frozen
+   * process) is killed once all the others have exited. */
+  bool exited[16] = {false}, stopped[16] = {false};
+  int left = size;
+  while (left > 0) {
+    struct timespec now;
+    int running = 0;
+    for (int r = 0; r < size; r++) {
+      int status = 0;
+      pid_t got;
+      if (exited[r])
+        continue;
+      got = waitpid(pids[r], &status, WNOHANG | WUNTRACED);
+      if (got == 0) {
+        running += !stopped[r];
+        continue;
       }
-      usleep(2000);
+      if (got > 0 && WIFSTOPPED(status)) {
+        stopped[r] = true;
+        continue;
+      }
+      exited[r] = true;
+      left--;
+      if (got < 0)
+        codes[r] = -1000;
+      else if (WIFEXITED(status))
+        codes[r] = WEXITSTATUS(status);
+      else
+        codes[r] = -WTERMSIG(status);
     }
-    if (got < 0)
-      codes[r] = -1000;
-    else if (WIFEXITED(status))
-      codes[r] = WEXITSTATUS(status);
-    else
-      codes[r] = -WTERMSIG(status);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    for (int r = 0; r < size; r++) {
+      if (!exited[r] && (running == 0 || now.tv_sec - start.tv_sec > deadline_s))
+        kill(pids[r], SIGKILL);
+    }
+    usleep(2000);
   }
 }
 

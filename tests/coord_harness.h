@@ -30,6 +30,7 @@ struct job {
   int port;
   const char *hosts[16]; /* HOROVOD_HOSTNAME per rank, NULL: "localhost" */
   const char *env[16];   /* extra NAME=VALUE settings for every rank */
+  const char *rank_env[16][4]; /* and for one rank */
   int timeout_s;         /* HOROVOD_GLOO_TIMEOUT_SECONDS (default 20) */
 };
 

@@ -496,6 +496,16 @@ START_TEST(async_in_flight) {
 }
 END_TEST
 
+/* Settings that must agree come from rank 0: a worker that differs warns
+ * and follows (without that, cache bits and fused layouts would differ). */
+START_TEST(settings_follow_rank_0) {
+  job.rank_env[1][0] = "HOROVOD_CACHE_CAPACITY=0";
+  job.rank_env[1][1] = "HVD_FUSION_INPLACE_BYTES=0";
+  job.rank_env[2][0] = "HOROVOD_CACHE_CAPACITY=3";
+  run_ok(3, async_out_of_order, NULL);
+}
+END_TEST
+
 /* Generated names: each rank calls in the same order; several user threads
  * use names of their own at the same time. */
 struct thread_arg {
@@ -722,6 +732,9 @@ static int bad_arguments(int rank, int size, void *arg) {
     EXPECT_INVALID(hvd_alltoall_async(&x, NULL, NULL, &h));
   EXPECT_INVALID(hvd_grouped_allreduce_async(&t, 0, NULL, &h));
   EXPECT_INVALID(hvd_grouped_allreduce_async(NULL, 2, NULL, &h));
+  hvd_tensor pair[2] = {t, t};
+  pair[1].name = NULL; /* named and unnamed in one group */
+  EXPECT_INVALID(hvd_grouped_allreduce_async(pair, 2, NULL, &h));
   EXPECT_INVALID(hvd_barrier(77));
   EXPECT(hvd_process_set_rank(77) == -1 && hvd_process_set_size(77) == -1, "set 77 exists");
   EXPECT(hvd_reducescatter_rows(10, 77) == -1, "rows of set 77");
@@ -817,6 +830,22 @@ static int join_uneven(int rank, int size, void *arg) {
         EXPECT(fabs(avg[i] - want / size) <= 1e-6 * want,
                "step %d: average divides by %d: %.9g, want %.9g", step, size, avg[i], want / size);
       }
+    }
+    /* A joined rank's identity is not prescaled: a product of the others. */
+    int64_t pshape[1] = {9};
+    float pin[9], pout[9];
+    hvd_tensor tp = {"join.prod", HVD_FLOAT32, 1, pshape, pin, pout};
+    hvd_options po = HVD_OPTIONS_INIT;
+    po.op = HVD_PRODUCT;
+    po.prescale = 2.0;
+    for (int i = 0; i < 9; i++)
+      pin[i] = (float)value(HVD_FLOAT32, HVD_PRODUCT, rank, (size_t)i);
+    CALL(hvd_allreduce(&tp, &po));
+    for (int i = 0; i < 9; i++) {
+      double want = reduce(HVD_FLOAT32, HVD_PRODUCT, size, (size_t)i, j->first) *
+                    (double)(1 << (size - 1));
+      EXPECT(pout[i] == (float)want, "prescaled product without rank %d: %g, want %g", j->first,
+             pout[i], want);
     }
     /* Anything but an allreduce fails while a rank has joined. */
     int64_t shape[1] = {2};
@@ -1054,6 +1083,47 @@ START_TEST(killed_rank_fails_pending) {
 }
 END_TEST
 
+/* A frozen rank keeps its connections open: the others notice its
+ * silence within the timeout and fail their pending operations. */
+static int freeze_midway(int rank, int size, void *arg) {
+  const struct victim *v = arg;
+  int64_t shape[1] = {10};
+  float buf[10] = {0};
+  hvd_tensor t = {"warmup", HVD_FLOAT32, 1, shape, buf, buf};
+  hvd_handle h;
+  hvd_status st;
+  (void)size;
+
+  CALL(hvd_allreduce(&t, NULL));
+  if (rank == v->rank)
+    raise(SIGSTOP);
+  t.name = "frozen";
+  st = hvd_allreduce_async(&t, NULL, &h);
+  if (st == HVD_OK) {
+    st = hvd_handle_wait(h);
+    hvd_handle_release(h);
+  }
+  EXPECT(st == HVD_ERR_TIMEOUT || st == HVD_ERR_ABORTED,
+         "the pending operation ended with %s after rank %d froze", hvd_strerror(st), v->rank);
+  EXPECT(v->rank != 0 || rank == 0 || strstr(hvd_last_error_message(), "rank 0") != NULL,
+         "the message does not name rank 0: %s", hvd_last_error_message());
+  return 0;
+}
+
+START_TEST(frozen_rank_fails_pending) {
+  struct victim v = {_i == 0 ? 0 : 2};
+  int codes[16];
+  job.timeout_s = 2;
+  run_ranks(3, freeze_midway, &v, codes, 60);
+  for (int r = 0; r < 3; r++) {
+    if (r == v.rank)
+      ck_assert_msg(codes[r] == -SIGKILL, "the frozen rank exited with %d", codes[r]);
+    else
+      ck_assert_msg(codes[r] == 0, "rank %d exited with %d", r, codes[r]);
+  }
+}
+END_TEST
+
 static int stall(int rank, int size, void *arg) {
   const char *log = arg;
   int64_t shape[1] = {4};
@@ -1176,6 +1246,7 @@ static Suite *async_suite(void) {
   TCase *tc = mp_case(s, "in_flight", 300);
   tcase_add_loop_test(tc, async_in_flight, 0, (int)HVD_ARRAY_SIZE(async_settings));
   tcase_add_test(tc, user_threads);
+  tcase_add_test(tc, settings_follow_rank_0);
   return s;
 }
 
@@ -1214,6 +1285,7 @@ static Suite *lifecycle_suite(void) {
   tcase_add_loop_test(tc, init_after_shutdown, 1, 4);
   tcase_add_loop_test(tc, shutdown_aborts_pending, 2, 4);
   tcase_add_loop_test(tc, killed_rank_fails_pending, 0, 2);
+  tcase_add_loop_test(tc, frozen_rank_fails_pending, 0, 2);
   tcase_add_test(tc, stall_warns_then_shuts_down);
   tcase_add_test(tc, timeline_is_a_chrome_trace);
   return s;

@@ -218,7 +218,8 @@ HVD_API hvd_status hvd_allreduce_async(const hvd_tensor *tensor, const hvd_optio
                                        hvd_handle *handle);
 
 /* Allreduces n tensors as one group: they are negotiated together and
- * complete together, through one handle. They share the options. */
+ * complete together, through one handle. They share the options. Name
+ * every tensor of the group or none (names are then generated). */
 HVD_API hvd_status hvd_grouped_allreduce_async(const hvd_tensor *tensors, size_t n,
                                                const hvd_options *options, hvd_handle *handle);
 

@@ -61,25 +61,68 @@ static void state_destroy(struct coord_state *s) {
   free(s);
 }
 
-/* Workers say hello to rank 0 and rank 0 answers everybody: every control
- * connection exists before the loop starts (a peer that dies is then seen
- * as a closed connection), and nobody starts before everybody has. */
+/* Settings every rank must share, as rank 0 answers the hello. */
+enum { SETTINGS_BYTES = 24, HIER_ALLREDUCE = 1, HIER_ALLGATHER = 2 };
+
+static void put_settings(const struct coord_config *c, unsigned char *out) {
+  hvd_put_le64(out, c->cache_capacity);
+  hvd_put_le64(out + 8, c->fusion_inplace_bytes);
+  hvd_put_le64(out + 16, (c->hierarchical_allreduce ? HIER_ALLREDUCE : 0) |
+                             (c->hierarchical_allgather ? HIER_ALLGATHER : 0));
+}
+
+static void adopt(const char *name, uint64_t mine, uint64_t theirs, uint64_t *out) {
+  if (mine != theirs)
+    HVD_LOG_WARN("%s is %llu here but %llu on rank 0; using rank 0's (every rank must agree)",
+                 name, (unsigned long long)mine, (unsigned long long)theirs);
+  *out = theirs;
+}
+
+/* Rank 0's settings win where ranks must agree (cache bits, which tensors
+ * are reduced in place, hierarchical collectives): a worker that differs
+ * warns and takes rank 0's. */
+static void take_settings(struct coord_config *c, const unsigned char *in) {
+  unsigned char mine[SETTINGS_BYTES];
+  uint64_t v, flags, my_flags;
+  put_settings(c, mine);
+  adopt("HOROVOD_CACHE_CAPACITY", hvd_get_le64(mine), hvd_get_le64(in), &v);
+  c->cache_capacity = (size_t)v;
+  adopt("HVD_FUSION_INPLACE_BYTES", hvd_get_le64(mine + 8), hvd_get_le64(in + 8), &v);
+  c->fusion_inplace_bytes = (size_t)v;
+  my_flags = hvd_get_le64(mine + 16);
+  flags = hvd_get_le64(in + 16);
+  adopt("HOROVOD_HIERARCHICAL_ALLREDUCE", my_flags & HIER_ALLREDUCE ? 1 : 0,
+        flags & HIER_ALLREDUCE ? 1 : 0, &v);
+  c->hierarchical_allreduce = v != 0;
+  adopt("HOROVOD_HIERARCHICAL_ALLGATHER", my_flags & HIER_ALLGATHER ? 1 : 0,
+        flags & HIER_ALLGATHER ? 1 : 0, &v);
+  c->hierarchical_allgather = v != 0;
+}
+
+/* Workers say hello to rank 0 and rank 0 answers everybody with the
+ * settings that must agree: every control connection exists before the
+ * loop starts (a peer that dies is then seen as a closed connection), and
+ * nobody starts before everybody has. */
 static hvd_status control_handshake(struct coord_state *s) {
-  unsigned char frame[8] = {0}, got[8];
+  unsigned char hello[8] = {0}, got[SETTINGS_BYTES > 8 ? SETTINGS_BYTES : 8];
+  unsigned char settings[SETTINGS_BYTES];
   hvd_status st = HVD_OK;
 
   if (s->size == 1)
     return HVD_OK;
   if (s->rank != 0) {
-    st = net_send(s->control, 0, frame, sizeof(frame));
+    st = net_send(s->control, 0, hello, sizeof(hello));
     if (st == HVD_OK)
-      st = net_recv(s->control, 0, got, sizeof(got));
+      st = net_recv(s->control, 0, got, SETTINGS_BYTES);
+    if (st == HVD_OK)
+      take_settings(&s->cfg, got);
     return st;
   }
+  put_settings(&s->cfg, settings);
   for (int r = 1; r < s->size && st == HVD_OK; r++)
-    st = net_recv(s->control, r, got, sizeof(got));
+    st = net_recv(s->control, r, got, sizeof(hello));
   for (int r = 1; r < s->size && st == HVD_OK; r++)
-    st = net_send(s->control, r, frame, sizeof(frame));
+    st = net_send(s->control, r, settings, sizeof(settings));
   return st;
 }
 
@@ -145,6 +188,7 @@ static hvd_status state_create(struct coord_state **out) {
   }
   if ((st = control_handshake(s)) != HVD_OK)
     goto fail;
+  s->cache.capacity = s->cfg.cache_capacity; /* rank 0's (entries come on first use) */
   if (s->rank == 0 && s->cfg.timeline[0] != '\0' && strcmp(s->cfg.timeline, "DYNAMIC") != 0 &&
       (st = coord_timeline_start(s->timeline, s->cfg.timeline, s->cfg.timeline_mark_cycles)) !=
           HVD_OK)

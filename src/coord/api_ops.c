@@ -156,6 +156,8 @@ static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const i
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no handle pointer", what);
   if (n == 0 || (n > 1 && type != COORD_ALLREDUCE))
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: %zu tensors", what, n);
+  if (tensors == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no tensor", what);
   if ((s = coord_acquire()) == NULL)
     return hvd_error_status();
   st = check_options(s, what, o, &tg);
@@ -175,6 +177,16 @@ static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const i
   }
   h->spin_ns = s->cfg.spin_ns;
   group[0] = '\0';
+  for (size_t i = 1; i < n; i++) {
+    if ((tensors[i].name == NULL) != (tensors[0].name == NULL)) {
+      st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "%s: tensor %zu %s a name and tensor 0 %s (name all of a group's tensors "
+                     "or none)",
+                     what, i, tensors[i].name == NULL ? "has no" : "has",
+                     tensors[0].name == NULL ? "has none" : "has one");
+      goto out;
+    }
+  }
   if (n > 1 && tensors[0].name == NULL)
     snprintf(group, sizeof(group), "grouped_allreduce.noname.%" PRIu64,
              next_number(s, tg.set, "grouped_allreduce"));

@@ -103,6 +103,7 @@ struct coord_response {
 enum {
   COORD_FLAG_SHUTDOWN = 1, /* the sender shuts down (request) / everybody does (response) */
   COORD_FLAG_ABORT = 2,    /* the job failed: abort_status and abort_message say how */
+  COORD_FLAG_HEARTBEAT = 4, /* response: nothing to run, rank 0 is alive (seq 0, not applied) */
 };
 
 /* Worker -> coordinator. */

@@ -63,15 +63,20 @@ static void finish_all(struct coord_state *s, const struct coord_response *r,
 
 /* ==== allreduce ======================================================================= */
 
+/* joined: this rank contributes the identity, which prescaling would
+ * change (a product's 1, a minimum's +inf); prescaling is local, so the
+ * other ranks still scale theirs. */
 static hvd_status reduce(struct coord_state *s, const struct coord_set *set,
-                         const struct coord_response *r, const void *in, void *out, size_t count) {
+                         const struct coord_response *r, const void *in, void *out, size_t count,
+                         bool joined) {
+  double prescale = joined ? 1.0 : r->prescale;
   if (set->id == HVD_PROCESS_SET_GLOBAL && s->cfg.hierarchical_allreduce &&
       s->world->local_size < s->size) {
     struct ops_layout l = {s->world->global, s->world->local, s->world->cross};
-    return ops_allreduce_hierarchical(s->ops, &l, in, out, count, r->dtype, r->op, r->prescale,
+    return ops_allreduce_hierarchical(s->ops, &l, in, out, count, r->dtype, r->op, prescale,
                                       r->postscale);
   }
-  return ops_allreduce(s->ops, set->comm, in, out, count, r->dtype, r->op, r->prescale,
+  return ops_allreduce(s->ops, set->comm, in, out, count, r->dtype, r->op, prescale,
                        r->postscale);
 }
 
@@ -86,7 +91,7 @@ static void *identity(struct coord_state *s, const struct coord_response *r, siz
 
 static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *set,
                                 const struct coord_response *r, struct coord_entry **entries) {
-  size_t esize = hvd_dtype_size(r->dtype), packed = 0;
+  size_t esize = hvd_dtype_size(r->dtype), packed = 0, total = 0;
   size_t inplace = s->cfg.fusion_inplace_bytes;
   char *fb = NULL;
   hvd_status st = HVD_OK;
@@ -98,11 +103,12 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
     if (buf == NULL)
       return hvd_error_status();
     timeline_phase(s, r, "ALLREDUCE");
-    return reduce(s, set, r, e != NULL ? e->input : buf, buf, count);
+    return reduce(s, set, r, e != NULL ? e->input : buf, buf, count, e == NULL);
   }
   /* The small tensors go through the fusion buffer, in order. */
   for (uint32_t i = 0; i < r->ntensors; i++) {
     size_t bytes = (size_t)r->counts[i] * esize;
+    total += bytes;
     if (bytes < inplace || inplace == 0)
       packed += bytes;
   }
@@ -122,7 +128,7 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
       off += bytes;
     }
     timeline_phase(s, r, "ALLREDUCE");
-    st = reduce(s, set, r, fb, fb, packed / esize);
+    st = reduce(s, set, r, fb, fb, packed / esize, entries[0] == NULL);
     if (st != HVD_OK)
       return st;
     timeline_phase(s, r, "MEMCPY_OUT_FUSION_BUFFER");
@@ -136,6 +142,8 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
       off += bytes;
     }
   }
+  if (packed < total)
+    timeline_phase(s, r, "ALLREDUCE"); /* the tensors reduced in place */
   for (uint32_t i = 0; i < r->ntensors && st == HVD_OK; i++) {
     size_t count = (size_t)r->counts[i];
     struct coord_entry *e = entries[i];
@@ -144,8 +152,7 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
       continue;
     if ((buf = e != NULL ? e->output : identity(s, r, count)) == NULL)
       return hvd_error_status();
-    timeline_phase(s, r, "ALLREDUCE");
-    st = reduce(s, set, r, e != NULL ? e->input : buf, buf, count);
+    st = reduce(s, set, r, e != NULL ? e->input : buf, buf, count, e == NULL);
   }
   return st;
 }

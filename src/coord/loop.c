@@ -44,6 +44,13 @@ struct coord_loop {
   bool stop_sent;
   int64_t stop_deadline;
   bool slept;
+  /* Liveness: a peer silent for timeout_ns while this loop could listen
+   * (time spent running collectives does not count) has failed, even if
+   * its connection never closes (a frozen process, a vanished host). Each
+   * side sends at least every timeout/3 (a heartbeat when idle). */
+  int64_t *heard; /* per receive slot: when it last sent something */
+  int64_t sent;   /* when this rank last sent to its peers */
+  int64_t beat_ns;
 };
 
 void coord_wake(struct coord_state *s) {
@@ -311,6 +318,30 @@ static hvd_status apply(struct coord_loop *l, struct coord_response_list *list) 
   return HVD_OK;
 }
 
+/* apply, with the time it took credited to every peer's silence: a long
+ * collective is not a silent peer. */
+static hvd_status timed_apply(struct coord_loop *l, struct coord_response_list *list) {
+  int64_t start = hvd_now_ns(), took;
+  hvd_status st = apply(l, list);
+  took = hvd_now_ns() - start;
+  for (int i = 0; i < l->nrecv; i++)
+    l->heard[i] += took;
+  return st;
+}
+
+/* Fails the job if a peer has been silent too long. */
+static hvd_status check_silence(struct coord_loop *l) {
+  int64_t now = hvd_now_ns();
+  for (int i = 0; i < l->nrecv; i++) {
+    if (now - l->heard[i] > l->s->cfg.timeout_ns)
+      return hvd_error(HVD_ERR_TIMEOUT,
+                       "rank %d has sent nothing for %.0f s (HOROVOD_GLOO_TIMEOUT_SECONDS); its "
+                       "process may be frozen or its host unreachable",
+                       peer_of(l, i), (double)(now - l->heard[i]) / 1e9);
+  }
+  return HVD_OK;
+}
+
 /* ==== one turn of the loop ================================================================ */
 
 /* Takes what user threads queued; *stop says whether shutdown was asked. */
@@ -323,6 +354,26 @@ static struct coord_entry *drain(struct coord_state *s, bool *stop) {
   atomic_store(&s->queued, false);
   pthread_mutex_unlock(&s->lock);
   return head;
+}
+
+/* An empty list that only says rank 0 is alive. */
+static hvd_status coordinator_heartbeat(struct coord_loop *l) {
+  struct coord_response_list hb;
+  unsigned char hdr[FRAME];
+  int n = 0;
+  hvd_status st;
+
+  memset(&hb, 0, sizeof(hb));
+  hb.flags = COORD_FLAG_HEARTBEAT;
+  hvd_buf_reset(&l->msg);
+  st = coord_encode_responses(&hb, &l->msg);
+  hvd_put_le64(hdr, l->msg.len);
+  for (int w = 1; w < l->s->size && st == HVD_OK; w++)
+    st = post_send(l, w, hdr, l->msg.data, l->msg.len, &n);
+  if (st == HVD_OK)
+    st = net_wait(l->ctl, l->send_ptrs, (size_t)n);
+  l->sent = hvd_now_ns();
+  return st;
 }
 
 static hvd_status coordinator_turn(struct coord_loop *l, bool *worked) {
@@ -350,6 +401,7 @@ static hvd_status coordinator_turn(struct coord_loop *l, bool *worked) {
     if (!l->recvs[i].done)
       continue;
     *worked = true;
+    l->heard[i] = hvd_now_ns();
     if (l->recvs[i].status != HVD_OK) /* the worker is gone (the message names it) */
       return net_req_result(l->ctl, &l->recvs[i]);
     st = take_message(l, i, &data, &len);
@@ -379,13 +431,16 @@ static hvd_status coordinator_turn(struct coord_loop *l, bool *worked) {
         st = post_send(l, w, hdr, l->msg.data, l->msg.len, &n);
       if (st == HVD_OK)
         st = net_wait(l->ctl, l->send_ptrs, (size_t)n);
+      l->sent = hvd_now_ns();
     }
     if (st == HVD_OK)
-      st = apply(l, &list);
+      st = timed_apply(l, &list);
     coord_response_list_fini(&list);
     if (st != HVD_OK)
       return st;
   }
+  if (!stopped(s) && hvd_now_ns() - l->sent >= l->beat_ns)
+    return coordinator_heartbeat(l);
   return HVD_OK;
 }
 
@@ -429,8 +484,9 @@ static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
     l->stop_sent = true;
     l->stop_deadline = hvd_now_ns() + s->cfg.timeout_ns;
   }
-  if (st == HVD_OK && (cap > 0 || out.flags != 0)) {
+  if (st == HVD_OK && (cap > 0 || out.flags != 0 || hvd_now_ns() - l->sent >= l->beat_ns)) {
     *worked = true;
+    l->sent = hvd_now_ns(); /* an empty list is the heartbeat (and carries the ack) */
     out.ack = s->applied_seq;
     hvd_buf_reset(&l->msg);
     st = coord_encode_requests(&out, &l->msg);
@@ -445,6 +501,7 @@ static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
     const void *data;
     size_t len;
     *worked = true;
+    l->heard[0] = hvd_now_ns();
     if (l->recvs[0].status != HVD_OK)
       return net_req_result(l->ctl, &l->recvs[0]);
     st = take_message(l, 0, &data, &len);
@@ -452,7 +509,8 @@ static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
       st = coord_decode_responses(data, len, &list);
     if (st != HVD_OK)
       return hvd_error_prefix("from rank 0");
-    st = apply(l, &list);
+    if (!(list.flags & COORD_FLAG_HEARTBEAT))
+      st = timed_apply(l, &list);
     coord_response_list_fini(&list);
     if (st == HVD_OK && !stopped(s))
       st = post_recv(l, 0);
@@ -471,6 +529,12 @@ static int64_t next_deadline(const struct coord_loop *l) {
   }
   if (l->stop_sent && l->stop_deadline < d)
     d = l->stop_deadline;
+  if (l->nrecv > 0 && l->sent + l->beat_ns < d)
+    d = l->sent + l->beat_ns;
+  for (int i = 0; i < l->nrecv; i++) {
+    if (l->heard[i] + l->s->cfg.timeout_ns + 1 < d)
+      d = l->heard[i] + l->s->cfg.timeout_ns + 1;
+  }
   return d;
 }
 
@@ -488,11 +552,16 @@ static void *loop_main(void *arg) {
       HVD_LOG_WARN("HOROVOD_THREAD_AFFINITY: cannot pin the background thread to core %d",
                    s->cfg.affinity_core);
   }
-  for (int i = 0; i < l->nrecv && st == HVD_OK; i++)
+  l->sent = hvd_now_ns();
+  for (int i = 0; i < l->nrecv && st == HVD_OK; i++) {
+    l->heard[i] = l->sent;
     st = post_recv(l, i);
+  }
   while (st == HVD_OK && !stopped(s)) {
     bool worked = false;
     st = l->coordinator ? coordinator_turn(l, &worked) : worker_turn(l, &worked);
+    if (st == HVD_OK)
+      st = check_silence(l);
     if (st != HVD_OK || stopped(s))
       break;
     if (l->stop_sent && hvd_now_ns() >= l->stop_deadline) {
@@ -528,6 +597,7 @@ static void loop_destroy(struct coord_loop *l) {
   free(l->bufs);
   free(l->sends);
   free(l->send_ptrs);
+  free(l->heard);
   hvd_buf_fini(&l->msg);
   hvd_buf_fini(&l->big);
   free(l);
@@ -550,7 +620,9 @@ hvd_status coord_loop_start(struct coord_state *s) {
   l->bufs = malloc(((size_t)l->nrecv + 1) * CHUNK);
   l->sends = calloc(2 * (size_t)workers + 2, sizeof(*l->sends));
   l->send_ptrs = calloc(2 * (size_t)workers + 2, sizeof(*l->send_ptrs));
-  if (l->recvs == NULL || l->recv_ptrs == NULL || l->bufs == NULL || l->sends == NULL ||
+  l->heard = calloc((size_t)l->nrecv + 1, sizeof(*l->heard));
+  l->beat_ns = s->cfg.timeout_ns / 3 > 0 ? s->cfg.timeout_ns / 3 : 1;
+  if (l->heard == NULL || l->recvs == NULL || l->recv_ptrs == NULL || l->bufs == NULL || l->sends == NULL ||
       l->send_ptrs == NULL) {
     loop_destroy(l);
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the background loop");

@@ -113,7 +113,19 @@ int net_ctx_port(const struct net_ctx *ctx) { return ctx->port; }
 
 void ctx_tune_socket(const struct net_ctx *ctx, int fd) {
   int one = 1;
+  /* An idle connection to a host that vanished (power loss, a cut cable:
+   * no FIN, no RST) must still fail within about the timeout: keepalive
+   * probes after timeout/2 of silence, three more timeout/6 apart; and
+   * data unacknowledged for the timeout fails the connection. */
+  int secs = (int)(ctx->timeout_ms / 1000), idle = secs / 2 > 0 ? secs / 2 : 1;
+  int intvl = secs / 6 > 0 ? secs / 6 : 1, count = 3;
+  unsigned user_timeout = ctx->timeout_ms > UINT32_MAX ? UINT32_MAX : (unsigned)ctx->timeout_ms;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
   if (ctx->socket_buffer > 0) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &ctx->socket_buffer, sizeof(ctx->socket_buffer));
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &ctx->socket_buffer, sizeof(ctx->socket_buffer));

@@ -62,7 +62,9 @@ static void conn_fail(struct net_comm *comm, struct net_conn *c, hvd_status st) 
     return;
   c->failed = st;
   c->fail_msg = hvd_strndup(msg, strlen(msg));
-  HVD_LOG_WARN("communicator %s: %s; failing that peer's operations", comm->scope, msg);
+  /* The owner of an isolating communicator reports what matters (a peer
+   * closing after an orderly shutdown does not). */
+  HVD_LOG_DEBUG("communicator %s: %s; failing that peer's operations", comm->scope, msg);
   conn_close(c);
   fail_queue(&c->send_head, &c->send_tail, st);
   fail_queue(&c->recv_head, &c->recv_tail, st);
