@@ -506,6 +506,41 @@ START_TEST(settings_follow_rank_0) {
 }
 END_TEST
 
+/* Long request and response lists cross at once (small socket buffers,
+ * long names): neither side may block the other. */
+static int long_lists(int rank, int size, void *arg) {
+  enum { N = 600 };
+  static char names[N][2048];
+  static float vals[N];
+  hvd_handle handles[N];
+  int64_t shape[1] = {1};
+  (void)arg;
+  for (int step = 0; step < 2; step++) {
+    for (int k = 0; k < N; k++) {
+      int j = (k * 7 + rank * 13 + step) % N; /* a different order per rank */
+      hvd_tensor t = {names[j], HVD_FLOAT32, 1, shape, &vals[j], &vals[j]};
+      memset(names[j], 'a' + j % 26, sizeof(names[j]) - 16);
+      snprintf(names[j] + sizeof(names[j]) - 16, 16, ".%d.%d", j, step);
+      vals[j] = (float)(rank + j);
+      CALL(hvd_allreduce_async(&t, NULL, &handles[j]));
+    }
+    for (int j = 0; j < N; j++) {
+      CALL(hvd_handle_wait(handles[j]));
+      hvd_handle_release(handles[j]);
+      EXPECT(vals[j] == (float)(size * j + size * (size - 1) / 2), "tensor %d: %g", j, vals[j]);
+    }
+  }
+  return 0;
+}
+
+START_TEST(long_lists_cross) {
+  job.env[0] = "HVD_SOCKET_BUFFER_BYTES=16384";
+  job.env[1] = "HOROVOD_CYCLE_TIME=20";
+  job.timeout_s = 10;
+  run_ok(3, long_lists, NULL);
+}
+END_TEST
+
 /* Generated names: each rank calls in the same order; several user threads
  * use names of their own at the same time. */
 struct thread_arg {
@@ -1183,7 +1218,7 @@ START_TEST(timeline_is_a_chrome_trace) {
   struct stat sb;
   char *text;
   cJSON *doc;
-  bool negotiate = false, reduce_seen = false;
+  bool negotiate = false, reduce_seen = false, queue = false;
 
   ck_assert_int_ge(fd, 0);
   close(fd);
@@ -1211,8 +1246,10 @@ START_TEST(timeline_is_a_chrome_trace) {
       negotiate = true;
     if (strcmp(name->valuestring, "ALLREDUCE") == 0)
       reduce_seen = true;
+    if (strcmp(name->valuestring, "QUEUE") == 0)
+      queue = true;
   }
-  ck_assert_msg(negotiate && reduce_seen, "the timeline lacks events: %.500s", text);
+  ck_assert_msg(negotiate && reduce_seen && queue, "the timeline lacks events: %.500s", text);
   cJSON_Delete(doc);
   free(text);
 }
@@ -1247,6 +1284,7 @@ static Suite *async_suite(void) {
   tcase_add_loop_test(tc, async_in_flight, 0, (int)HVD_ARRAY_SIZE(async_settings));
   tcase_add_test(tc, user_threads);
   tcase_add_test(tc, settings_follow_rank_0);
+  tcase_add_test(tc, long_lists_cross);
   return s;
 }
 

@@ -194,8 +194,8 @@ static void make_ready(struct coord_controller *c, struct pending *p) {
   struct group_wait *g;
 
   ctl_unlink(c, p);
-  if (c->s->timeline != NULL)
-    coord_timeline_end(c->s->timeline, p->first.name);
+  if (c->s->timeline != NULL) /* negotiated: waits for its turn to run */
+    coord_timeline_begin(c->s->timeline, p->first.name, "QUEUE");
   if (p->first.group_size == 0) {
     ctl_push_ready(c, p);
     return;

@@ -422,9 +422,9 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
       failure = st;
     break;
   }
-  timeline_phase(s, r, NULL);
   finish_all(s, r, entries, st, NULL);
 out:
+  timeline_phase(s, r, NULL);
   if (entries != one)
     free(entries);
   return failure;

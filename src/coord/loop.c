@@ -40,7 +40,13 @@ struct coord_loop {
   struct net_req *sends; /* 2 per worker */
   struct net_req **send_ptrs;
   struct hvd_buf msg;   /* encoding */
-  struct hvd_buf big;   /* a long incoming message */
+  /* A message longer than its first chunk: the rest is received into
+   * rest_bufs[i] as soon as the chunk arrives, even while this rank is
+   * blocked sending (two long lists crossing must not wait on each other). */
+  struct net_req *rests;
+  struct hvd_buf *rest_bufs;
+  bool *examined; /* receive i's first chunk was looked at (rest posted if any) */
+  struct net_req **wait_ptrs;
   bool stop_sent;
   int64_t stop_deadline;
   bool slept;
@@ -78,6 +84,7 @@ static bool sleep_cb(void *arg) {
 static int peer_of(const struct coord_loop *l, int i) { return l->coordinator ? i + 1 : 0; }
 
 static hvd_status post_recv(struct coord_loop *l, int i) {
+  l->examined[i] = false;
   return net_irecv_max(l->ctl, peer_of(l, i), l->bufs + (size_t)i * CHUNK, CHUNK, &l->recvs[i]);
 }
 
@@ -104,6 +111,8 @@ static hvd_status post_send(struct coord_loop *l, int peer, const unsigned char 
   return HVD_OK;
 }
 
+static hvd_status wait_sends(struct coord_loop *l, int n);
+
 /* Sends one encoded message to one peer and waits until it is on its way. */
 static hvd_status send_one(struct coord_loop *l, int peer, const void *data, size_t len) {
   unsigned char hdr[FRAME];
@@ -112,40 +121,100 @@ static hvd_status send_one(struct coord_loop *l, int peer, const void *data, siz
   hvd_put_le64(hdr, len);
   st = post_send(l, peer, hdr, data, len, &n);
   if (st == HVD_OK)
-    st = net_wait(l->ctl, l->send_ptrs, (size_t)n);
+    st = wait_sends(l, n);
   return st;
 }
 
-/* The payload of completed receive i: in its buffer, or (longer) in l->big. */
-static hvd_status take_message(struct coord_loop *l, int i, const void **data, size_t *len) {
-  struct net_req *r = &l->recvs[i];
-  const unsigned char *buf = l->bufs + (size_t)i * CHUNK;
-  size_t got = net_req_length(r);
-  uint64_t total;
-  hvd_status st;
-
+/* The announced length of completed receive i's message. */
+static hvd_status message_total(struct coord_loop *l, int i, uint64_t *total) {
+  size_t got = net_req_length(&l->recvs[i]);
   if (got < FRAME)
     return hvd_error(HVD_ERR_PROTOCOL, "rank %d sent a control message of %zu bytes",
                      peer_of(l, i), got);
-  total = hvd_get_le64(buf);
-  if (total > COORD_MAX_MESSAGE || total < got - FRAME)
+  *total = hvd_get_le64(l->bufs + (size_t)i * CHUNK);
+  if (*total > COORD_MAX_MESSAGE || *total < got - FRAME)
     return hvd_error(HVD_ERR_PROTOCOL, "rank %d announced a control message of %llu bytes",
-                     peer_of(l, i), (unsigned long long)total);
+                     peer_of(l, i), (unsigned long long)*total);
+  return HVD_OK;
+}
+
+/* Looks at receive i's first chunk once: posts the receive of the rest. */
+static hvd_status examine(struct coord_loop *l, int i) {
+  size_t got = net_req_length(&l->recvs[i]) ;
+  struct hvd_buf *b = &l->rest_bufs[i];
+  uint64_t total;
+  hvd_status st;
+
+  if (l->examined[i])
+    return HVD_OK;
+  l->examined[i] = true;
+  if ((st = message_total(l, i, &total)) != HVD_OK)
+    return st;
+  if (total == got - FRAME)
+    return HVD_OK;
+  hvd_buf_reset(b);
+  if ((st = hvd_buf_reserve(b, (size_t)total)) != HVD_OK)
+    return st;
+  memcpy(b->data, l->bufs + (size_t)i * CHUNK + FRAME, got - FRAME);
+  b->len = (size_t)total;
+  return net_irecv(l->ctl, peer_of(l, i), b->data + got - FRAME, (size_t)total - (got - FRAME),
+                   &l->rests[i]);
+}
+
+/* The payload of completed receive i: in its buffer, or (longer) once the
+ * rest has arrived, in rest_bufs[i]. */
+static hvd_status take_message(struct coord_loop *l, int i, const void **data, size_t *len) {
+  struct net_req *rest = &l->rests[i];
+  size_t got = net_req_length(&l->recvs[i]);
+  uint64_t total;
+  hvd_status st;
+
+  if ((st = examine(l, i)) != HVD_OK || (st = message_total(l, i, &total)) != HVD_OK)
+    return st;
   if (total == got - FRAME) {
-    *data = buf + FRAME;
+    *data = l->bufs + (size_t)i * CHUNK + FRAME;
     *len = (size_t)total;
     return HVD_OK;
   }
-  hvd_buf_reset(&l->big);
-  st = hvd_buf_reserve(&l->big, (size_t)total);
-  if (st != HVD_OK)
+  if ((st = net_wait(l->ctl, &rest, 1)) != HVD_OK)
     return st;
-  memcpy(l->big.data, buf + FRAME, got - FRAME);
-  st = net_recv(l->ctl, peer_of(l, i), l->big.data + got - FRAME, (size_t)total - (got - FRAME));
-  if (st != HVD_OK)
-    return st;
-  *data = l->big.data;
+  *data = l->rest_bufs[i].data;
   *len = (size_t)total;
+  return HVD_OK;
+}
+
+/* Waits for the first n send slots, receiving meanwhile whatever the
+ * peers send (see rests). */
+static hvd_status wait_sends(struct coord_loop *l, int n) {
+  for (;;) {
+    size_t k = 0;
+    hvd_status st;
+    for (int i = 0; i < n; i++) {
+      if (!l->sends[i].done)
+        l->wait_ptrs[k++] = &l->sends[i];
+    }
+    if (k == 0)
+      break;
+    for (int i = 0; i < l->nrecv; i++) {
+      if (!l->recvs[i].done)
+        l->wait_ptrs[k++] = &l->recvs[i];
+    }
+    /* A failed receive is the turn's business (after an orderly shutdown,
+     * peers close while the last list goes out); a failed send is ours. */
+    st = net_wait_any(l->ctl, l->wait_ptrs, k);
+    for (int i = 0; i < n && st != HVD_OK; i++) {
+      if (l->sends[i].done && l->sends[i].status != HVD_OK)
+        return net_req_result(l->ctl, &l->sends[i]);
+    }
+    for (int i = 0; i < l->nrecv; i++) {
+      if (l->recvs[i].done && l->recvs[i].status == HVD_OK && (st = examine(l, i)) != HVD_OK)
+        return st;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    if (l->sends[i].status != HVD_OK)
+      return net_req_result(l->ctl, &l->sends[i]);
+  }
   return HVD_OK;
 }
 
@@ -371,7 +440,7 @@ static hvd_status coordinator_heartbeat(struct coord_loop *l) {
   for (int w = 1; w < l->s->size && st == HVD_OK; w++)
     st = post_send(l, w, hdr, l->msg.data, l->msg.len, &n);
   if (st == HVD_OK)
-    st = net_wait(l->ctl, l->send_ptrs, (size_t)n);
+    st = wait_sends(l, n);
   l->sent = hvd_now_ns();
   return st;
 }
@@ -430,7 +499,7 @@ static hvd_status coordinator_turn(struct coord_loop *l, bool *worked) {
       for (int w = 1; w < s->size && st == HVD_OK; w++)
         st = post_send(l, w, hdr, l->msg.data, l->msg.len, &n);
       if (st == HVD_OK)
-        st = net_wait(l->ctl, l->send_ptrs, (size_t)n);
+        st = wait_sends(l, n);
       l->sent = hvd_now_ns();
     }
     if (st == HVD_OK)
@@ -599,7 +668,12 @@ static void loop_destroy(struct coord_loop *l) {
   free(l->send_ptrs);
   free(l->heard);
   hvd_buf_fini(&l->msg);
-  hvd_buf_fini(&l->big);
+  for (int i = 0; l->rest_bufs != NULL && i <= l->nrecv; i++)
+    hvd_buf_fini(&l->rest_bufs[i]);
+  free(l->rest_bufs);
+  free(l->rests);
+  free(l->examined);
+  free(l->wait_ptrs);
   free(l);
 }
 
@@ -614,7 +688,12 @@ hvd_status coord_loop_start(struct coord_state *s) {
   l->coordinator = s->rank == 0;
   l->nrecv = l->coordinator ? workers : (s->size > 1 ? 1 : 0);
   hvd_buf_init(&l->msg, COORD_MAX_MESSAGE);
-  hvd_buf_init(&l->big, COORD_MAX_MESSAGE);
+  l->rests = calloc((size_t)l->nrecv + 1, sizeof(*l->rests));
+  l->rest_bufs = calloc((size_t)l->nrecv + 1, sizeof(*l->rest_bufs));
+  l->examined = calloc((size_t)l->nrecv + 1, sizeof(*l->examined));
+  l->wait_ptrs = calloc(2 * (size_t)workers + 3 + (size_t)l->nrecv, sizeof(*l->wait_ptrs));
+  for (int i = 0; l->rest_bufs != NULL && i <= l->nrecv; i++)
+    hvd_buf_init(&l->rest_bufs[i], COORD_MAX_MESSAGE);
   l->recvs = calloc((size_t)l->nrecv + 1, sizeof(*l->recvs));
   l->recv_ptrs = calloc((size_t)l->nrecv + 1, sizeof(*l->recv_ptrs));
   l->bufs = malloc(((size_t)l->nrecv + 1) * CHUNK);
@@ -622,7 +701,8 @@ hvd_status coord_loop_start(struct coord_state *s) {
   l->send_ptrs = calloc(2 * (size_t)workers + 2, sizeof(*l->send_ptrs));
   l->heard = calloc((size_t)l->nrecv + 1, sizeof(*l->heard));
   l->beat_ns = s->cfg.timeout_ns / 3 > 0 ? s->cfg.timeout_ns / 3 : 1;
-  if (l->heard == NULL || l->recvs == NULL || l->recv_ptrs == NULL || l->bufs == NULL || l->sends == NULL ||
+  if (l->rests == NULL || l->rest_bufs == NULL || l->examined == NULL || l->wait_ptrs == NULL ||
+      l->heard == NULL || l->recvs == NULL || l->recv_ptrs == NULL || l->bufs == NULL || l->sends == NULL ||
       l->send_ptrs == NULL) {
     loop_destroy(l);
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the background loop");
