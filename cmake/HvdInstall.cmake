@@ -5,5 +5,16 @@ install(TARGETS hvd hvd_static hvd-rendezvous
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY include/hvd DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The pkg-config file finds the prefix from its own place, so that
+# `cmake --install build --prefix DIR` (a prefix chosen after configuring)
+# gives a file that points into DIR.
+set(HVD_PC_PREFIX "\${pcfiledir}")
+string(REPLACE "/" ";" _hvd_libdir_parts "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+foreach(_part IN LISTS _hvd_libdir_parts)
+  string(APPEND HVD_PC_PREFIX "/..")
+endforeach()
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(HVD_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+endif()
 configure_file(cmake/hvd.pc.in ${CMAKE_BINARY_DIR}/hvd.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/hvd.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
