@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "coord/coord.h"
+#include "store_process.h"
 
 enum {
   EXIT_SETUP = 10,  /* hvd_init failed */
@@ -25,8 +26,7 @@ enum {
 };
 
 struct job {
-  pid_t server;
-  int server_ctl;
+  struct store_process store;
   int port;
   const char *hosts[16]; /* HOROVOD_HOSTNAME per rank, NULL: "localhost" */
   const char *env[16];   /* extra NAME=VALUE settings for every rank */

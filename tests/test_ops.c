@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ops/ops.h"
+#include "store_process.h"
 
 Suite *kernels_suite(void);
 
@@ -24,55 +25,20 @@ enum { EXIT_SETUP = 10, EXIT_WRONG = 11, EXIT_FAILED = 12 };
 /* ==== ranks ======================================================================= */
 
 struct job {
-  pid_t server;
-  int server_ctl;
+  struct store_process store;
   int port;
   const char *hosts[8]; /* fake hostname per rank */
 };
 
 static struct job job;
 
-/* The store in a process of its own: this one stays free of threads, so
- * forking ranks from it is safe. */
 static void job_setup(void) {
-  int port_pipe[2], ctl_pipe[2];
-
   memset(&job, 0, sizeof(job));
-  ck_assert_int_eq(pipe(port_pipe), 0);
-  ck_assert_int_eq(pipe(ctl_pipe), 0);
-  job.server = fork();
-  ck_assert_int_ge(job.server, 0);
-  if (job.server == 0) {
-    struct rdzv_server_config cfg;
-    struct rdzv_server *srv = NULL;
-    int port = -1;
-    char byte;
-    close(port_pipe[0]);
-    close(ctl_pipe[1]);
-    alarm(900);
-    rdzv_server_config_default(&cfg);
-    cfg.bind_address = "127.0.0.1";
-    if (rdzv_server_start(&cfg, &srv) == HVD_OK)
-      port = rdzv_server_port(srv);
-    if (write(port_pipe[1], &port, sizeof(port)) != sizeof(port) || port < 0)
-      _exit(1);
-    while (read(ctl_pipe[0], &byte, 1) > 0) {
-    }
-    rdzv_server_stop(srv);
-    _exit(0);
-  }
-  close(port_pipe[1]);
-  close(ctl_pipe[0]);
-  ck_assert_int_eq(read(port_pipe[0], &job.port, sizeof(job.port)), sizeof(job.port));
-  ck_assert_int_gt(job.port, 0);
-  close(port_pipe[0]);
-  job.server_ctl = ctl_pipe[1];
+  store_process_start(&job.store);
+  job.port = job.store.port;
 }
 
-static void job_teardown(void) {
-  close(job.server_ctl);
-  waitpid(job.server, NULL, 0);
-}
+static void job_teardown(void) { store_process_stop(&job.store); }
 
 struct rank_env {
   struct net_world *w;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "transport/transport_private.h"
+#include "store_process.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -86,8 +87,7 @@ enum {
 };
 
 struct job {
-  pid_t server;    /* the process serving the store */
-  int server_ctl;  /* closing it stops that process */
+  struct store_process store; /* the process serving the store */
   int port;
   const char *token;
   int64_t timeout_ms;
@@ -224,50 +224,13 @@ static double run_job(struct job *job, int size, rank_fn fn, void *arg, int *cod
 
 static struct job job;
 
-/*
- * The store runs in a process of its own, so that this one has no threads
- * when it forks the ranks (a fork taken while another thread holds a lock,
- * the allocator's for one, can leave the child stuck on it).
- */
 static void job_setup(void) {
-  int port_pipe[2], ctl_pipe[2];
-
   memset(&job, 0, sizeof(job));
-  ck_assert_int_eq(pipe(port_pipe), 0);
-  ck_assert_int_eq(pipe(ctl_pipe), 0);
-  job.server = fork();
-  ck_assert_int_ge(job.server, 0);
-  if (job.server == 0) {
-    struct rdzv_server_config cfg;
-    struct rdzv_server *srv = NULL;
-    int port = -1;
-    char byte;
-    close(port_pipe[0]);
-    close(ctl_pipe[1]);
-    alarm(600);
-    rdzv_server_config_default(&cfg);
-    cfg.bind_address = "127.0.0.1";
-    if (rdzv_server_start(&cfg, &srv) == HVD_OK)
-      port = rdzv_server_port(srv);
-    if (write(port_pipe[1], &port, sizeof(port)) != sizeof(port) || port < 0)
-      _exit(1);
-    while (read(ctl_pipe[0], &byte, 1) > 0) {
-    }
-    rdzv_server_stop(srv);
-    _exit(0);
-  }
-  close(port_pipe[1]);
-  close(ctl_pipe[0]);
-  ck_assert_int_eq(read(port_pipe[0], &job.port, sizeof(job.port)), sizeof(job.port));
-  ck_assert_int_gt(job.port, 0);
-  close(port_pipe[0]);
-  job.server_ctl = ctl_pipe[1];
+  store_process_start(&job.store);
+  job.port = job.store.port;
 }
 
-static void job_teardown(void) {
-  close(job.server_ctl);
-  waitpid(job.server, NULL, 0);
-}
+static void job_teardown(void) { store_process_stop(&job.store); }
 
 static void expect_all(const int *codes, int size, int code) {
   for (int r = 0; r < size; r++)

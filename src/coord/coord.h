@@ -406,7 +406,6 @@ struct coord_state {
   size_t fusion_cap;
   void *identity; /* a joined rank's contribution */
   size_t identity_cap;
-  bool joined;     /* this rank called hvd_join and the job has not all joined yet */
   struct coord_loop *loop;
 };
 

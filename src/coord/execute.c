@@ -366,7 +366,6 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
 
   if (r->type == COORD_JOIN) {
     struct coord_entry *e = coord_find_entry(s, HVD_PROCESS_SET_GLOBAL, "hvd.join");
-    s->joined = false;
     if (e != NULL) {
       e->handle->value = r->last_joined;
       coord_finish_entry(s, e, HVD_OK, NULL);
