@@ -57,6 +57,11 @@ struct coord_loop {
   int64_t *heard; /* per receive slot: when it last sent something */
   int64_t sent;   /* when this rank last sent to its peers */
   int64_t beat_ns;
+  /* A worker's list to rank 0 goes out without blocking the loop (rank 0
+   * may be in a collective that needs this rank; it reads the list after):
+   * send slots 0 .. sending-1 are in flight, with hdr their frame. */
+  int sending;
+  unsigned char hdr[FRAME];
 };
 
 void coord_wake(struct coord_state *s) {
@@ -109,20 +114,6 @@ static hvd_status post_send(struct coord_loop *l, int peer, const unsigned char 
     (*n)++;
   }
   return HVD_OK;
-}
-
-static hvd_status wait_sends(struct coord_loop *l, int n);
-
-/* Sends one encoded message to one peer and waits until it is on its way. */
-static hvd_status send_one(struct coord_loop *l, int peer, const void *data, size_t len) {
-  unsigned char hdr[FRAME];
-  int n = 0;
-  hvd_status st;
-  hvd_put_le64(hdr, len);
-  st = post_send(l, peer, hdr, data, len, &n);
-  if (st == HVD_OK)
-    st = wait_sends(l, n);
-  return st;
 }
 
 /* The announced length of completed receive i's message. */
@@ -256,14 +247,23 @@ static void fail_job(struct coord_loop *l, hvd_status st) {
     }
     (void)net_wait(l->ctl, l->send_ptrs, (size_t)n);
   } else if (!net_comm_peer_failed(l->ctl, 0)) {
+    /* After the list in flight, if any (its buffer is still in use). */
     struct coord_request_list out;
+    struct hvd_buf abort_msg;
+    unsigned char hdr[FRAME];
+    int n = l->sending;
     memset(&out, 0, sizeof(out));
     out.ack = s->applied_seq;
     out.flags = COORD_FLAG_ABORT;
     out.abort_status = (uint8_t)st;
     out.abort_message = msg;
-    if (coord_encode_requests(&out, &l->msg) == HVD_OK)
-      (void)send_one(l, 0, l->msg.data, l->msg.len);
+    hvd_buf_init(&abort_msg, COORD_MAX_MESSAGE);
+    if (coord_encode_requests(&out, &abort_msg) == HVD_OK) {
+      hvd_put_le64(hdr, abort_msg.len);
+      if (post_send(l, 0, hdr, abort_msg.data, abort_msg.len, &n) == HVD_OK)
+        (void)wait_sends(l, n);
+    }
+    hvd_buf_fini(&abort_msg);
   }
 }
 
@@ -522,6 +522,18 @@ static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
   hvd_status st = HVD_OK;
 
   memset(&out, 0, sizeof(out));
+  if (l->sending > 0) {
+    for (int i = 0; i < l->sending; i++) {
+      if (!l->sends[i].done)
+        goto receive; /* the next list waits for this one */
+    }
+    for (int i = 0; i < l->sending; i++) {
+      if (l->sends[i].status != HVD_OK)
+        return net_req_result(l->ctl, &l->sends[i]);
+    }
+    l->sending = 0;
+    *worked = true;
+  }
   head = drain(s, &stop);
   for (struct coord_entry *e = head; e != NULL; e = e->next)
     cap++;
@@ -559,12 +571,14 @@ static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
     out.ack = s->applied_seq;
     hvd_buf_reset(&l->msg);
     st = coord_encode_requests(&out, &l->msg);
+    hvd_put_le64(l->hdr, l->msg.len);
     if (st == HVD_OK)
-      st = send_one(l, 0, l->msg.data, l->msg.len);
+      st = post_send(l, 0, l->hdr, l->msg.data, l->msg.len, &l->sending);
   }
   coord_request_list_fini(&out);
   if (st != HVD_OK)
     return st;
+receive:
   if (l->nrecv > 0 && l->recvs[0].done) {
     struct coord_response_list list;
     const void *data;
@@ -640,7 +654,20 @@ static void *loop_main(void *arg) {
     }
     if (worked)
       continue;
-    st = net_wait_event(l->ctl, l->recv_ptrs, (size_t)l->nrecv, &wake, next_deadline(l));
+    size_t k = 0;
+    struct net_wake w = wake;
+    for (int i = 0; i < l->nrecv; i++)
+      l->wait_ptrs[k++] = &l->recvs[i];
+    for (int i = 0; i < l->sending; i++) {
+      if (!l->sends[i].done)
+        l->wait_ptrs[k++] = &l->sends[i];
+    }
+    if (l->sending > 0) { /* queued work waits for the send: no need to wake */
+      w.fd = -1;
+      w.check = NULL;
+      w.sleep = NULL;
+    }
+    st = net_wait_event(l->ctl, l->wait_ptrs, k, &w, next_deadline(l));
     if (atomic_exchange(&s->sleeping, false)) {
       uint64_t v;
       ssize_t n = read(s->wake_fd, &v, sizeof(v)); /* non-blocking: empty is fine */
