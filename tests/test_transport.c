@@ -480,12 +480,16 @@ static int upto_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
   if (buf == NULL)
     return EXIT_FAILED;
   if (w->rank == 0) {
-    for (size_t k = 0; k < HVD_ARRAY_SIZE(lens); k++) {
+    int code = 0;
+    for (size_t k = 0; k < HVD_ARRAY_SIZE(lens) && code == 0; k++) {
       memset(buf, (int)('a' + k), lens[k]);
       if (net_send(w->global, 1, buf, lens[k]) != HVD_OK)
-        return EXIT_FAILED;
+        code = EXIT_FAILED;
     }
-    return net_send(w->global, 1, buf, 100) == HVD_OK ? 0 : EXIT_FAILED;
+    if (code == 0 && net_send(w->global, 1, buf, 100) != HVD_OK)
+      code = EXIT_FAILED;
+    free(buf);
+    return code;
   }
   /* Post them all before any arrives: each must stop at its own message. */
   struct net_req reqs[HVD_ARRAY_SIZE(lens)];
