@@ -438,15 +438,17 @@ static void zero_outputs(struct bench *b) {
     memset(b->plain_out, 0, (size_t)RESNET50_VALUES * sizeof(float));
 }
 
-/* Wrong elements of one output (tensor index `tensor` of the fill pattern). */
-static int64_t count_wrong(const struct bench *b, const float *got, int tensor, int64_t count) {
+/* Wrong elements of one output (tensor index `tensor` of the fill pattern);
+ * the first one of a check is described on stderr. */
+static int64_t count_wrong(const struct bench *b, const float *got, int tensor, int64_t count,
+                           int64_t wrong_before) {
   int64_t wrong = 0;
   for (int64_t j = 0; j < count; j++) {
     float want = 0;
     for (int r = 0; r < b->size; r++)
       want += value(r, tensor, j);
     if (got[j] != want) {
-      if (wrong == 0)
+      if (wrong_before + wrong == 0)
         fprintf(stderr,
                 "hvd-bench-grads: rank %d: %s element %lld is %g, expected %g\n", b->rank,
                 tensor < 0 ? "plain" : resnet50_params[tensor].name, (long long)j,
@@ -460,9 +462,9 @@ static int64_t count_wrong(const struct bench *b, const float *got, int tensor, 
 static int64_t check_outputs(const struct bench *b) {
   int64_t wrong = 0;
   for (int i = 0; i < RESNET50_TENSORS; i++)
-    wrong += count_wrong(b, b->out[i], i, resnet50_count(i));
+    wrong += count_wrong(b, b->out[i], i, resnet50_count(i), wrong);
   if (b->plain_out != NULL)
-    wrong += count_wrong(b, b->plain_out, -1, RESNET50_VALUES);
+    wrong += count_wrong(b, b->plain_out, -1, RESNET50_VALUES, wrong);
   return wrong;
 }
 
