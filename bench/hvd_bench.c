@@ -593,39 +593,21 @@ static int bench_rank(const struct options *o, struct net_world *w) {
 
 /* Local mode: a process serves the store; n rank processes meet in it. */
 static int run_local(const struct options *o) {
-  int port_pipe[2], ctl_pipe[2], port = -1, code = 0;
-  pid_t server, ranks[MAX_LOCAL_RANKS];
+  struct rdzv_server_config scfg;
+  struct rdzv_server_child server;
+  pid_t ranks[MAX_LOCAL_RANKS];
   char hosts[MAX_LOCAL_RANKS][32];
+  int port, code = 0;
 
-  if (pipe(port_pipe) != 0 || pipe(ctl_pipe) != 0)
-    return EXIT_FAIL;
-  server = fork();
-  if (server == 0) {
-    struct rdzv_server_config cfg;
-    struct rdzv_server *srv = NULL;
-    char byte;
-    close(port_pipe[0]);
-    close(ctl_pipe[1]);
-    rdzv_server_config_default(&cfg);
-    cfg.bind_address = "127.0.0.1";
-    cfg.threads = 1;
-    if (rdzv_server_start(&cfg, &srv) == HVD_OK)
-      port = rdzv_server_port(srv);
-    else
-      fprintf(stderr, "hvd-bench: %s\n", hvd_last_error_message());
-    if (write(port_pipe[1], &port, sizeof(port)) != sizeof(port) || port < 0)
-      _exit(1);
-    while (read(ctl_pipe[0], &byte, 1) > 0) {
-    }
-    rdzv_server_stop(srv);
-    _exit(0);
-  }
-  close(port_pipe[1]);
-  close(ctl_pipe[0]);
-  if (read(port_pipe[0], &port, sizeof(port)) != sizeof(port) || port < 0) {
-    fprintf(stderr, "hvd-bench: the local rendezvous store did not start\n");
+  rdzv_server_config_default(&scfg);
+  scfg.bind_address = "127.0.0.1";
+  scfg.threads = 1;
+  if (rdzv_server_child_start(&scfg, 0, &server) != HVD_OK) {
+    fprintf(stderr, "hvd-bench: the local rendezvous store did not start: %s\n",
+            hvd_last_error_message());
     return EXIT_FAIL;
   }
+  port = server.port;
   for (int r = 0; r < o->np; r++) {
     snprintf(hosts[r], sizeof(hosts[r]), "host%d", r / (o->np / o->hosts));
     ranks[r] = fork();
@@ -634,7 +616,7 @@ static int run_local(const struct options *o) {
       struct rdzv_client *store = NULL;
       struct net_world *w = NULL;
       int rc;
-      close(ctl_pipe[1]);
+      close(server.ctl);
       hvd_log_set_rank(r);
 
       if (net_world_config_from_env(&cfg) != HVD_OK ||
@@ -669,8 +651,7 @@ static int run_local(const struct options *o) {
       code = EXIT_FAIL;
     }
   }
-  close(ctl_pipe[1]);
-  waitpid(server, NULL, 0);
+  rdzv_server_child_stop(&server);
   return code;
 }
 

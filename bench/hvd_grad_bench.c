@@ -717,65 +717,23 @@ static int bench_rank(const struct options *o) {
 
 /* ==== launching ============================================================================ */
 
-/* The store the local ranks meet in, served by a child process. */
-static pid_t start_store(int *port_out, int *ctl_out) {
-  int port_pipe[2], ctl_pipe[2], port = -1;
-  pid_t server;
-
-  if (pipe(port_pipe) != 0 || pipe(ctl_pipe) != 0) {
-    fprintf(stderr, "hvd-bench-grads: pipe: %s\n", strerror(errno));
-    return -1;
-  }
-  server = fork();
-  if (server < 0) {
-    fprintf(stderr, "hvd-bench-grads: fork: %s\n", strerror(errno));
-    return -1;
-  }
-  if (server == 0) {
-    struct rdzv_server_config cfg;
-    struct rdzv_server *srv = NULL;
-    char byte;
-    close(port_pipe[0]);
-    close(ctl_pipe[1]);
-    rdzv_server_config_default(&cfg);
-    cfg.bind_address = "127.0.0.1";
-    cfg.threads = 1;
-    if (rdzv_server_start(&cfg, &srv) == HVD_OK)
-      port = rdzv_server_port(srv);
-    else
-      fprintf(stderr, "hvd-bench-grads: rendezvous store: %s\n", hvd_last_error_message());
-    if (write(port_pipe[1], &port, sizeof(port)) != sizeof(port) || port < 0)
-      _exit(EXIT_FAIL);
-    while (read(ctl_pipe[0], &byte, 1) > 0) {
-    }
-    rdzv_server_stop(srv);
-    _exit(0);
-  }
-  close(port_pipe[1]);
-  close(ctl_pipe[0]);
-  if (read(port_pipe[0], &port, sizeof(port)) != sizeof(port) || port < 0) {
-    fprintf(stderr, "hvd-bench-grads: the local rendezvous store did not start\n");
-    close(port_pipe[0]);
-    close(ctl_pipe[1]);
-    waitpid(server, NULL, 0);
-    return -1;
-  }
-  close(port_pipe[0]);
-  *port_out = port;
-  *ctl_out = ctl_pipe[1];
-  return server;
-}
-
 /* Local mode: N ranks with the environment hvdrun would give them. */
 static int run_local(const struct options *o) {
-  pid_t server, ranks[MAX_LOCAL_RANKS];
-  int port = -1, ctl = -1, code = 0, left = o->np;
+  struct rdzv_server_config cfg;
+  struct rdzv_server_child store;
+  pid_t ranks[MAX_LOCAL_RANKS];
+  int port, code = 0, left = o->np;
   bool done[MAX_LOCAL_RANKS] = {false};
   int64_t start = now_ns(), grace_until = 0;
 
-  server = start_store(&port, &ctl);
-  if (server < 0)
+  rdzv_server_config_default(&cfg);
+  cfg.bind_address = "127.0.0.1";
+  cfg.threads = 1;
+  if (rdzv_server_child_start(&cfg, 0, &store) != HVD_OK) {
+    fprintf(stderr, "hvd-bench-grads: local rendezvous store: %s\n", hvd_last_error_message());
     return EXIT_FAIL;
+  }
+  port = store.port;
   fflush(stdout);
   for (int r = 0; r < o->np; r++) {
     ranks[r] = fork();
@@ -785,12 +743,11 @@ static int run_local(const struct options *o) {
         kill(ranks[q], SIGKILL);
       for (int q = 0; q < r; q++)
         waitpid(ranks[q], NULL, 0);
-      close(ctl);
-      waitpid(server, NULL, 0);
+      rdzv_server_child_stop(&store);
       return EXIT_FAIL;
     }
     if (ranks[r] == 0) {
-      close(ctl);
+      close(store.ctl);
       set_ll("HOROVOD_RANK", r);
       set_ll("HOROVOD_SIZE", o->np);
       set_ll("HOROVOD_LOCAL_RANK", r);
@@ -844,8 +801,7 @@ static int run_local(const struct options *o) {
     if (left > 0)
       usleep(10000);
   }
-  close(ctl);
-  waitpid(server, NULL, 0);
+  rdzv_server_child_stop(&store);
   return code;
 }
 

@@ -7,11 +7,10 @@
 #ifndef HVD_TEST_STORE_PROCESS_H
 #define HVD_TEST_STORE_PROCESS_H
 
-#include <sys/types.h>
+#include "rendezvous/rendezvous.h"
 
 struct store_process {
-  pid_t pid;
-  int ctl;  /* closing it stops the store */
+  struct rdzv_server_child child;
   int port; /* where it listens, on 127.0.0.1 */
 };
 

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/common.h"
 
@@ -221,6 +222,22 @@ int rdzv_server_port(const struct rdzv_server *srv);
 /* "ADDR:PORT", IPv6 in brackets. */
 const char *rdzv_server_address(const struct rdzv_server *srv);
 struct rdzv_store *rdzv_server_store(struct rdzv_server *srv);
+
+/*
+ * A server in a forked child process (server_child.c), for programs that
+ * then fork ranks: the caller stays free of the server's threads, so its
+ * forks are safe. Call before creating any thread. The child serves until
+ * rdzv_server_child_stop (or until this process exits), and at most
+ * max_lifetime_s seconds if that is not 0 (a test's safety net).
+ */
+struct rdzv_server_child {
+  pid_t pid;
+  int ctl;  /* closing it stops the child */
+  int port; /* where it listens */
+};
+hvd_status rdzv_server_child_start(const struct rdzv_server_config *cfg, unsigned max_lifetime_s,
+                                   struct rdzv_server_child *out);
+void rdzv_server_child_stop(struct rdzv_server_child *child);
 
 /* ==== the HTTP client (client.c) ============================================
  * One client per thread (it holds one keep-alive connection). Every call has
