@@ -534,7 +534,7 @@ static int long_lists(int rank, int size, void *arg) {
 }
 
 START_TEST(long_lists_cross) {
-  job.env[0] = "HVD_SOCKET_BUFFER_BYTES=16384";
+  job.env[0] = "HVD_SOCKET_BUFFER_BYTES=65536";
   job.env[1] = "HOROVOD_CYCLE_TIME=20";
   job.timeout_s = 10;
   run_ok(3, long_lists, NULL);
@@ -812,7 +812,7 @@ START_TEST(bad_environment) {
   static const char *const bad[] = {
       "HOROVOD_FUSION_THRESHOLD=lots", "HOROVOD_CYCLE_TIME=-1",  "HOROVOD_CACHE_CAPACITY=1e99x",
       "HOROVOD_STALL_CHECK_TIME_SECONDS=soon", "HOROVOD_TIMELINE_MARK_CYCLES=maybe",
-      "HVD_SPIN_US=-5", "HOROVOD_SIZE=0", "HOROVOD_RANK=3"};
+      "HVD_SPIN_US=-5", "HVD_SOCKET_BUFFER_BYTES=16384", "HOROVOD_SIZE=0", "HOROVOD_RANK=3"};
   for (size_t i = 0; i < HVD_ARRAY_SIZE(bad); i++) {
     char name[64];
     const char *eq = strchr(bad[i], '=');

@@ -28,6 +28,7 @@ enum {
   HANDSHAKE_TIMEOUT_MS = 10000, /* a connector must send its HELLO by then */
   SPIN_US_DEFAULT = 50,
   IO_CHUNK_DEFAULT = 1 << 20,
+  SOCKET_BUFFER_MIN = 1 << 16,
 };
 
 hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out) {
@@ -57,6 +58,13 @@ hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out
   st = hvd_env_int("HVD_SPIN_US", SPIN_US_DEFAULT, 0, 1000000, &spin_us);
   if (st == HVD_OK)
     st = hvd_env_int("HVD_SOCKET_BUFFER_BYTES", 0, 0, 1 << 30, &sockbuf);
+  /* Smaller buffers cannot hold one loopback segment (64 KiB MTU): the
+   * receiver drops it and TCP backs off for seconds between retransmits. */
+  if (st == HVD_OK && sockbuf > 0 && sockbuf < SOCKET_BUFFER_MIN)
+    st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                   "HVD_SOCKET_BUFFER_BYTES is %lld; it must be 0 (the kernel's autotuning) or at "
+                   "least %d",
+                   (long long)sockbuf, SOCKET_BUFFER_MIN);
   if (st == HVD_OK)
     st = hvd_env_bool("HVD_SPIN_YIELD", true, &ctx->spin_yield);
   if (st == HVD_OK)
