@@ -169,26 +169,65 @@ static int allreduce_values(int rank, int size, void *arg) {
   return 0;
 }
 
-/* Prescale and postscale on floats: (v * 0.5) summed, times 4. */
+/* Prescale and postscale on floats: (v * 0.5) summed, times 4; 33
+ * elements go through a collective, 8 are reduced inline by rank 0. */
 static int allreduce_scaled(int rank, int size, void *arg) {
   static const hvd_dtype floats[] = {HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64};
   int64_t shape[1] = {33};
   (void)arg;
 
-  for (size_t d = 0; d < HVD_ARRAY_SIZE(floats); d++) {
-    hvd_dtype t = floats[d];
+  for (size_t d = 0; d < 2 * HVD_ARRAY_SIZE(floats); d++) {
+    hvd_dtype t = floats[d % HVD_ARRAY_SIZE(floats)];
+    shape[0] = d < HVD_ARRAY_SIZE(floats) ? 33 : 8;
     unsigned char in[33 * 8], out[33 * 8];
     hvd_tensor tensor = {"scaled", t, 1, shape, in, out};
     hvd_options o = HVD_OPTIONS_INIT;
     o.prescale = 0.5;
     o.postscale = 4.0;
-    for (size_t i = 0; i < 33; i++)
+    for (size_t i = 0; i < (size_t)shape[0]; i++)
       put(t, in, i, value(t, HVD_SUM, rank, i));
     CALL(hvd_allreduce(&tensor, &o));
-    for (size_t i = 0; i < 33; i++) {
+    for (size_t i = 0; i < (size_t)shape[0]; i++) {
       double want = 2.0 * reduce(t, HVD_SUM, size, i, -1);
       EXPECT(get(t, out, i) == want, "scaled %s element %zu: %g, want %g", hvd_dtype_name(t), i,
              get(t, out, i), want);
+    }
+  }
+  return 0;
+}
+
+/* Small named allreduces every step, as a training loop's metrics: after
+ * the first step they travel as cache bits with their values, and each
+ * step's result must be that step's. */
+static int metrics_each_step(int rank, int size, void *arg) {
+  static const hvd_reduce_op ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX};
+  static const char *const names[] = {"metric.sum", "metric.avg", "metric.min", "metric.max"};
+  int64_t shape[1] = {2};
+  (void)arg;
+
+  for (int step = 0; step < 6; step++) {
+    double in[4][2], out[4][2];
+    hvd_handle h[4];
+    for (int k = 0; k < 4; k++) {
+      hvd_tensor t = {names[k], HVD_FLOAT64, 1, shape, in[k], out[k]};
+      hvd_options o = HVD_OPTIONS_INIT;
+      o.op = ops[k];
+      in[k][0] = step * 10 + rank;
+      in[k][1] = -step - rank * 3;
+      CALL(hvd_allreduce_async(&t, &o, &h[k]));
+    }
+    for (int k = 0; k < 4; k++) {
+      double sum0 = step * 10.0 * size + size * (size - 1) / 2.0;
+      double sum1 = -(double)step * size - 3.0 * size * (size - 1) / 2.0;
+      double want[4][2] = {{sum0, sum1},
+                           {sum0 / size, sum1 / size},
+                           {step * 10.0, -step - 3.0 * (size - 1)},
+                           {step * 10.0 + size - 1, -(double)step}};
+      CALL(hvd_handle_wait(h[k]));
+      hvd_handle_release(h[k]);
+      EXPECT(out[k][0] == want[k][0] && out[k][1] == want[k][1],
+             "step %d %s: [%g, %g], want [%g, %g]", step, names[k], out[k][0], out[k][1],
+             want[k][0], want[k][1]);
     }
   }
   return 0;
@@ -374,6 +413,22 @@ START_TEST(allreduce_all_types) { run_ok(_i, allreduce_values, NULL); }
 END_TEST
 START_TEST(allreduce_scale_factors) { run_ok(_i, allreduce_scaled, NULL); }
 END_TEST
+
+/* Without inline reduction, small allreduces run their collectives. */
+START_TEST(allreduce_all_types_no_inline) {
+  job.env[0] = "HVD_INLINE_BYTES=0";
+  run_ok(_i, allreduce_values, NULL);
+}
+END_TEST
+
+START_TEST(small_allreduces_each_step) { run_ok(_i, metrics_each_step, NULL); }
+END_TEST
+
+START_TEST(small_allreduces_each_step_no_cache) {
+  job.env[0] = "HOROVOD_CACHE_CAPACITY=0";
+  run_ok(_i, metrics_each_step, NULL);
+}
+END_TEST
 START_TEST(allgather_variable) { run_ok(_i, allgather_values, NULL); }
 END_TEST
 START_TEST(broadcast_every_root) { run_ok(_i, broadcast_values, NULL); }
@@ -501,6 +556,7 @@ END_TEST
 START_TEST(settings_follow_rank_0) {
   job.rank_env[1][0] = "HOROVOD_CACHE_CAPACITY=0";
   job.rank_env[1][1] = "HVD_FUSION_INPLACE_BYTES=0";
+  job.rank_env[1][2] = "HVD_INLINE_BYTES=0";
   job.rank_env[2][0] = "HOROVOD_CACHE_CAPACITY=3";
   run_ok(3, async_out_of_order, NULL);
 }
@@ -812,7 +868,8 @@ START_TEST(bad_environment) {
   static const char *const bad[] = {
       "HOROVOD_FUSION_THRESHOLD=lots", "HOROVOD_CYCLE_TIME=-1",  "HOROVOD_CACHE_CAPACITY=1e99x",
       "HOROVOD_STALL_CHECK_TIME_SECONDS=soon", "HOROVOD_TIMELINE_MARK_CYCLES=maybe",
-      "HVD_SPIN_US=-5", "HVD_SOCKET_BUFFER_BYTES=16384", "HOROVOD_SIZE=0", "HOROVOD_RANK=3"};
+      "HVD_SPIN_US=-5", "HVD_SOCKET_BUFFER_BYTES=16384", "HVD_INLINE_BYTES=65",
+      "HOROVOD_SIZE=0", "HOROVOD_RANK=3"};
   for (size_t i = 0; i < HVD_ARRAY_SIZE(bad); i++) {
     char name[64];
     const char *eq = strchr(bad[i], '=');
@@ -1245,6 +1302,9 @@ static Suite *collectives_suite(void) {
   TCase *tc = mp_case(s, "values", 300);
   tcase_add_loop_test(tc, allreduce_all_types, 1, 4);
   tcase_add_loop_test(tc, allreduce_scale_factors, 2, 4);
+  tcase_add_loop_test(tc, allreduce_all_types_no_inline, 2, 4);
+  tcase_add_loop_test(tc, small_allreduces_each_step, 1, 5);
+  tcase_add_loop_test(tc, small_allreduces_each_step_no_cache, 2, 4);
   tcase_add_loop_test(tc, allgather_variable, 1, 5);
   tcase_add_loop_test(tc, broadcast_every_root, 2, 4);
   tcase_add_loop_test(tc, alltoall_splits, 1, 5);

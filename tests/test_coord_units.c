@@ -52,6 +52,15 @@ static void make_request_list(struct coord_request_list *l) {
   l->reqs[2].ranks[0] = 1;
   l->reqs[2].ranks[1] = 3;
   l->reqs[2].ndims = 0;
+  l->reqs[0].ndims = 1; /* a small allreduce with its input inline */
+  l->reqs[0].shape[0] = 2;
+  l->reqs[0].inline_len = 8;
+  memcpy(l->reqs[0].inline_data, "\x01\x02\x03\x04\x05\x06\x07\x08", 8);
+  l->ninline_hits = 1;
+  l->inline_hits = calloc(1, sizeof(*l->inline_hits));
+  l->inline_hits[0].bit = 12;
+  l->inline_hits[0].len = 4;
+  memcpy(l->inline_hits[0].data, "\xaa\xbb\xcc\xdd", 4);
 }
 
 static void encode_requests(struct hvd_buf *out) {
@@ -75,8 +84,15 @@ START_TEST(requests_round_trip) {
   ck_assert_str_eq(got.reqs[0].name, "layer1.weight");
   ck_assert_uint_eq(got.reqs[0].op, HVD_AVERAGE);
   ck_assert(got.reqs[0].prescale == 0.25 && got.reqs[0].postscale == 1.0);
-  ck_assert_int_eq(got.reqs[0].ndims, 2);
-  ck_assert_int_eq(got.reqs[0].shape[1], 1000);
+  ck_assert_int_eq(got.reqs[0].ndims, 1);
+  ck_assert_int_eq(got.reqs[0].shape[0], 2);
+  ck_assert_uint_eq(got.reqs[0].inline_len, 8);
+  ck_assert_int_eq(memcmp(got.reqs[0].inline_data, "\x01\x02\x03\x04\x05\x06\x07\x08", 8), 0);
+  ck_assert_uint_eq(got.reqs[1].inline_len, 0);
+  ck_assert_uint_eq(got.ninline_hits, 1);
+  ck_assert_int_eq(got.inline_hits[0].bit, 12);
+  ck_assert_uint_eq(got.inline_hits[0].len, 4);
+  ck_assert_int_eq(memcmp(got.inline_hits[0].data, "\xaa\xbb\xcc\xdd", 4), 0);
   ck_assert_int_eq(got.reqs[0].device, HVD_DEVICE_CPU);
   ck_assert_ptr_null(got.reqs[0].group);
   ck_assert_str_eq(got.reqs[1].group, "grouped.a");
@@ -141,7 +157,7 @@ START_TEST(requests_huge_counts_rejected) {
   struct coord_request_list got;
   size_t at = 0;
   hvd_put_le32(msg, 0x43445648u);
-  hvd_put_le16(msg + 4, 1);
+  hvd_put_le16(msg + 4, 2);
   hvd_put_le16(msg + 6, 1);
   at = 8 + 8 + 1 + 1; /* ack, flags, abort status */
   hvd_put_le32(msg + at, 0); /* abort message */
@@ -152,9 +168,19 @@ START_TEST(requests_huge_counts_rejected) {
   hvd_put_le32(msg + at + 4, 0x7fffffffu); /* requests */
   ck_assert_int_eq(coord_decode_requests(msg, at + 8, &got), HVD_ERR_PROTOCOL);
   ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "request count"));
-  /* An empty list is fine. */
   hvd_put_le32(msg + at + 4, 0);
-  ck_assert_int_eq(coord_decode_requests(msg, at + 8, &got), HVD_OK);
+  hvd_put_le32(msg + at + 8, 0x7fffffffu); /* inline hits */
+  ck_assert_int_eq(coord_decode_requests(msg, at + 12, &got), HVD_ERR_PROTOCOL);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "inline hit count"));
+  /* An inline input longer than any inline allreduce. */
+  hvd_put_le32(msg + at + 8, 1);
+  hvd_put_le32(msg + at + 12, 3);                    /* bit */
+  hvd_put_le32(msg + at + 16, COORD_INLINE_MAX + 1); /* length */
+  ck_assert_int_eq(coord_decode_requests(msg, at + 20, &got), HVD_ERR_PROTOCOL);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "inline hit input"));
+  /* An empty list is fine. */
+  hvd_put_le32(msg + at + 8, 0);
+  ck_assert_int_eq(coord_decode_requests(msg, at + 12, &got), HVD_OK);
   ck_assert_uint_eq(got.n, 0);
   coord_request_list_fini(&got);
 }
@@ -192,10 +218,12 @@ static void encode_responses(struct hvd_buf *out) {
     r->counts[i] = (int64_t)i * 1000000000000LL;
   r = &l.resps[1];
   r->cached = true;
-  r->ntensors = 2;
-  r->bits = malloc(2 * sizeof(int32_t));
+  r->ntensors = 1;
+  r->bits = malloc(sizeof(int32_t));
   r->bits[0] = 7;
-  r->bits[1] = 8;
+  r->data_len = 4; /* an inline allreduce's result */
+  r->data = malloc(4);
+  memcpy(r->data, "\x00\x00\x80\x3f", 4);
   r = &l.resps[2];
   r->type = COORD_ERROR;
   r->status = HVD_ERR_MISMATCH;
@@ -228,8 +256,11 @@ START_TEST(responses_round_trip) {
   ck_assert_int_eq(got.resps[0].bits[1], -1);
   ck_assert_int_eq(got.resps[0].counts[3], 3000000000000LL);
   ck_assert(got.resps[1].cached);
-  ck_assert_uint_eq(got.resps[1].ntensors, 2);
-  ck_assert_int_eq(got.resps[1].bits[1], 8);
+  ck_assert_uint_eq(got.resps[1].ntensors, 1);
+  ck_assert_int_eq(got.resps[1].bits[0], 7);
+  ck_assert_uint_eq(got.resps[1].data_len, 4);
+  ck_assert_int_eq(memcmp(got.resps[1].data, "\x00\x00\x80\x3f", 4), 0);
+  ck_assert_uint_eq(got.resps[0].data_len, 0);
   ck_assert_uint_eq(got.resps[2].status, HVD_ERR_MISMATCH);
   ck_assert_str_eq(got.resps[2].error, "mismatched shapes: rank 0 sent [1], rank 1 sent [2]");
   coord_response_list_fini(&got);

@@ -1578,6 +1578,13 @@ static int finish(struct child *ch, int sig) {
     kill(ch->pid, sig);
   for (int i = 0; i < 200; i++) {
     if (waitpid(ch->pid, &status, WNOHANG) == ch->pid) {
+      if (WIFSIGNALED(status)) {
+        char said[4096];
+        ssize_t n = read(ch->err_fd, said, sizeof(said) - 1);
+        said[n > 0 ? n : 0] = '\0';
+        fprintf(stderr, "hvd-rendezvous was killed by signal %d; it wrote: %s\n",
+                WTERMSIG(status), said);
+      }
       fclose(ch->out);
       close(ch->err_fd);
       return WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -62,13 +62,14 @@ static void state_destroy(struct coord_state *s) {
 }
 
 /* Settings every rank must share, as rank 0 answers the hello. */
-enum { SETTINGS_BYTES = 24, HIER_ALLREDUCE = 1, HIER_ALLGATHER = 2 };
+enum { SETTINGS_BYTES = 32, HIER_ALLREDUCE = 1, HIER_ALLGATHER = 2 };
 
 static void put_settings(const struct coord_config *c, unsigned char *out) {
   hvd_put_le64(out, c->cache_capacity);
   hvd_put_le64(out + 8, c->fusion_inplace_bytes);
   hvd_put_le64(out + 16, (c->hierarchical_allreduce ? HIER_ALLREDUCE : 0) |
                              (c->hierarchical_allgather ? HIER_ALLGATHER : 0));
+  hvd_put_le64(out + 24, c->inline_bytes);
 }
 
 static void adopt(const char *name, uint64_t mine, uint64_t theirs, uint64_t *out) {
@@ -79,7 +80,7 @@ static void adopt(const char *name, uint64_t mine, uint64_t theirs, uint64_t *ou
 }
 
 /* Rank 0's settings win where ranks must agree (cache bits, which tensors
- * are reduced in place, hierarchical collectives): a worker that differs
+ * are reduced in place or inline, hierarchical collectives): a worker that differs
  * warns and takes rank 0's. */
 static void take_settings(struct coord_config *c, const unsigned char *in) {
   unsigned char mine[SETTINGS_BYTES];
@@ -97,6 +98,8 @@ static void take_settings(struct coord_config *c, const unsigned char *in) {
   adopt("HOROVOD_HIERARCHICAL_ALLGATHER", my_flags & HIER_ALLGATHER ? 1 : 0,
         flags & HIER_ALLGATHER ? 1 : 0, &v);
   c->hierarchical_allgather = v != 0;
+  adopt("HVD_INLINE_BYTES", hvd_get_le64(mine + 24), hvd_get_le64(in + 24), &v);
+  c->inline_bytes = v <= COORD_INLINE_MAX ? (size_t)v : 0;
 }
 
 /* Workers say hello to rank 0 and rank 0 answers everybody with the

@@ -113,6 +113,11 @@ hvd_status coord_cache_put(struct coord_cache *c, int bit, const struct coord_re
     st = coord_request_copy(&e->req, req);
     e->have_req = st == HVD_OK;
   }
+  /* An inline allreduce's values belong to one step, not to the entry. */
+  free(e->resp.data);
+  e->resp.data = NULL;
+  e->resp.data_len = 0;
+  e->req.inline_len = 0;
   if (st != HVD_OK) {
     clear_entry(e);
     return st;

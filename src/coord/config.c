@@ -42,7 +42,7 @@ static hvd_status parse_affinity(const char *text, int local_rank, int local_siz
 
 hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_config *out) {
   struct coord_config c;
-  int64_t fusion, inplace, cache, spin_us, timeout_s;
+  int64_t fusion, inplace, cache, inline_bytes, spin_us, timeout_s;
   double cycle_ms, warn_s, shutdown_s;
   bool disable = false;
   hvd_status st;
@@ -55,6 +55,8 @@ hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_co
     st = hvd_env_double("HOROVOD_CYCLE_TIME", 1.0, 0.0, 60000.0, &cycle_ms);
   if (st == HVD_OK)
     st = hvd_env_int("HOROVOD_CACHE_CAPACITY", 1024, 0, 1 << 20, &cache);
+  if (st == HVD_OK)
+    st = hvd_env_int("HVD_INLINE_BYTES", COORD_INLINE_MAX, 0, COORD_INLINE_MAX, &inline_bytes);
   if (st == HVD_OK)
     st = hvd_env_bool("HOROVOD_STALL_CHECK_DISABLE", false, &disable);
   if (st == HVD_OK)
@@ -80,6 +82,7 @@ hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_co
   c.fusion_inplace_bytes = (size_t)inplace;
   c.cycle_ns = (int64_t)(cycle_ms * 1e6);
   c.cache_capacity = (size_t)cache;
+  c.inline_bytes = (size_t)inline_bytes;
   c.stall_check = !disable;
   c.stall_warn_ns = (int64_t)(warn_s * 1e9);
   c.stall_shutdown_ns = (int64_t)(shutdown_s * 1e9);

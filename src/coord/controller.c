@@ -98,6 +98,7 @@ void ctl_pending_destroy(struct pending *p) {
   free(p->submitted);
   free(p->elements);
   free(p->error);
+  free(p->inline_vals);
   free(p);
 }
 
@@ -262,6 +263,30 @@ static void fail_now(struct coord_controller *c, struct coord_request *req, uint
   ctl_push_ready(c, p);
 }
 
+/* Keeps a submission's inline input, or marks the operation as one that
+ * runs its collective (a rank sent none, or a length that does not fit). */
+static void keep_inline(struct pending *p, const struct coord_request *req, int srank,
+                        int64_t elements) {
+  size_t want = (size_t)elements * hvd_dtype_size(req->dtype);
+
+  if (p->inline_broken)
+    return;
+  if (req->type != COORD_ALLREDUCE || req->inline_len == 0 || req->inline_len != want ||
+      (p->inline_vals != NULL && req->inline_len != p->inline_len)) {
+    p->inline_broken = true;
+    return;
+  }
+  if (p->inline_vals == NULL) {
+    p->inline_vals = calloc((size_t)p->set_size, req->inline_len);
+    p->inline_len = req->inline_len;
+    if (p->inline_vals == NULL) {
+      p->inline_broken = true;
+      return;
+    }
+  }
+  memcpy(p->inline_vals + (size_t)srank * p->inline_len, req->inline_data, req->inline_len);
+}
+
 /* Whether two submissions describe the same operation (the cache's view:
  * an allgather's first dimension may differ). */
 static bool same_params(const struct coord_request *a, const struct coord_request *b) {
@@ -404,6 +429,7 @@ void coord_controller_submit(struct coord_controller *c, struct coord_request *r
   }
   p->submitted[srank / 8] |= (unsigned char)(1u << (srank % 8));
   p->count++;
+  keep_inline(p, req, srank, elements);
   if (p->elements != NULL)
     p->elements[srank] = elements;
   if (s->timeline != NULL) {
@@ -416,10 +442,50 @@ void coord_controller_submit(struct coord_controller *c, struct coord_request *r
     make_ready(c, p);
 }
 
+/* A worker's cache bit, turned back into its request (with the inline
+ * input it carried, if any) and submitted. */
+static hvd_status submit_hit(struct coord_controller *c, int rank, uint64_t ack, int bit,
+                             const struct coord_inline_hit *in) {
+  struct coord_cache *cache = &c->s->cache;
+  const struct coord_cache_entry *e = coord_cache_entry(cache, bit);
+  struct coord_request req;
+  bool valid = e != NULL && e->have_req && e->assigned_seq <= ack &&
+               (e->state == COORD_CACHE_ACTIVE ||
+                (e->state == COORD_CACHE_RETIRED && ack < e->retired_seq));
+
+  if (!valid)
+    return hvd_error(HVD_ERR_PROTOCOL,
+                     "rank %d sent cache bit %d, which it cannot know (it acknowledged list %llu)",
+                     rank, bit, (unsigned long long)ack);
+  if (in != NULL && e->req.type != COORD_ALLREDUCE)
+    return hvd_error(HVD_ERR_PROTOCOL, "rank %d sent an inline input with cache bit %d (a %s)",
+                     rank, bit, coord_type_name(e->req.type));
+  if (coord_request_copy(&req, &e->req) != HVD_OK)
+    return hvd_error_status();
+  req.rank = rank;
+  if (in != NULL) {
+    req.inline_len = in->len;
+    memcpy(req.inline_data, in->data, in->len);
+  }
+  if (req.type == COORD_ALLGATHER) {
+    const struct ctl_set *set = &c->sets[req.set];
+    int srank = req.set < c->nsets && set->used ? ctl_set_rank(set, rank) : -1;
+    int64_t row = 1;
+    coord_shape_elements(req.shape + 1, req.ndims - 1, &row);
+    if (srank < 0 || (uint32_t)srank >= e->resp.ncounts || row <= 0) {
+      coord_request_fini(&req);
+      return hvd_error(HVD_ERR_PROTOCOL, "rank %d sent cache bit %d of a set it is not in", rank,
+                       bit);
+    }
+    req.shape[0] = e->resp.counts[srank] / row;
+  }
+  coord_cache_touch(cache, bit);
+  coord_controller_submit(c, &req);
+  return HVD_OK;
+}
+
 hvd_status coord_controller_receive(struct coord_controller *c, int rank,
                                     struct coord_request_list *l) {
-  struct coord_cache *cache = &c->s->cache;
-
   if (l->ack < c->acks[rank] || l->ack >= c->next_seq)
     return hvd_error(HVD_ERR_PROTOCOL,
                      "rank %d acknowledged response list %llu, after %llu (%llu sent so far)", rank,
@@ -439,39 +505,16 @@ hvd_status coord_controller_receive(struct coord_controller *c, int rank,
     c->shutdown = true;
   for (uint32_t byte = 0; byte < l->hits_bytes; byte++) {
     for (int b = 0; b < 8; b++) {
-      int bit = (int)(byte * 8 + (uint32_t)b);
-      const struct coord_cache_entry *e;
-      struct coord_request req;
-      bool valid;
-      if (!(l->hits[byte] & (1u << b)))
-        continue;
-      e = coord_cache_entry(cache, bit);
-      valid = e != NULL && e->have_req && e->assigned_seq <= l->ack &&
-              (e->state == COORD_CACHE_ACTIVE ||
-               (e->state == COORD_CACHE_RETIRED && l->ack < e->retired_seq));
-      if (!valid)
-        return hvd_error(HVD_ERR_PROTOCOL,
-                         "rank %d sent cache bit %d, which it cannot know (it acknowledged list "
-                         "%llu)",
-                         rank, bit, (unsigned long long)l->ack);
-      if (coord_request_copy(&req, &e->req) != HVD_OK)
-        return hvd_error_status();
-      req.rank = rank;
-      if (req.type == COORD_ALLGATHER) {
-        const struct ctl_set *set = &c->sets[req.set];
-        int srank = req.set < c->nsets && set->used ? ctl_set_rank(set, rank) : -1;
-        int64_t row = 1;
-        coord_shape_elements(req.shape + 1, req.ndims - 1, &row);
-        if (srank < 0 || (uint32_t)srank >= e->resp.ncounts || row <= 0) {
-          coord_request_fini(&req);
-          return hvd_error(HVD_ERR_PROTOCOL, "rank %d sent cache bit %d of a set it is not in",
-                           rank, bit);
-        }
-        req.shape[0] = e->resp.counts[srank] / row;
-      }
-      coord_cache_touch(cache, bit);
-      coord_controller_submit(c, &req);
+      hvd_status st;
+      if ((l->hits[byte] & (1u << b)) &&
+          (st = submit_hit(c, rank, l->ack, (int)(byte * 8 + (uint32_t)b), NULL)) != HVD_OK)
+        return st;
     }
+  }
+  for (uint32_t i = 0; i < l->ninline_hits; i++) {
+    hvd_status st = submit_hit(c, rank, l->ack, l->inline_hits[i].bit, &l->inline_hits[i]);
+    if (st != HVD_OK)
+      return st;
   }
   for (uint32_t i = 0; i < l->n; i++) {
     struct coord_request req = l->reqs[i];

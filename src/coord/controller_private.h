@@ -18,6 +18,11 @@ struct pending {
   struct pending *next_ready;
   bool in_table;
   bool prepared; /* SET_REMOVE: the set's operations were failed already */
+  /* ALLREDUCE inline: each set rank's input (set_size x inline_len); unusable
+   * once a submission came without it (then the collective runs). */
+  unsigned char *inline_vals;
+  uint32_t inline_len;
+  bool inline_broken;
 };
 
 /* The coordinator's view of a process set. */

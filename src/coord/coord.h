@@ -47,6 +47,7 @@ enum {
   COORD_NAME_MAX = 4096,          /* bytes of a tensor name */
   COORD_MAX_SET_RANKS = 1 << 24,  /* ranks in a process-set list */
   COORD_MAX_MESSAGE = 256u << 20, /* bytes of one encoded list */
+  COORD_INLINE_MAX = 64,          /* bytes of an allreduce reduced inside negotiation */
 };
 
 /* One rank's submission of one operation. */
@@ -68,6 +69,10 @@ struct coord_request {
   uint32_t name_len;
   char *group; /* grouped: the group's name (its first tensor's), NULL otherwise */
   uint32_t group_len;
+  /* A small allreduce's input, sent with the request: rank 0 reduces the
+   * values and sends the result in the response (no collective runs). */
+  uint32_t inline_len;
+  unsigned char inline_data[COORD_INLINE_MAX];
 };
 
 /*
@@ -98,12 +103,21 @@ struct coord_response {
   int32_t *ranks; /* SET_ADD: sorted global ranks */
   uint32_t nranks;
   char *error; /* ERROR: the message */
+  unsigned char *data; /* ALLREDUCE reduced inline: the result (one tensor) */
+  uint32_t data_len;
 };
 
 enum {
   COORD_FLAG_SHUTDOWN = 1, /* the sender shuts down (request) / everybody does (response) */
   COORD_FLAG_ABORT = 2,    /* the job failed: abort_status and abort_message say how */
   COORD_FLAG_HEARTBEAT = 4, /* response: nothing to run, rank 0 is alive (seq 0, not applied) */
+};
+
+/* A cached request that carries an inline allreduce's input. */
+struct coord_inline_hit {
+  int32_t bit;
+  uint32_t len;
+  unsigned char data[COORD_INLINE_MAX];
 };
 
 /* Worker -> coordinator. */
@@ -116,6 +130,8 @@ struct coord_request_list {
   uint32_t hits_bytes;
   struct coord_request *reqs;
   uint32_t n;
+  struct coord_inline_hit *inline_hits;
+  uint32_t ninline_hits;
 };
 
 /* Coordinator -> every worker. */
@@ -156,6 +172,8 @@ struct coord_config {
                                    allreduce are reduced in place, not copied */
   int64_t cycle_ns;             /* HOROVOD_CYCLE_TIME: longest wait to batch ready tensors */
   size_t cache_capacity;        /* HOROVOD_CACHE_CAPACITY; 0: no cache */
+  size_t inline_bytes;          /* HVD_INLINE_BYTES: allreduces up to this size are reduced
+                                   by rank 0 during negotiation; 0: never */
   bool stall_check;             /* !HOROVOD_STALL_CHECK_DISABLE */
   int64_t stall_warn_ns;        /* HOROVOD_STALL_CHECK_TIME_SECONDS */
   int64_t stall_shutdown_ns;    /* HOROVOD_STALL_SHUTDOWN_TIME_SECONDS; 0: never */

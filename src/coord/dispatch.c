@@ -10,7 +10,10 @@
  * Each response is first built for one tensor (an error for a mismatch or
  * an operation join does not allow), given a cache bit, then fused
  * (fusion.c). A response whose tensors all have bits the workers already
- * know travels as those bits only.
+ * know travels as those bits only. A small allreduce whose every input
+ * came with its request is reduced here, and its result travels in the
+ * response: the ranks copy it out instead of running a collective, which
+ * takes a network round off the latency of a step's scalars.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +45,43 @@ static bool anyone_joined(const struct coord_controller *c, int set_id, char *li
     any = true;
   }
   return any;
+}
+
+/* An inline allreduce's result: the inputs reduced in set-rank order (one
+ * order, so every rank gets the same bits), scaled as ops_allreduce scales.
+ * A rank that joined contributes the identity, which changes nothing. */
+static hvd_status reduce_inline(const struct pending *p, struct coord_response *r) {
+  const struct coord_request *q = &p->first;
+  unsigned char acc[COORD_INLINE_MAX], scaled[COORD_INLINE_MAX];
+  size_t esize = hvd_dtype_size(q->dtype), count = p->inline_len / esize;
+  double post = q->postscale;
+  bool any = false;
+
+  for (int i = 0; i < p->set_size; i++) {
+    const unsigned char *in = p->inline_vals + (size_t)i * p->inline_len;
+    if (!(p->submitted[i / 8] & (1u << (i % 8))))
+      continue;
+    if (q->prescale != 1.0) {
+      ops_scale(scaled, in, count, q->dtype, q->prescale);
+      in = scaled;
+    }
+    if (any)
+      ops_reduce(acc, acc, in, count, q->dtype, q->op);
+    else
+      memcpy(acc, in, p->inline_len);
+    any = true;
+  }
+  if (!any)
+    ops_fill_identity(acc, count, q->dtype, q->op);
+  if (q->op == HVD_AVERAGE)
+    post /= p->set_size;
+  if (post != 1.0)
+    ops_scale(acc, acc, count, q->dtype, post);
+  if ((r->data = malloc(p->inline_len)) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
+  memcpy(r->data, acc, p->inline_len);
+  r->data_len = p->inline_len;
+  return HVD_OK;
 }
 
 /* The response for one ready operation (consumes p's counts). */
@@ -94,6 +134,9 @@ static hvd_status build_single(struct coord_controller *c, struct pending *p,
       return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
     r->counts[0] = elements;
     r->ncounts = 1;
+    if (q->type == COORD_ALLREDUCE && p->inline_vals != NULL && !p->inline_broken &&
+        q->device == HVD_DEVICE_CPU)
+      return reduce_inline(p, r);
     break;
   case COORD_ALLGATHER:
     r->counts = p->elements;

@@ -96,6 +96,16 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
   char *fb = NULL;
   hvd_status st = HVD_OK;
 
+  if (r->data_len > 0) { /* reduced by rank 0 during negotiation */
+    if (r->ntensors != 1 || r->ncounts != 1 || r->data_len != (uint64_t)r->counts[0] * esize)
+      return hvd_error(HVD_ERR_PROTOCOL,
+                       "rank 0 sent an inline result of %u bytes for allreduce '%s'",
+                       r->data_len, r->ntensors > 0 ? r->names[0] : "");
+    timeline_phase(s, r, "ALLREDUCE");
+    if (entries[0] != NULL)
+      memcpy(entries[0]->output, r->data, r->data_len);
+    return HVD_OK;
+  }
   if (r->ntensors == 1) {
     struct coord_entry *e = entries[0];
     size_t count = (size_t)r->counts[0];

@@ -15,8 +15,9 @@
 
 #include "coord.h"
 
+/* An inline allreduce carries its result already: nothing to fuse. */
 static bool fusable(const struct coord_response *r) {
-  return r->type == COORD_ALLREDUCE || r->type == COORD_ALLGATHER;
+  return (r->type == COORD_ALLREDUCE && r->data_len == 0) || r->type == COORD_ALLGATHER;
 }
 
 static bool compatible(const struct coord_response *a, const struct coord_response *b) {

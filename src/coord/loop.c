@@ -303,7 +303,14 @@ static hvd_status expand(struct coord_state *s, const struct coord_response *r,
   out->ranks = NULL;
   out->error = NULL;
   out->cached = false;
-  if (out->names == NULL || out->bits == NULL || (out->ncounts > 0 && out->counts == NULL)) {
+  out->data = NULL;
+  out->data_len = 0;
+  if (r->data_len > 0 && (out->data = malloc(r->data_len)) != NULL) {
+    memcpy(out->data, r->data, r->data_len);
+    out->data_len = r->data_len;
+  }
+  if (out->names == NULL || out->bits == NULL || (out->ncounts > 0 && out->counts == NULL) ||
+      (r->data_len > 0 && out->data == NULL)) {
     coord_response_fini(out);
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot expand a cached response");
   }
@@ -537,11 +544,20 @@ static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
   head = drain(s, &stop);
   for (struct coord_entry *e = head; e != NULL; e = e->next)
     cap++;
-  if (cap > 0 && (out.reqs = calloc(cap, sizeof(*out.reqs))) == NULL)
+  if (cap > 0 && ((out.reqs = calloc(cap, sizeof(*out.reqs))) == NULL ||
+                  (out.inline_hits = calloc(cap, sizeof(*out.inline_hits))) == NULL)) {
+    coord_request_list_fini(&out);
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
+  }
   for (struct coord_entry *e = head; e != NULL && st == HVD_OK; e = e->next) {
     int bit = s->cache.capacity > 0 ? coord_cache_hit(&s->cache, &e->req) : -1;
-    if (bit >= 0) {
+    if (bit >= 0 && e->req.inline_len > 0) { /* the bit, with this step's input */
+      struct coord_inline_hit *h = &out.inline_hits[out.ninline_hits++];
+      h->bit = bit;
+      h->len = e->req.inline_len;
+      memcpy(h->data, e->req.inline_data, h->len);
+      coord_cache_touch(&s->cache, bit);
+    } else if (bit >= 0) {
       uint32_t need = (uint32_t)bit / 8 + 1;
       if (need > out.hits_bytes) {
         unsigned char *grown = realloc(out.hits, need);

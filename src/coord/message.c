@@ -15,7 +15,7 @@
 #include "coord.h"
 
 #define COORD_MAGIC 0x43445648u /* "HVDC" */
-enum { COORD_VERSION = 1, KIND_REQUESTS = 1, KIND_RESPONSES = 2 };
+enum { COORD_VERSION = 2, KIND_REQUESTS = 1, KIND_RESPONSES = 2 };
 enum { FORM_FULL = 0, FORM_CACHED = 1 };
 
 const char *coord_type_name(int type) {
@@ -79,6 +79,7 @@ void coord_response_fini(struct coord_response *r) {
   free(r->counts);
   free(r->ranks);
   free(r->error);
+  free(r->data);
   memset(r, 0, sizeof(*r));
 }
 
@@ -89,6 +90,12 @@ hvd_status coord_response_copy(struct coord_response *dst, const struct coord_re
   dst->counts = NULL;
   dst->ranks = NULL;
   dst->error = NULL;
+  dst->data = NULL;
+  if (src->data_len > 0) {
+    if ((dst->data = malloc(src->data_len)) == NULL)
+      goto nomem;
+    memcpy(dst->data, src->data, src->data_len);
+  }
   if (src->ntensors > 0) {
     dst->names = calloc(src->ntensors, sizeof(*dst->names));
     dst->bits = malloc(src->ntensors * sizeof(*dst->bits));
@@ -123,6 +130,7 @@ void coord_request_list_fini(struct coord_request_list *l) {
     coord_request_fini(&l->reqs[i]);
   free(l->reqs);
   free(l->hits);
+  free(l->inline_hits);
   free(l->abort_message);
   memset(l, 0, sizeof(*l));
 }
@@ -210,6 +218,8 @@ static void put_request(struct writer *w, const struct coord_request *r) {
     put_u32(w, (uint32_t)r->ranks[i]);
   put_str(w, r->name, r->name_len);
   put_str(w, r->group != NULL ? r->group : "", r->group_len);
+  put_u32(w, r->inline_len);
+  put(w, r->inline_data, r->inline_len);
 }
 
 hvd_status coord_encode_requests(const struct coord_request_list *l, struct hvd_buf *out) {
@@ -223,6 +233,12 @@ hvd_status coord_encode_requests(const struct coord_request_list *l, struct hvd_
   put_u32(&w, l->n);
   for (uint32_t i = 0; i < l->n; i++)
     put_request(&w, &l->reqs[i]);
+  put_u32(&w, l->ninline_hits);
+  for (uint32_t i = 0; i < l->ninline_hits; i++) {
+    put_u32(&w, (uint32_t)l->inline_hits[i].bit);
+    put_u32(&w, l->inline_hits[i].len);
+    put(&w, l->inline_hits[i].data, l->inline_hits[i].len);
+  }
   return w.st;
 }
 
@@ -232,6 +248,8 @@ static void put_response(struct writer *w, const struct coord_response *r) {
     put_u32(w, r->ntensors);
     for (uint32_t i = 0; i < r->ntensors; i++)
       put_u32(w, (uint32_t)r->bits[i]);
+    put_u32(w, r->data_len);
+    put(w, r->data, r->data_len);
     return;
   }
   put_u8(w, FORM_FULL);
@@ -258,6 +276,8 @@ static void put_response(struct writer *w, const struct coord_response *r) {
   for (uint32_t i = 0; i < r->nranks; i++)
     put_u32(w, (uint32_t)r->ranks[i]);
   put_str(w, r->error != NULL ? r->error : "", r->error != NULL ? strlen(r->error) : 0);
+  put_u32(w, r->data_len);
+  put(w, r->data, r->data_len);
 }
 
 hvd_status coord_encode_responses(const struct coord_response_list *l, struct hvd_buf *out) {
@@ -377,6 +397,30 @@ static void *get_array(struct reader *r, uint32_t n, size_t size, const char *fi
   return a;
 }
 
+/* Inline bytes: a count of at most COORD_INLINE_MAX, then the bytes into out. */
+static uint32_t get_inline(struct reader *r, unsigned char *out, const char *field) {
+  uint32_t n = get_count(r, 1, COORD_INLINE_MAX, field);
+  if (r->bad != NULL)
+    return 0;
+  memcpy(out, r->p, n);
+  r->p += n;
+  r->left -= n;
+  return n;
+}
+
+/* A response's inline result: a count, then the bytes (allocated). */
+static void get_data(struct reader *r, struct coord_response *p) {
+  unsigned char tmp[COORD_INLINE_MAX];
+  p->data_len = get_inline(r, tmp, "inline result");
+  if (r->bad != NULL || p->data_len == 0)
+    return;
+  if ((p->data = malloc(p->data_len)) == NULL) {
+    r->bad = "memory";
+    return;
+  }
+  memcpy(p->data, tmp, p->data_len);
+}
+
 static hvd_status decode_failed(struct reader *r, const char *what) {
   if (strcmp(r->bad, "memory") == 0)
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory decoding a %s", what);
@@ -418,6 +462,7 @@ static void get_request(struct reader *r, struct coord_request *q) {
     q->ranks[i] = (int32_t)get_u32(r, "ranks");
   q->name = get_str(r, COORD_NAME_MAX, &q->name_len, "name");
   q->group = get_str(r, COORD_NAME_MAX, &q->group_len, "group");
+  q->inline_len = get_inline(r, q->inline_data, "inline input");
   if (r->bad == NULL && q->group_len == 0) {
     free(q->group);
     q->group = NULL;
@@ -432,6 +477,8 @@ static void get_request(struct reader *r, struct coord_request *q) {
     r->bad = "reduce op";
   if (r->bad == NULL && q->name_len == 0)
     r->bad = "name";
+  if (r->bad == NULL && q->inline_len > 0 && q->type != COORD_ALLREDUCE)
+    r->bad = "inline input";
 }
 
 hvd_status coord_decode_requests(const void *data, size_t len, struct coord_request_list *out) {
@@ -451,11 +498,20 @@ hvd_status coord_decode_requests(const void *data, size_t len, struct coord_requ
     r.p += l.hits_bytes;
     r.left -= l.hits_bytes;
   }
-  /* A request is at least 52 bytes: that bounds the count. */
-  l.n = get_count(&r, 52, UINT32_MAX, "request count");
+  /* A request is at least 56 bytes: that bounds the count. */
+  l.n = get_count(&r, 56, UINT32_MAX, "request count");
   l.reqs = get_array(&r, l.n, sizeof(*l.reqs), "requests");
   for (uint32_t i = 0; i < l.n && r.bad == NULL; i++)
     get_request(&r, &l.reqs[i]);
+  /* An inline hit is at least 8 bytes. */
+  l.ninline_hits = get_count(&r, 8, UINT32_MAX, "inline hit count");
+  l.inline_hits = get_array(&r, l.ninline_hits, sizeof(*l.inline_hits), "inline hits");
+  for (uint32_t i = 0; i < l.ninline_hits && r.bad == NULL; i++) {
+    l.inline_hits[i].bit = (int32_t)get_u32(&r, "inline hit bit");
+    l.inline_hits[i].len = get_inline(&r, l.inline_hits[i].data, "inline hit input");
+    if (r.bad == NULL && (l.inline_hits[i].bit < 0 || l.inline_hits[i].len == 0))
+      r.bad = "inline hit";
+  }
   if (r.bad == NULL && r.left != 0)
     r.bad = "trailing bytes";
   if (r.bad != NULL) {
@@ -482,6 +538,9 @@ static void get_response(struct reader *r, struct coord_response *p) {
     }
     if (r->bad == NULL && p->ntensors == 0)
       r->bad = "cached count";
+    get_data(r, p);
+    if (r->bad == NULL && p->data_len > 0 && p->ntensors != 1)
+      r->bad = "inline result";
     return;
   }
   if (r->bad == NULL && form != FORM_FULL) {
@@ -521,6 +580,9 @@ static void get_response(struct reader *r, struct coord_response *p) {
   for (uint32_t i = 0; i < p->nranks && r->bad == NULL; i++)
     p->ranks[i] = (int32_t)get_u32(r, "ranks");
   p->error = get_str(r, HVD_ERROR_MESSAGE_MAX * 4, NULL, "error");
+  get_data(r, p);
+  if (r->bad == NULL && p->data_len > 0 && (p->type != COORD_ALLREDUCE || p->ntensors != 1))
+    r->bad = "inline result";
   if (r->bad == NULL && p->type >= COORD_TYPE_COUNT)
     r->bad = "response type";
   if (r->bad == NULL && p->dtype >= HVD_DTYPE_COUNT)
@@ -546,8 +608,8 @@ hvd_status coord_decode_responses(const void *data, size_t len, struct coord_res
     if (l.retired[i] < 0)
       r.bad = "retired";
   }
-  /* A response is at least 5 bytes (a cached one with one bit). */
-  l.n = get_count(&r, 5, UINT32_MAX, "response count");
+  /* A response is at least 13 bytes (a cached one with one bit). */
+  l.n = get_count(&r, 13, UINT32_MAX, "response count");
   l.resps = get_array(&r, l.n, sizeof(*l.resps), "responses");
   for (uint32_t i = 0; i < l.n && r.bad == NULL; i++)
     get_response(&r, &l.resps[i]);
