@@ -244,10 +244,11 @@ static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const i
       }
     }
     /* A small CPU allreduce travels with its request (see coord_request). */
-    if (type == COORD_ALLREDUCE && n == 1 && o->device == HVD_DEVICE_CPU &&
-        (size_t)elements * hvd_dtype_size(t->dtype) <= s->cfg.inline_bytes && elements > 0) {
-      e->req.inline_len = (uint32_t)((size_t)elements * hvd_dtype_size(t->dtype));
-      memcpy(e->req.inline_data, t->input, e->req.inline_len);
+    size_t bytes = (size_t)elements * hvd_dtype_size(t->dtype);
+    if (type == COORD_ALLREDUCE && n == 1 && o->device == HVD_DEVICE_CPU && bytes > 0 &&
+        bytes <= s->cfg.inline_bytes) {
+      e->req.inline_len = (uint32_t)bytes;
+      memcpy(e->req.inline_data, t->input, bytes);
     }
     if (type == COORD_ALLTOALL) {
       int64_t sum = 0;

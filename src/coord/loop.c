@@ -544,15 +544,18 @@ static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
   head = drain(s, &stop);
   for (struct coord_entry *e = head; e != NULL; e = e->next)
     cap++;
-  if (cap > 0 && ((out.reqs = calloc(cap, sizeof(*out.reqs))) == NULL ||
-                  (out.inline_hits = calloc(cap, sizeof(*out.inline_hits))) == NULL)) {
-    coord_request_list_fini(&out);
+  if (cap > 0 && (out.reqs = calloc(cap, sizeof(*out.reqs))) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
-  }
   for (struct coord_entry *e = head; e != NULL && st == HVD_OK; e = e->next) {
     int bit = s->cache.capacity > 0 ? coord_cache_hit(&s->cache, &e->req) : -1;
     if (bit >= 0 && e->req.inline_len > 0) { /* the bit, with this step's input */
-      struct coord_inline_hit *h = &out.inline_hits[out.ninline_hits++];
+      struct coord_inline_hit *h;
+      if (out.inline_hits == NULL &&
+          (out.inline_hits = calloc(cap, sizeof(*out.inline_hits))) == NULL) {
+        st = hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
+        break;
+      }
+      h = &out.inline_hits[out.ninline_hits++];
       h->bit = bit;
       h->len = e->req.inline_len;
       memcpy(h->data, e->req.inline_data, h->len);

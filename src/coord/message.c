@@ -410,15 +410,17 @@ static uint32_t get_inline(struct reader *r, unsigned char *out, const char *fie
 
 /* A response's inline result: a count, then the bytes (allocated). */
 static void get_data(struct reader *r, struct coord_response *p) {
-  unsigned char tmp[COORD_INLINE_MAX];
-  p->data_len = get_inline(r, tmp, "inline result");
-  if (r->bad != NULL || p->data_len == 0)
+  uint32_t n = get_count(r, 1, COORD_INLINE_MAX, "inline result");
+  if (r->bad != NULL || n == 0)
     return;
-  if ((p->data = malloc(p->data_len)) == NULL) {
+  if ((p->data = malloc(n)) == NULL) {
     r->bad = "memory";
     return;
   }
-  memcpy(p->data, tmp, p->data_len);
+  memcpy(p->data, r->p, n);
+  p->data_len = n;
+  r->p += n;
+  r->left -= n;
 }
 
 static hvd_status decode_failed(struct reader *r, const char *what) {
