@@ -341,6 +341,7 @@ void coord_controller_submit(struct coord_controller *c, struct coord_request *r
   char key[COORD_KEY_MAX], msg[HVD_ERROR_MESSAGE_MAX];
   size_t klen;
   struct pending *p;
+  const struct coord_request *sub = req; /* the submission, wherever it moved */
   const struct ctl_set *set;
   int srank, rank;
   int64_t elements;
@@ -385,6 +386,7 @@ void coord_controller_submit(struct coord_controller *c, struct coord_request *r
     }
     p->first = *req;
     memset(req, 0, sizeof(*req));
+    sub = &p->first;
     p->set_size = set->size;
     p->first_ns = hvd_now_ns();
     if (hvd_map_put(&c->table, key, klen, p, NULL) != HVD_OK) {
@@ -429,7 +431,7 @@ void coord_controller_submit(struct coord_controller *c, struct coord_request *r
   }
   p->submitted[srank / 8] |= (unsigned char)(1u << (srank % 8));
   p->count++;
-  keep_inline(p, req, srank, elements);
+  keep_inline(p, sub, srank, elements);
   if (p->elements != NULL)
     p->elements[srank] = elements;
   if (s->timeline != NULL) {

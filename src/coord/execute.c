@@ -101,7 +101,7 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
       return hvd_error(HVD_ERR_PROTOCOL,
                        "rank 0 sent an inline result of %u bytes for allreduce '%s'",
                        r->data_len, r->ntensors > 0 ? r->names[0] : "");
-    timeline_phase(s, r, "ALLREDUCE");
+    timeline_phase(s, r, "INLINE_ALLREDUCE");
     if (entries[0] != NULL)
       memcpy(entries[0]->output, r->data, r->data_len);
     return HVD_OK;
