@@ -1098,17 +1098,30 @@ static int reinit(int rank, int size, void *arg) {
 START_TEST(init_after_shutdown) { run_ok(_i, reinit, NULL); }
 END_TEST
 
+static void *shutdown_later(void *arg) {
+  (void)arg;
+  usleep(100000);
+  (void)hvd_shutdown();
+  return NULL;
+}
+
 static int shutdown_pending(int rank, int size, void *arg) {
   int64_t shape[1] = {4};
   float in[4] = {0}, out[4];
   hvd_tensor t = {rank == 0 ? "only.on.0" : "never.on.0", HVD_FLOAT32, 1, shape, in, out};
   hvd_handle h;
   hvd_status st;
-  (void)arg;
   (void)size;
 
   CALL(hvd_allreduce_async(&t, NULL, &h));
-  if (rank == 0) {
+  if (rank == 0 && arg != NULL) { /* shut down while this thread waits (and runs the loop) */
+    pthread_t th;
+    EXPECT(pthread_create(&th, NULL, shutdown_later, NULL) == 0, "pthread_create");
+    st = hvd_handle_wait(h);
+    pthread_join(th, NULL);
+    EXPECT(st == HVD_ERR_ABORTED, "a waited-for operation ended with %s (%s) after a shutdown",
+           hvd_strerror(st), hvd_last_error_message());
+  } else if (rank == 0) {
     usleep(100000);
     CALL(hvd_shutdown());
   }
@@ -1125,6 +1138,55 @@ static int shutdown_pending(int rank, int size, void *arg) {
 }
 
 START_TEST(shutdown_aborts_pending) { run_ok(_i, shutdown_pending, NULL); }
+END_TEST
+START_TEST(shutdown_while_waiting) { run_ok(_i, shutdown_pending, "thread"); }
+END_TEST
+
+/* A completion callback runs on the thread that runs the loop: waiting
+ * there for an operation that has not completed is refused, not a hang. */
+struct callback_wait {
+  hvd_handle other;
+  atomic_int status;
+};
+
+static void wait_in_callback(hvd_handle h, hvd_status st, void *arg) {
+  struct callback_wait *w = arg;
+  (void)h;
+  (void)st;
+  atomic_store(&w->status, (int)hvd_handle_wait(w->other));
+}
+
+static int callback_waits(int rank, int size, void *arg) {
+  int64_t shape[1] = {1};
+  float in = 1, out = 0, lone_in = 0, lone_out;
+  char lone_name[32];
+  hvd_tensor t = {"cb.first", HVD_FLOAT32, 1, shape, &in, &out};
+  hvd_tensor lone = {lone_name, HVD_FLOAT32, 1, shape, &lone_in, &lone_out};
+  struct callback_wait w;
+  hvd_options o = HVD_OPTIONS_INIT;
+  hvd_handle h;
+  hvd_status st;
+  (void)arg;
+
+  snprintf(lone_name, sizeof(lone_name), "cb.only.on.%d", rank); /* never completes */
+  atomic_init(&w.status, -1);
+  CALL(hvd_allreduce_async(&lone, NULL, &w.other));
+  o.callback = wait_in_callback;
+  o.callback_arg = &w;
+  CALL(hvd_allreduce_async(&t, &o, &h));
+  CALL(hvd_handle_wait(h));
+  hvd_handle_release(h);
+  EXPECT(out == (float)size, "%g", (double)out);
+  EXPECT(atomic_load(&w.status) == HVD_ERR_PRECONDITION,
+         "hvd_handle_wait in a callback gave %d, not HVD_ERR_PRECONDITION", atomic_load(&w.status));
+  CALL(hvd_shutdown());
+  st = hvd_handle_wait(w.other);
+  EXPECT(st == HVD_ERR_ABORTED, "the lone operation ended with %s", hvd_strerror(st));
+  hvd_handle_release(w.other);
+  return 0;
+}
+
+START_TEST(wait_in_a_callback_is_refused) { run_ok(_i, callback_waits, NULL); }
 END_TEST
 
 /* One rank is killed (its connections close) or frozen (they stay open:
@@ -1244,19 +1306,23 @@ static int timeline_steps(int rank, int size, void *arg) {
   return 0;
 }
 
+/* _i 0: the small allreduces are reduced inline by rank 0 (the timeline
+ * shows INLINE_ALLREDUCE, no collective); _i 1: HVD_INLINE_BYTES=0, they
+ * run the collective. */
 START_TEST(timeline_is_a_chrome_trace) {
   char path[] = "/tmp/hvd-timeline-XXXXXX", env[64];
   int fd = mkstemp(path);
   struct stat sb;
   char *text;
   cJSON *doc;
-  bool negotiate = false, reduce_seen = false, queue = false;
+  int negotiate = 0, reduce_seen = 0, inline_seen = 0, queue = 0;
 
   ck_assert_int_ge(fd, 0);
   close(fd);
   snprintf(env, sizeof(env), "HOROVOD_TIMELINE=%s", path);
   job.env[0] = env;
   job.env[1] = "HOROVOD_TIMELINE_MARK_CYCLES=1";
+  job.env[2] = _i == 1 ? "HVD_INLINE_BYTES=0" : NULL;
   run_ok(2, timeline_steps, NULL);
   ck_assert_int_eq(stat(path, &sb), 0);
   text = calloc(1, (size_t)sb.st_size + 1);
@@ -1274,14 +1340,15 @@ START_TEST(timeline_is_a_chrome_trace) {
     cJSON *name = cJSON_GetObjectItem(e, "name");
     if (!cJSON_IsString(name))
       continue;
-    if (strcmp(name->valuestring, "NEGOTIATE_ALLREDUCE") == 0)
-      negotiate = true;
-    if (strcmp(name->valuestring, "ALLREDUCE") == 0)
-      reduce_seen = true;
-    if (strcmp(name->valuestring, "QUEUE") == 0)
-      queue = true;
+    negotiate += strcmp(name->valuestring, "NEGOTIATE_ALLREDUCE") == 0;
+    reduce_seen += strcmp(name->valuestring, "ALLREDUCE") == 0;
+    inline_seen += strcmp(name->valuestring, "INLINE_ALLREDUCE") == 0;
+    queue += strcmp(name->valuestring, "QUEUE") == 0;
   }
-  ck_assert_msg(negotiate && reduce_seen && queue, "the timeline lacks events: %.500s", text);
+  ck_assert_msg(negotiate == 5 && queue == 5, "the timeline lacks events: %.500s", text);
+  ck_assert_msg(reduce_seen == (_i == 1 ? 5 : 0) && inline_seen == (_i == 1 ? 0 : 5),
+                "%d ALLREDUCE and %d INLINE_ALLREDUCE events (inline %s): %.500s", reduce_seen,
+                inline_seen, _i == 1 ? "off" : "on", text);
   cJSON_Delete(doc);
   free(text);
 }
@@ -1357,10 +1424,12 @@ static Suite *lifecycle_suite(void) {
   TCase *tc = mp_case(s, "lifecycle", 120);
   tcase_add_loop_test(tc, init_after_shutdown, 1, 4);
   tcase_add_loop_test(tc, shutdown_aborts_pending, 2, 4);
+  tcase_add_loop_test(tc, shutdown_while_waiting, 2, 3);
+  tcase_add_loop_test(tc, wait_in_a_callback_is_refused, 2, 3);
   tcase_add_loop_test(tc, killed_rank_fails_pending, 0, 2);
   tcase_add_loop_test(tc, frozen_rank_fails_pending, 0, 2);
   tcase_add_test(tc, stall_warns_then_shuts_down);
-  tcase_add_test(tc, timeline_is_a_chrome_trace);
+  tcase_add_loop_test(tc, timeline_is_a_chrome_trace, 0, 2);
   return s;
 }
 

@@ -169,9 +169,12 @@ typedef struct hvd_tensor {
 
 typedef struct hvd_handle_s *hvd_handle;
 
-/* Called once when an operation completes, on hvd's background thread,
- * with no hvd lock held. It must not block for long (the next operation
- * waits for it) and must not wait on or release its own handle. */
+/* Called once when an operation completes, with no hvd lock held, on the
+ * thread that runs hvd's loop at that moment: hvd's background thread, or
+ * a user thread inside hvd_handle_wait (see there). It must not block for
+ * long (the next operation waits for it) and must not wait on or release
+ * a handle that has not completed, its own included (hvd_handle_wait
+ * returns HVD_ERR_PRECONDITION there). */
 typedef void (*hvd_callback)(hvd_handle handle, hvd_status status, void *arg);
 
 /*
@@ -290,6 +293,13 @@ HVD_API int hvd_handle_poll(hvd_handle handle);
  * Blocks until the operation completes and returns its status; on failure
  * hvd_last_error_message() says why. Several threads may wait on one
  * handle. Waiting on a released handle is undefined.
+ * While it waits, the calling thread runs hvd's loop itself (negotiation
+ * and collectives, and the completion callbacks of whatever completes
+ * meanwhile) unless another waiting thread already does, and hvd's
+ * background thread rests: one thread per rank busy instead of two, and
+ * no hand-off between threads when the operation completes. With
+ * HOROVOD_THREAD_AFFINITY set, the pinned background thread keeps all of
+ * that work.
  */
 HVD_API hvd_status hvd_handle_wait(hvd_handle handle);
 

@@ -37,6 +37,16 @@ struct coord_state *coord_acquire(void) {
 
 void coord_release(void) { pthread_rwlock_unlock(&g_rw); }
 
+struct coord_state *coord_try_acquire(void) {
+  if (pthread_rwlock_tryrdlock(&g_rw) != 0)
+    return NULL;
+  if (g_state == NULL || atomic_load(&g_state->closing)) {
+    pthread_rwlock_unlock(&g_rw);
+    return NULL;
+  }
+  return g_state;
+}
+
 /* ==== building and tearing down ======================================================= */
 
 static void state_destroy(struct coord_state *s) {
@@ -144,6 +154,7 @@ static hvd_status state_create(struct coord_state **out) {
   hvd_map_init(&s->noname);
   atomic_init(&s->queued, false);
   atomic_init(&s->sleeping, false);
+  atomic_init(&s->closing, false);
 
   st = net_world_config_from_env(&wcfg);
   if (st == HVD_OK && wcfg.size > 1)
@@ -239,6 +250,11 @@ HVD_API hvd_status hvd_shutdown(void) {
   struct coord_state *s;
 
   pthread_mutex_lock(&g_life);
+  if (g_state != NULL) { /* (written only under g_life) */
+    /* A user thread driving the loop holds the read lock: it lets go. */
+    atomic_store(&g_state->closing, true);
+    coord_wake(g_state);
+  }
   pthread_rwlock_wrlock(&g_rw);
   s = g_state;
   g_state = NULL;
@@ -248,6 +264,7 @@ HVD_API hvd_status hvd_shutdown(void) {
     s->stop_requested = true;
     pthread_mutex_unlock(&s->lock);
     coord_wake(s);
+    coord_loop_unpark(s);
     state_destroy(s); /* joins the background thread first */
   }
   pthread_mutex_unlock(&g_life);

@@ -508,17 +508,34 @@ HVD_API int hvd_handle_poll(hvd_handle h) {
   return h != NULL && atomic_load_explicit(&h->done, memory_order_acquire);
 }
 
+/* Waits for h, running hvd's loop meanwhile when no other thread does. */
+static hvd_status wait_handle(hvd_handle h, int64_t deadline_ns, const char *what) {
+  if (!atomic_load_explicit(&h->done, memory_order_acquire)) {
+    struct coord_state *s;
+    if (coord_loop_driving())
+      return hvd_error(HVD_ERR_PRECONDITION,
+                       "%s: called from a completion callback for an operation that has not "
+                       "completed (the callback runs the loop that would complete it)",
+                       what);
+    if ((s = coord_try_acquire()) != NULL) {
+      coord_loop_drive(s, h, deadline_ns);
+      coord_release();
+    }
+  }
+  return coord_handle_wait(h, deadline_ns, h->spin_ns);
+}
+
 HVD_API hvd_status hvd_handle_wait(hvd_handle h) {
   if (h == NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_handle_wait: no handle");
-  return coord_handle_wait(h, HVD_NO_DEADLINE, h->spin_ns);
+  return wait_handle(h, HVD_NO_DEADLINE, "hvd_handle_wait");
 }
 
 HVD_API hvd_status hvd_handle_wait_for(hvd_handle h, int64_t timeout_ms) {
   if (h == NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_handle_wait_for: no handle");
-  return coord_handle_wait(h, hvd_deadline_after_ms(timeout_ms < 0 ? 0 : timeout_ms),
-                           h->spin_ns);
+  return wait_handle(h, hvd_deadline_after_ms(timeout_ms < 0 ? 0 : timeout_ms),
+                     "hvd_handle_wait_for");
 }
 
 static hvd_status completed_ok(hvd_handle h, const char *what) {
@@ -565,6 +582,11 @@ HVD_API hvd_status hvd_handle_received_splits(hvd_handle h, const int32_t **spli
 HVD_API void hvd_handle_release(hvd_handle h) {
   if (h == NULL)
     return;
-  (void)coord_handle_wait(h, HVD_NO_DEADLINE, h->spin_ns);
+  if (wait_handle(h, HVD_NO_DEADLINE, "hvd_handle_release") == HVD_ERR_PRECONDITION &&
+      !atomic_load_explicit(&h->done, memory_order_acquire)) {
+    /* From a callback: the loop still finishes h later, so it must live. */
+    HVD_LOG_ERROR("%s; the handle is leaked", hvd_last_error_message());
+    return;
+  }
   coord_handle_destroy(h);
 }

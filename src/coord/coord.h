@@ -410,12 +410,14 @@ struct coord_state {
   hvd_status failure;         /* COORD_STOPPED: why */
   char failure_msg[HVD_ERROR_MESSAGE_MAX];
   atomic_bool queued;         /* the queue is not empty, or stop was requested */
-  atomic_bool sleeping;       /* the background thread is (about to be) in poll() */
+  atomic_bool sleeping;       /* the loop's driver is (about to be) in poll() */
+  atomic_bool closing;        /* hvd_shutdown has begun: user threads stop driving */
 
   struct coord_sets sets;
   struct coord_timeline *timeline;
 
-  /* background thread only */
+  /* the loop's driver only (the background thread, or a user thread
+   * waiting for its handle: whoever holds the loop's drive lock) */
   struct ops_ctx *ops;
   struct coord_cache cache;
   struct coord_controller *controller; /* rank 0 */
@@ -430,8 +432,16 @@ struct coord_state {
 /* Starts and stops the background thread (loop.c). */
 hvd_status coord_loop_start(struct coord_state *s);
 void coord_loop_join(struct coord_state *s);
-/* Wakes the background thread (any thread). */
+/* Wakes the loop's driver (any thread). */
 void coord_wake(struct coord_state *s);
+/* A user thread waiting for h runs the loop itself until h completes, the
+ * deadline passes, the job stops or hvd_shutdown begins, unless another
+ * user thread drives (then it returns soon and h is waited for as usual). */
+void coord_loop_drive(struct coord_state *s, struct hvd_handle_s *h, int64_t deadline_ns);
+/* Whether this thread is running the loop (so it is in a completion callback). */
+bool coord_loop_driving(void);
+/* Has the background thread take over at once (hvd_shutdown). */
+void coord_loop_unpark(struct coord_state *s);
 
 /* Enqueue (api_ops.c uses it): validates locally, registers the name and
  * queues the entries; on failure nothing is queued and the entries are
@@ -451,6 +461,9 @@ void coord_stop(struct coord_state *s, hvd_status st, const char *message);
  * hvd is not initialized; coord_release ends the lock. */
 struct coord_state *coord_acquire(void);
 void coord_release(void);
+/* coord_acquire without waiting and without an error: NULL when hvd is not
+ * initialized or is being shut down. */
+struct coord_state *coord_try_acquire(void);
 
 /* "<set>:<name>" keys of the in-flight map and the cache. */
 size_t coord_key(char *out, size_t size, int set, const char *name, size_t len);

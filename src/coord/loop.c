@@ -1,8 +1,8 @@
 /*
- * The background thread: the only thread that talks to other ranks.
+ * The loop: the only code that talks to other ranks.
  *
- * DESIGN. The loop is driven by events, not by a clock. It sleeps in
- * poll() on the control communicator and an eventfd until a user thread
+ * DESIGN. The loop is driven by events, not by a clock. Its driver sleeps
+ * in poll() on the control communicator and an eventfd until a user thread
  * queues something, a control message arrives, or a timer is due (the
  * coordinator's batching deadline, the stall inspector, a shutdown's
  * deadline). Before it sleeps it spins for HVD_SPIN_US, so a step's next
@@ -14,6 +14,11 @@
  * itself. Control messages are framed as an 8-byte length and the payload;
  * a receive of up to 4 KiB is always posted per peer, and a longer message
  * sends its remainder as a second message of known length.
+ * Who drives: the holder of `drive`. A user thread waiting for its handle
+ * takes it and turns until the handle is done, while the background thread
+ * parks; otherwise the background thread drives. One thread per rank spins
+ * and a blocking call completes on the thread that waits for it, with no
+ * hand-off (see docs/architecture.md, "Who drives").
  * Failures: a peer whose control connection breaks, or a collective that
  * fails, stops the job on this rank (every pending handle fails with the
  * reason); rank 0 passes the reason on to every worker in an abort list, a
@@ -62,10 +67,36 @@ struct coord_loop {
    * send slots 0 .. sending-1 are in flight, with hdr their frame. */
   int sending;
   unsigned char hdr[FRAME];
+  /* Who drives (see DESIGN): the holder of `drive` runs turns. */
+  pthread_mutex_t drive;
+  atomic_int drivers;       /* user threads driving or asking to */
+  atomic_bool contended;    /* a user thread gave up asking: wake the background thread */
+  atomic_bool finished;     /* the loop has ended: the job stopped */
+  atomic_bool parked;       /* the background thread is (about to be) parked */
+  _Atomic int64_t left_ns;  /* when a user thread last stopped driving */
+  pthread_mutex_t park_mu;
+  pthread_cond_t park_cv;
+  bool unpark; /* under park_mu */
 };
 
-void coord_wake(struct coord_state *s) {
-  atomic_store(&s->queued, true);
+/* A parked background thread looks again this often: a user thread that
+ * stopped driving without waking it (it expects to be back within
+ * LEAVE_WINDOW_NS, as in a loop of blocking calls) and did not come back. */
+enum { PARK_NS = 1000000, LEAVE_WINDOW_NS = 50000 };
+
+/* Whether this thread is running the loop (completion callbacks run here). */
+static _Thread_local bool t_driving;
+
+/* What a driver waits for besides its peers: its handle (a user thread) or
+ * a user thread asking to drive (the background thread). */
+struct driver {
+  struct coord_loop *l;
+  struct hvd_handle_s *h;
+  bool sending; /* queued work waits for this worker's send: the queue does not count */
+};
+
+/* Wakes whoever drives from poll(). */
+static void kick(struct coord_state *s) {
   if (atomic_load(&s->sleeping)) {
     uint64_t one = 1;
     ssize_t n = write(s->wake_fd, &one, sizeof(one));
@@ -73,15 +104,46 @@ void coord_wake(struct coord_state *s) {
   }
 }
 
-static bool queued_cb(void *arg) {
-  struct coord_state *s = arg;
-  return atomic_load_explicit(&s->queued, memory_order_relaxed);
+static void unpark(struct coord_loop *l) {
+  pthread_mutex_lock(&l->park_mu);
+  l->unpark = true;
+  pthread_cond_signal(&l->park_cv);
+  pthread_mutex_unlock(&l->park_mu);
 }
 
-static bool sleep_cb(void *arg) {
-  struct coord_state *s = arg;
-  atomic_store(&s->sleeping, true);
-  return atomic_load(&s->queued);
+void coord_wake(struct coord_state *s) {
+  struct coord_loop *l = s->loop;
+
+  atomic_store(&s->queued, true);
+  kick(s);
+  /* Nobody drives and nobody has for a while: the background thread takes
+   * over now rather than at its next look. */
+  if (l != NULL && atomic_load(&l->parked) && atomic_load(&l->drivers) == 0 &&
+      hvd_now_ns() - atomic_load(&l->left_ns) > LEAVE_WINDOW_NS)
+    unpark(l);
+}
+
+void coord_loop_unpark(struct coord_state *s) {
+  if (s->loop != NULL)
+    unpark(s->loop);
+}
+
+static bool driver_check(void *arg) {
+  const struct driver *d = arg;
+  struct coord_state *s = d->l->s;
+
+  if (!d->sending && atomic_load_explicit(&s->queued, memory_order_relaxed))
+    return true;
+  if (d->h == NULL)
+    return atomic_load_explicit(&d->l->drivers, memory_order_relaxed) > 0;
+  return atomic_load_explicit(&d->h->done, memory_order_relaxed) ||
+         atomic_load_explicit(&s->closing, memory_order_relaxed);
+}
+
+static bool driver_sleep(void *arg) {
+  const struct driver *d = arg;
+  atomic_store(&d->l->s->sleeping, true);
+  return driver_check(arg);
 }
 
 /* ==== framing ============================================================================ */
@@ -640,11 +702,75 @@ static int64_t next_deadline(const struct coord_loop *l) {
   return d;
 }
 
+/* Waits for a peer's message, a finished send, what the driver waits for
+ * besides (see driver_check) or a timer, at most until `until`. */
+static hvd_status idle_wait(struct coord_loop *l, struct hvd_handle_s *h, int64_t until) {
+  struct coord_state *s = l->s;
+  struct driver d = {l, h, l->sending > 0};
+  struct net_wake w = {.fd = s->wake_fd, .check = driver_check, .sleep = driver_sleep, .arg = &d};
+  int64_t due = next_deadline(l);
+  size_t k = 0;
+  hvd_status st;
+
+  for (int i = 0; i < l->nrecv; i++)
+    l->wait_ptrs[k++] = &l->recvs[i];
+  for (int i = 0; i < l->sending; i++) {
+    if (!l->sends[i].done)
+      l->wait_ptrs[k++] = &l->sends[i];
+  }
+  st = net_wait_event(l->ctl, l->wait_ptrs, k, &w, due < until ? due : until);
+  if (atomic_exchange(&s->sleeping, false)) {
+    uint64_t v;
+    ssize_t n = read(s->wake_fd, &v, sizeof(v)); /* non-blocking: empty is fine */
+    (void)n;
+  }
+  /* With isolation, only a worker's receive can fail: the turn reports it. */
+  return l->coordinator ? HVD_OK : st;
+}
+
+/* One turn, then, if it found nothing to do, the wait for the next event.
+ * The caller holds drive. Returns false once the loop has ended (the job
+ * stopped; a failure was passed on to the peers by this thread, which
+ * holds its message). */
+static bool step(struct coord_loop *l, struct hvd_handle_s *h, int64_t until) {
+  struct coord_state *s = l->s;
+  bool worked = false;
+  hvd_status st;
+
+  if (atomic_load(&l->finished))
+    return false;
+  st = l->coordinator ? coordinator_turn(l, &worked) : worker_turn(l, &worked);
+  if (st == HVD_OK)
+    st = check_silence(l);
+  if (st == HVD_OK && !stopped(s) && l->stop_sent && hvd_now_ns() >= l->stop_deadline)
+    st = hvd_error(HVD_ERR_TIMEOUT,
+                   "shutting down: rank 0 did not answer within HOROVOD_GLOO_TIMEOUT_SECONDS");
+  if (st == HVD_OK && !stopped(s) && !worked)
+    st = idle_wait(l, h, until);
+  if (st != HVD_OK)
+    fail_job(l, st);
+  if (st != HVD_OK || stopped(s)) {
+    atomic_store(&l->finished, true);
+    return false;
+  }
+  return true;
+}
+
+/* The background thread parks while user threads drive, looking again
+ * every PARK_NS. */
+static void park(struct coord_loop *l) {
+  pthread_mutex_lock(&l->park_mu);
+  atomic_store(&l->parked, true);
+  if (!l->unpark && atomic_load(&l->drivers) > 0 && !atomic_load(&l->finished))
+    (void)hvd_cond_wait_until(&l->park_cv, &l->park_mu, hvd_now_ns() + PARK_NS);
+  l->unpark = false;
+  atomic_store(&l->parked, false);
+  pthread_mutex_unlock(&l->park_mu);
+}
+
 static void *loop_main(void *arg) {
   struct coord_loop *l = arg;
   struct coord_state *s = l->s;
-  struct net_wake wake = {.fd = s->wake_fd, .check = queued_cb, .sleep = sleep_cb, .arg = s};
-  hvd_status st = HVD_OK;
 
   if (s->cfg.affinity_core >= 0) {
     cpu_set_t cpus;
@@ -654,52 +780,58 @@ static void *loop_main(void *arg) {
       HVD_LOG_WARN("HOROVOD_THREAD_AFFINITY: cannot pin the background thread to core %d",
                    s->cfg.affinity_core);
   }
-  l->sent = hvd_now_ns();
-  for (int i = 0; i < l->nrecv && st == HVD_OK; i++) {
-    l->heard[i] = l->sent;
-    st = post_recv(l, i);
-  }
-  while (st == HVD_OK && !stopped(s)) {
-    bool worked = false;
-    st = l->coordinator ? coordinator_turn(l, &worked) : worker_turn(l, &worked);
-    if (st == HVD_OK)
-      st = check_silence(l);
-    if (st != HVD_OK || stopped(s))
-      break;
-    if (l->stop_sent && hvd_now_ns() >= l->stop_deadline) {
-      st = hvd_error(HVD_ERR_TIMEOUT,
-                     "shutting down: rank 0 did not answer within HOROVOD_GLOO_TIMEOUT_SECONDS");
-      break;
-    }
-    if (worked)
+  while (!atomic_load(&l->finished)) {
+    if (atomic_load(&l->drivers) > 0) {
+      park(l);
       continue;
-    size_t k = 0;
-    struct net_wake w = wake;
-    for (int i = 0; i < l->nrecv; i++)
-      l->wait_ptrs[k++] = &l->recvs[i];
-    for (int i = 0; i < l->sending; i++) {
-      if (!l->sends[i].done)
-        l->wait_ptrs[k++] = &l->sends[i];
     }
-    if (l->sending > 0) { /* queued work waits for the send: no need to wake */
-      w.fd = -1;
-      w.check = NULL;
-      w.sleep = NULL;
-    }
-    st = net_wait_event(l->ctl, l->wait_ptrs, k, &w, next_deadline(l));
-    if (atomic_exchange(&s->sleeping, false)) {
-      uint64_t v;
-      ssize_t n = read(s->wake_fd, &v, sizeof(v)); /* non-blocking: empty is fine */
-      (void)n;
-    }
-    if (st != HVD_OK && l->coordinator) {
-      /* With isolation, only a worker's receive can fail: the turn reports it. */
-      st = HVD_OK;
-    }
+    pthread_mutex_lock(&l->drive);
+    t_driving = true;
+    while (atomic_load(&l->drivers) == 0 && step(l, NULL, HVD_NO_DEADLINE))
+      ;
+    t_driving = false;
+    pthread_mutex_unlock(&l->drive);
   }
-  if (st != HVD_OK)
-    fail_job(l, st);
   return NULL;
+}
+
+bool coord_loop_driving(void) { return t_driving; }
+
+void coord_loop_drive(struct coord_state *s, struct hvd_handle_s *h, int64_t deadline_ns) {
+  struct coord_loop *l = s->loop;
+  int64_t give_up = hvd_now_ns() + s->cfg.spin_ns;
+  bool wake_bg = false;
+
+  /* A pinned background thread (HOROVOD_THREAD_AFFINITY) keeps all work. */
+  if (l == NULL || s->cfg.affinity_core >= 0 || t_driving)
+    return;
+  atomic_fetch_add(&l->drivers, 1);
+  kick(s); /* a background thread asleep in poll() lets go of drive */
+  while (!atomic_load(&h->done) && !atomic_load(&l->finished) && !atomic_load(&s->closing)) {
+    if (pthread_mutex_trylock(&l->drive) == 0) {
+      t_driving = true;
+      while (!atomic_load(&h->done) && !atomic_load(&s->closing) && hvd_now_ns() < deadline_ns &&
+             step(l, h, deadline_ns))
+        ;
+      t_driving = false;
+      wake_bg = atomic_exchange(&l->contended, false) || atomic_load(&l->finished) ||
+                atomic_load(&s->closing);
+      pthread_mutex_unlock(&l->drive);
+      break;
+    }
+    /* Another user thread drives (and may drive for long, waiting on an
+     * operation of its own): wait on the handle instead, and have the
+     * background thread take over when that thread stops. */
+    if (hvd_now_ns() >= give_up || hvd_now_ns() >= deadline_ns) {
+      atomic_store(&l->contended, true);
+      break;
+    }
+    sched_yield();
+  }
+  atomic_store(&l->left_ns, hvd_now_ns());
+  atomic_fetch_sub(&l->drivers, 1);
+  if (wake_bg)
+    unpark(l);
 }
 
 /* ==== start and stop ======================================================================= */
@@ -720,18 +852,32 @@ static void loop_destroy(struct coord_loop *l) {
   free(l->rests);
   free(l->examined);
   free(l->wait_ptrs);
+  pthread_mutex_destroy(&l->drive);
+  pthread_mutex_destroy(&l->park_mu);
+  pthread_cond_destroy(&l->park_cv);
   free(l);
 }
 
 hvd_status coord_loop_start(struct coord_state *s) {
   struct coord_loop *l = calloc(1, sizeof(*l));
   int workers = s->size - 1;
+  hvd_status st;
 
   if (l == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the background loop");
   l->s = s;
   l->ctl = s->control;
   l->coordinator = s->rank == 0;
+  if (pthread_mutex_init(&l->drive, NULL) != 0 || pthread_mutex_init(&l->park_mu, NULL) != 0 ||
+      hvd_cond_init(&l->park_cv) != 0) {
+    free(l); /* (a failed init leaks nothing worth undoing on Linux) */
+    return hvd_error(HVD_ERR_IO, "cannot create the background loop's locks");
+  }
+  atomic_init(&l->drivers, 0);
+  atomic_init(&l->contended, false);
+  atomic_init(&l->finished, false);
+  atomic_init(&l->parked, false);
+  atomic_init(&l->left_ns, 0);
   l->nrecv = l->coordinator ? workers : (s->size > 1 ? 1 : 0);
   hvd_buf_init(&l->msg, COORD_MAX_MESSAGE);
   l->rests = calloc((size_t)l->nrecv + 1, sizeof(*l->rests));
@@ -755,10 +901,18 @@ hvd_status coord_loop_start(struct coord_state *s) {
   }
   for (int i = 0; i < l->nrecv; i++)
     l->recv_ptrs[i] = &l->recvs[i];
+  l->sent = hvd_now_ns();
+  for (int i = 0; i < l->nrecv; i++) {
+    l->heard[i] = l->sent;
+    if ((st = post_recv(l, i)) != HVD_OK) {
+      loop_destroy(l);
+      return st;
+    }
+  }
   s->loop = l;
   if (pthread_create(&s->thread, NULL, loop_main, l) != 0) {
-    loop_destroy(l);
     s->loop = NULL;
+    loop_destroy(l);
     return hvd_error(HVD_ERR_IO, "cannot start the background thread");
   }
   return HVD_OK;
