@@ -362,6 +362,22 @@ START_TEST(cache_hits_and_invalidation) {
 }
 END_TEST
 
+/* Keys of the in-flight map and the cache: "<set>:<name>", cut to fit. */
+START_TEST(keys_name_set_and_tensor) {
+  char key[16];
+  ck_assert_uint_eq(coord_key(key, sizeof(key), 0, "grad", 4), 6);
+  ck_assert_str_eq(key, "0:grad");
+  ck_assert_uint_eq(coord_key(key, sizeof(key), 1234, "w", 1), 6);
+  ck_assert_str_eq(key, "1234:w");
+  ck_assert_uint_eq(coord_key(key, sizeof(key), -7, "ab", 1), 4); /* only len bytes of the name */
+  ck_assert_str_eq(key, "-7:a");
+  ck_assert_uint_eq(coord_key(key, sizeof(key), 5, "a-rather-long-name", 18), 15);
+  ck_assert_str_eq(key, "5:a-rather-long");
+  ck_assert_uint_eq(coord_key(key, 3, 42, "x", 1), 2);
+  ck_assert_str_eq(key, "42");
+}
+END_TEST
+
 START_TEST(cache_eligibility) {
   struct coord_request q;
   make_request(&q, "g", COORD_ALLREDUCE);
@@ -497,6 +513,7 @@ Suite *coord_units_suite(void) {
   tcase_add_test(tc, responses_round_trip);
   tcase_add_test(tc, responses_truncated_rejected);
   tcase_add_test(tc, cache_hits_and_invalidation);
+  tcase_add_test(tc, keys_name_set_and_tensor);
   tcase_add_test(tc, cache_eligibility);
   tcase_add_test(tc, fusion_groups_compatible_tensors);
   tcase_add_test(tc, validation_names_both_ranks);

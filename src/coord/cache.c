@@ -11,9 +11,33 @@
 
 #include "coord.h"
 
+/* "<set>:<name>", truncated to size - 1 bytes. Built by hand: it runs for
+ * every operation on every rank, several times, and snprintf costs more
+ * than the rest of a map lookup. */
 size_t coord_key(char *out, size_t size, int set, const char *name, size_t len) {
-  int n = snprintf(out, size, "%d:%.*s", set, (int)len, name);
-  return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+  char digits[12];
+  unsigned v = set < 0 ? 0u - (unsigned)set : (unsigned)set;
+  size_t nd = 0, n = 0;
+
+  if (size == 0)
+    return 0;
+  do {
+    digits[nd++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  if (set < 0 && n + 1 < size)
+    out[n++] = '-';
+  while (nd > 0 && n + 1 < size)
+    out[n++] = digits[--nd];
+  if (n + 1 < size)
+    out[n++] = ':';
+  len = strnlen(name, len);
+  if (len > size - 1 - n)
+    len = size - 1 - n;
+  memcpy(out + n, name, len);
+  n += len;
+  out[n] = '\0';
+  return n;
 }
 
 void coord_cache_init(struct coord_cache *c, size_t capacity) {

@@ -327,6 +327,7 @@ static hvd_status progress_io(struct net_comm *comm, struct net_conn *c, bool *p
   hvd_status st = HVD_OK;
 
   while (st == HVD_OK && (sent || got)) {
+    const struct net_req *send_head = c->send_head, *recv_head = c->recv_head;
     sent = got = false;
     if (c->send_head != NULL && c->tx == TX_READY)
       st = send_once(comm, c, &sent);
@@ -334,6 +335,11 @@ static hvd_status progress_io(struct net_comm *comm, struct net_conn *c, bool *p
       st = recv_once(comm, c, &got);
     if (sent || got)
       *progressed = true;
+    /* A request finished: the caller may be waiting for just that one, and
+     * the next read would most likely find nothing (a syscall on the path
+     * of every small message). */
+    if (c->send_head != send_head || c->recv_head != recv_head)
+      break;
   }
   return st;
 }
