@@ -107,6 +107,10 @@ void hvd_sleep_ns(int64_t ns);
 int hvd_cond_init(pthread_cond_t *cond);
 /* Waits until signalled or the deadline; returns ETIMEDOUT at the deadline. */
 int hvd_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_ns);
+/* A spinning thread's turn (a sched_yield()) that took longer than this
+ * lost its core to another process for a scheduler slice: spinning on a
+ * contended core costs milliseconds, sleeping costs a wake-up. */
+#define HVD_SPIN_LOST_CORE_NS INT64_C(500000)
 
 /* ---- growable capped buffer (buf.c) --------------------------------------
  * Grows on demand up to `max` bytes; growth beyond fails with

@@ -71,9 +71,14 @@ hvd_status coord_handle_wait(struct hvd_handle_s *h, int64_t deadline_ns, int64_
   int64_t spin_until = hvd_now_ns() + spin_ns;
 
   while (!atomic_load_explicit(&h->done, memory_order_acquire)) {
-    if (hvd_now_ns() >= spin_until)
+    int64_t now = hvd_now_ns();
+    if (now >= spin_until)
       break;
     sched_yield();
+    /* The core is contended: a sleeping waiter is woken sooner than a
+     * yielding one gets the core back. */
+    if (hvd_now_ns() - now > HVD_SPIN_LOST_CORE_NS)
+      break;
   }
   if (atomic_load_explicit(&h->done, memory_order_acquire))
     return result(h);

@@ -25,6 +25,10 @@
 
 #include "transport_private.h"
 
+/* How long the engine sleeps instead of spinning once a spin turn lost the
+ * core (HVD_SPIN_LOST_CORE_NS). */
+#define SPIN_BACKOFF_NS INT64_C(100000000)
+
 /* ---- poisoning --------------------------------------------------------------------- */
 
 static void fail_queue(struct net_req **head, struct net_req **tail, hvd_status st) {
@@ -533,7 +537,7 @@ hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
       ready = true;
       continue;
     }
-    if (now < spin_until) {
+    if (now < spin_until && now >= ctx->spin_resume_ns) {
       /* Spin on a zero-timeout poll rather than on failing reads: a read
        * takes the socket lock that the kernel needs to deliver our data.
        * Yield too: when ranks outnumber cores, the peer we wait for may
@@ -545,6 +549,15 @@ hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
       st = sleep_in_poll(comm, 0, -1, &ready, &woken);
       if (st != HVD_OK)
         return comm_poison(comm, st);
+      /* One turn of the spin took a scheduler slice: another process wants
+       * this core, and each yield hands it a whole slice (milliseconds)
+       * while a thread asleep in poll() is woken first when data comes.
+       * Sleep instead of spinning for a while. */
+      if (hvd_now_ns() - now > HVD_SPIN_LOST_CORE_NS) {
+        ctx->spin_resume_ns = hvd_now_ns() + SPIN_BACKOFF_NS;
+        HVD_LOG_DEBUG("spinning lost the core for %.1f ms: sleeping in poll() instead for %d ms",
+                      (double)(hvd_now_ns() - now) / 1e6, (int)(SPIN_BACKOFF_NS / 1000000));
+      }
       ready = ready || done(arg);
       continue;
     }
