@@ -356,7 +356,8 @@ bool coord_validate(const struct coord_request *first, const struct coord_reques
                     char *msg, size_t size);
 
 /* Fuses single-tensor responses (in order) into as few as the threshold
- * allows; consumes `in`. bytes[i] is the size of in[i]'s data. */
+ * allows; consumes the responses in[0 .. n) (the array stays the caller's).
+ * bytes[i] is the size of in[i]'s data. */
 hvd_status coord_fuse(struct coord_response *in, const size_t *bytes, size_t n, size_t threshold,
                       struct coord_response **out, size_t *nout);
 

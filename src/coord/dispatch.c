@@ -320,7 +320,8 @@ bool coord_controller_next(struct coord_controller *c, int64_t now, struct coord
   }
   c->ready_bytes = 0;
   st = coord_fuse(singles, bytes, n, c->s->cfg.fusion_threshold, &fused, &nfused);
-  singles = NULL; /* consumed */
+  free(singles); /* its responses were consumed */
+  singles = NULL;
   if (st != HVD_OK)
     goto out;
   if (c->join_due) {
