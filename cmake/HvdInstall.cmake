@@ -1,6 +1,6 @@
 # cmake --install: the libraries, the public header, the tools and a pkg-config file.
 include(GNUInstallDirs)
-install(TARGETS hvd hvd_static hvd-rendezvous
+install(TARGETS hvd hvd_static hvd-rendezvous hvdrun
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})

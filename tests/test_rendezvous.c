@@ -381,8 +381,11 @@ START_TEST(store_planned_scope_cleanup) {
   ck_assert_int_eq(rdzv_store_delete(store, S("local_h"), S("1")), HVD_OK);
   ck_assert(!present("local_h", "0"));
   ck_assert(present("global", "0"));
+  ck_assert_uint_eq(rdzv_store_plan_rounds(store, S("local_h")), 1);
+  ck_assert_uint_eq(rdzv_store_plan_rounds(store, S("global")), 0);
 
   ck_assert_int_eq(rdzv_store_delete(store, S("global"), S("2")), HVD_OK);
+  ck_assert_uint_eq(rdzv_store_plan_rounds(store, S("global")), 1);
   ck_assert(!present("global", "0"));
   ck_assert(!present("global", "1"));
   ck_assert(!present("global", "2"));

@@ -166,6 +166,10 @@ void rdzv_store_reset(struct rdzv_store *s);
 /* Declares that `scope` has `size` ranks (0 removes the plan): once each of
  * the keys "0".."size-1" has been deleted, the scope is cleared. */
 hvd_status rdzv_store_plan(struct rdzv_store *s, const char *scope, size_t scope_len, size_t size);
+/* How many times every rank of the planned scope has finished (and the
+ * scope cleared itself): hvdrun's proof that all ranks came, even after
+ * their records are gone. */
+size_t rdzv_store_plan_rounds(struct rdzv_store *s, const char *scope, size_t scope_len);
 
 hvd_status rdzv_store_get(struct rdzv_store *s, const char *scope, size_t scope_len,
                           const char *key, size_t key_len, struct rdzv_blob **out);

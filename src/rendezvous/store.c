@@ -63,6 +63,7 @@ hvd_status rdzv_store_create(const struct rdzv_store_limits *limits, rdzv_fire_c
   s->fire_arg = fire_arg;
   hvd_map_init(&s->scopes);
   hvd_map_init(&s->plans);
+  hvd_map_init(&s->rounds);
   if ((rc = pthread_mutex_init(&s->mu, NULL)) != 0 || (rc = hvd_cond_init(&s->deadline_cond)) != 0 ||
       (rc = pthread_cond_init(&s->idle_cond, NULL)) != 0) {
     free(s);
@@ -122,6 +123,7 @@ void rdzv_store_destroy(struct rdzv_store *s) {
     free_scope(value);
   hvd_map_fini(&s->scopes);
   hvd_map_fini(&s->plans);
+  hvd_map_fini(&s->rounds);
   free(s->heap);
   pthread_cond_destroy(&s->deadline_cond);
   pthread_cond_destroy(&s->idle_cond);
@@ -268,6 +270,7 @@ void rdzv_store_reset(struct rdzv_store *s) {
     }
   }
   hvd_map_fini(&s->plans);
+  hvd_map_fini(&s->rounds);
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -284,6 +287,14 @@ hvd_status rdzv_store_plan(struct rdzv_store *s, const char *scope, size_t scope
     st = hvd_map_put(&s->plans, scope, scope_len, (void *)(uintptr_t)size, NULL);
   pthread_mutex_unlock(&s->mu);
   return st;
+}
+
+size_t rdzv_store_plan_rounds(struct rdzv_store *s, const char *scope, size_t scope_len) {
+  uintptr_t rounds;
+  pthread_mutex_lock(&s->mu);
+  rounds = (uintptr_t)hvd_map_get(&s->rounds, scope, scope_len);
+  pthread_mutex_unlock(&s->mu);
+  return (size_t)rounds;
 }
 
 hvd_status rdzv_store_get(struct rdzv_store *s, const char *scope, size_t scope_len,
@@ -458,9 +469,11 @@ hvd_status rdzv_store_delete(struct rdzv_store *s, const char *scope, size_t sco
     } else if (hvd_map_get(&sc->finished, key, key_len) == NULL) {
       st = hvd_map_put(&sc->finished, key, key_len, sc, NULL);
       if (st == HVD_OK && sc->finished.count == size) {
+        uintptr_t rounds = (uintptr_t)hvd_map_get(&s->rounds, scope, scope_len);
         HVD_LOG_DEBUG("scope '%.*s': all %zu ranks finished, clearing it", (int)scope_len, scope,
                       size);
         clear_scope(s, sc);
+        (void)hvd_map_put(&s->rounds, scope, scope_len, (void *)(rounds + 1), NULL);
       }
     }
   } else {

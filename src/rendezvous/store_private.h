@@ -35,6 +35,7 @@ struct rdzv_store {
   struct rdzv_store_limits limits;
   struct hvd_map scopes; /* name -> struct rdzv_scope * */
   struct hvd_map plans;  /* name -> planned size, stored as a pointer-sized integer */
+  struct hvd_map rounds; /* planned name -> times all its ranks finished (pointer-sized) */
   size_t bytes;
   size_t keys;
   uint64_t version; /* last version handed out */

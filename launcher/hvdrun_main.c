@@ -1,0 +1,50 @@
+/*
+ * hvdrun: starts an hvd job. See hvdrun --help and docs/running.md.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hvdrun.h"
+
+int main(int argc, char **argv) {
+  struct hvdrun_options o;
+  struct hvdrun_host *hosts = NULL;
+  struct hvdrun_slot *slots = NULL;
+  size_t nhosts = 0;
+  int size = 0, code;
+  bool help;
+  hvd_status st;
+
+  hvd_log_configure_from_env();
+  st = hvdrun_parse(argc, argv, &o, &help);
+  if (st == HVD_OK && help) {
+    hvdrun_usage(stdout);
+    return 0;
+  }
+  if (st == HVD_OK) {
+    if (o.hosts != NULL) {
+      st = hvdrun_parse_hosts(o.hosts, &hosts, &nhosts);
+    } else if (o.hostfile != NULL) {
+      st = hvdrun_read_hostfile(o.hostfile, &hosts, &nhosts);
+    } else if (o.np < 0) {
+      st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "give -np N (or hosts with -H or --hostfile)");
+    } else {
+      char local[32];
+      snprintf(local, sizeof(local), "localhost:%d", o.np);
+      st = hvdrun_parse_hosts(local, &hosts, &nhosts);
+    }
+  }
+  if (st == HVD_OK)
+    st = hvdrun_assign(hosts, nhosts, o.np, &slots, &size);
+  if (st != HVD_OK) {
+    fprintf(stderr, "hvdrun: %s\n", hvd_last_error_message());
+    free(hosts);
+    hvdrun_options_fini(&o);
+    return HVDRUN_EXIT_USAGE;
+  }
+  code = hvdrun_run(&o, hosts, nhosts, slots, size);
+  free(slots);
+  free(hosts);
+  hvdrun_options_fini(&o);
+  return code;
+}

@@ -1,0 +1,142 @@
+/*
+ * A rank's output, line by line: "[3]<stdout>:text".
+ *
+ * DESIGN. Bytes arrive in arbitrary chunks (a pipe read may end inside a
+ * line, or inside a UTF-8 character); a line is written only once it is
+ * complete, with its prefix, in one fwrite, so lines of different ranks
+ * never interleave within a line. "\r" ends a line as "\n" does (progress
+ * bars that redraw one line become one line per update, as horovodrun
+ * shows them). A line longer than LINE_MAX is written in pieces, each with
+ * the prefix. The --output-filename copy gets the bytes as the rank wrote
+ * them, unprefixed.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hvdrun.h"
+
+enum { LINE_MAX_BYTES = 64 * 1024 };
+
+void hvdrun_stream_init(struct hvdrun_stream *s, int rank, bool is_stderr, FILE *out, FILE *file,
+                        bool prefix, bool timestamp) {
+  memset(s, 0, sizeof(*s));
+  s->rank = rank;
+  s->is_stderr = is_stderr;
+  s->out = out;
+  s->file = file;
+  s->prefix = prefix;
+  s->timestamp = timestamp;
+}
+
+/* Writes line[0 .. len) (without its end) with the prefix and a newline. */
+static void emit(struct hvdrun_stream *s, const char *line, size_t len) {
+  char head[96];
+  size_t hlen = 0;
+
+  if (s->timestamp) {
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    hlen += strftime(head, sizeof(head), "%a %b %e %H:%M:%S %Y", &tm);
+  }
+  if (s->prefix)
+    hlen += (size_t)snprintf(head + hlen, sizeof(head) - hlen, "[%d]<%s>:", s->rank,
+                             s->is_stderr ? "stderr" : "stdout");
+  else if (s->timestamp && hlen < sizeof(head) - 1)
+    head[hlen++] = ' ';
+  /* One buffer so that the line goes out in one write. */
+  char *buf = malloc(hlen + len + 1);
+  if (buf == NULL) {
+    fwrite(head, 1, hlen, s->out);
+    fwrite(line, 1, len, s->out);
+    fputc('\n', s->out);
+  } else {
+    memcpy(buf, head, hlen);
+    memcpy(buf + hlen, line, len);
+    buf[hlen + len] = '\n';
+    fwrite(buf, 1, hlen + len + 1, s->out);
+    free(buf);
+  }
+  fflush(s->out);
+}
+
+static bool keep(struct hvdrun_stream *s, const char *data, size_t n) {
+  if (s->len + n > s->cap) {
+    size_t cap = s->cap ? s->cap : 256;
+    char *grown;
+    while (cap < s->len + n)
+      cap *= 2;
+    if ((grown = realloc(s->line, cap)) == NULL)
+      return false;
+    s->line = grown;
+    s->cap = cap;
+  }
+  memcpy(s->line + s->len, data, n);
+  s->len += n;
+  return true;
+}
+
+void hvdrun_stream_feed(struct hvdrun_stream *s, const char *data, size_t n) {
+  if (s->file != NULL) {
+    fwrite(data, 1, n, s->file);
+    fflush(s->file);
+  }
+  if (s->after_cr && n > 0 && data[0] == '\n') {
+    data++;
+    n--;
+  }
+  s->after_cr = false;
+  while (n > 0) {
+    size_t k = 0;
+    while (k < n && data[k] != '\n' && data[k] != '\r')
+      k++;
+    if (k == n) { /* no line end: keep the rest for later */
+      if (s->len + n > LINE_MAX_BYTES) {
+        size_t room = LINE_MAX_BYTES - s->len;
+        if (keep(s, data, room))
+          emit(s, s->line, s->len);
+        s->len = 0;
+        data += room;
+        n -= room;
+        continue;
+      }
+      if (!keep(s, data, n)) { /* out of memory: pass what we have through */
+        emit(s, s->line, s->len);
+        emit(s, data, n);
+        s->len = 0;
+      }
+      return;
+    }
+    if (s->len > 0) {
+      if (keep(s, data, k))
+        emit(s, s->line, s->len);
+      else {
+        emit(s, s->line, s->len);
+        emit(s, data, k);
+      }
+      s->len = 0;
+    } else {
+      emit(s, data, k);
+    }
+    /* "\r\n" is one line end, even split between two reads. */
+    if (data[k] == '\r' && k + 1 < n && data[k + 1] == '\n')
+      k++;
+    else if (data[k] == '\r' && k + 1 == n)
+      s->after_cr = true;
+    data += k + 1;
+    n -= k + 1;
+  }
+}
+
+void hvdrun_stream_finish(struct hvdrun_stream *s) {
+  if (s->len > 0)
+    emit(s, s->line, s->len);
+  s->len = 0;
+}
+
+void hvdrun_stream_fini(struct hvdrun_stream *s) {
+  free(s->line);
+  s->line = NULL;
+  s->len = s->cap = 0;
+}
