@@ -267,6 +267,11 @@ hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *h
   o->start_timeout_s = 30;
   o->ssh_command = "ssh";
   *help = false;
+  if (getenv("HOROVOD_START_TIMEOUT") != NULL &&
+      !int_in(getenv("HOROVOD_START_TIMEOUT"), 1, 86400, &o->start_timeout_s))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "HOROVOD_START_TIMEOUT='%s' is not a number of seconds (1 to 86400)",
+                     getenv("HOROVOD_START_TIMEOUT"));
   while (i < argc) {
     const char *arg = argv[i], *value;
     const struct spelling *sp;
