@@ -26,6 +26,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -348,7 +349,7 @@ static hvd_status spawn(struct job *j, int r) {
     fputc('\n', stderr);
   }
   if (st == HVD_OK) {
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     if (pid < 0) {
       st = hvd_error(HVD_ERR_IO, "fork: %s", strerror(errno));
     } else if (pid == 0) {
@@ -358,6 +359,11 @@ static hvd_status spawn(struct job *j, int r) {
       sigprocmask(SIG_SETMASK, &none, NULL);
       signal(SIGPIPE, SIG_DFL);
       setpgid(0, 0);
+      /* If hvdrun itself is killed (SIGKILL leaves it no say), the rank
+       * goes too instead of running on unsupervised. */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent)
+        _exit(128 + SIGKILL);
       if (in >= 0)
         dup2(in, 0);
       dup2(out[1], 1);

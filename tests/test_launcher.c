@@ -14,7 +14,7 @@
 /* ==== options ============================================================== */
 
 static hvd_status parse(struct hvdrun_options *o, bool *help, const char *const *args) {
-  char *argv[32];
+  static char *argv[32]; /* o->command points into it */
   int argc = 0;
   argv[argc++] = "hvdrun";
   for (; *args != NULL; args++)

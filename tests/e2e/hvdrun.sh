@@ -93,12 +93,19 @@ signal)
     # SIGTERM to hvdrun stops ranks that ignore SIGTERM, after the grace period.
     timeout 60 "$bin/hvdrun" -np 2 sh -c "trap '' TERM; $sleeper 60; true" >"$work/out" 2>"$work/err" &
     pid=$!
-    for _ in $(seq 50); do [ "$(pgrep -cf "$marker-sleep")" -ge 2 ] && break; sleep 0.1; done
+    for _ in $(seq 100); do [ "$(pgrep -cf "^$sleeper 60")" -ge 2 ] && break; sleep 0.1; done
     kill -TERM $pid
     wait $pid
     code=$?
     [ $code = 143 ] || fail "hvdrun exited with $code after SIGTERM, expected 143"
     expect_err "stopping the job"
+    nothing_left
+    # hvdrun killed outright: its local ranks go with it.
+    "$bin/hvdrun" -np 2 "$sleeper" 60 >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do [ "$(pgrep -cf "^$sleeper 60")" -ge 2 ] && break; sleep 0.1; done
+    kill -KILL $pid
+    wait $pid 2>/dev/null
     nothing_left
     ;;
 start_timeout)
