@@ -52,9 +52,10 @@ struct options {
 };
 
 static const char usage_text[] =
-    "usage: hvd-bench COLLECTIVE [options]\n"
+    "usage: hvd-bench [COLLECTIVE] [options]\n"
     "\n"
-    "COLLECTIVE is allreduce, allgather, broadcast, alltoall or reducescatter.\n"
+    "COLLECTIVE is allreduce (the default), allgather, broadcast, alltoall or\n"
+    "reducescatter.\n"
     "\n"
     "  -b, --minbytes N    smallest size (default 32M; K, M, G suffixes)\n"
     "  -e, --maxbytes N    largest size (default 32M)\n"
@@ -167,27 +168,31 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"np", required_argument, NULL, OPT_NP},    {"hosts", required_argument, NULL, OPT_HOSTS},
       {"hierarchical", no_argument, NULL, OPT_HIER}, {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
-  int opt, flag;
+  int opt, flag, first;
 
   *o = (struct options){.coll = ALLREDUCE, .min_bytes = 32u << 20, .max_bytes = 32u << 20,
                         .factor = 2.0, .iters = 20, .warmup = 5, .check = true,
                         .dtype = HVD_FLOAT32, .op = HVD_SUM, .np = 0, .hosts = 1};
-  if (argc < 2 || argv[1][0] == '-') {
-    if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-      fputs(usage_text, stdout);
-      return 0;
+  if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+    fputs(usage_text, stdout);
+    return 0;
+  }
+  /* Without a collective (options first, as all_reduce_perf takes them):
+   * allreduce. */
+  if (argc >= 2 && argv[1][0] != '-') {
+    for (o->coll = ALLREDUCE; o->coll <= REDUCESCATTER; o->coll++) {
+      if (strcmp(argv[1], coll_names[o->coll]) == 0)
+        break;
     }
-    return usage_error("name a collective first: allreduce, allgather, broadcast, alltoall or "
-                       "reducescatter");
+    if (o->coll > REDUCESCATTER)
+      return usage_error("unknown collective '%s'", argv[1]);
+    first = 2;
+  } else {
+    o->coll = ALLREDUCE;
+    first = 1;
   }
-  for (o->coll = ALLREDUCE; o->coll <= REDUCESCATTER; o->coll++) {
-    if (strcmp(argv[1], coll_names[o->coll]) == 0)
-      break;
-  }
-  if (o->coll > REDUCESCATTER)
-    return usage_error("unknown collective '%s'", argv[1]);
   opterr = 0;
-  optind = 2;
+  optind = first;
   while ((opt = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:r:I:T:h", longopts, NULL)) != -1) {
     switch (opt) {
     case 'b':

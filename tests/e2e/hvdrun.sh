@@ -133,7 +133,7 @@ example)
     expect_out "^\[0\]<stdout>:parameters identical on all 4 ranks$"
     ;;
 bench)
-    run -np 4 "$bin/hvd-bench" allreduce -b 8 -e 64M -f 4 -c 1
+    run -np 4 "$bin/hvd-bench" -b 8 -e 64M -f 4 -c 1
     expect_rc 0
     expect_out "Out of bounds values : 0 OK"
     ;;
