@@ -234,12 +234,8 @@ bool hvdrun_host_is_local(const char *name) {
       local = true;
       break;
     }
-    for (size_t i = 0; i < nifs && !local; i++) {
-      char x[64], y[64];
-      net_addr_format(&a, x, sizeof(x));
-      net_addr_format(&ifs[i].addr, y, sizeof(y));
-      local = strcmp(x, y) == 0;
-    }
+    for (size_t i = 0; i < nifs && !local; i++)
+      local = net_addr_equal(&a, &ifs[i].addr);
   }
   freeaddrinfo(res);
   return local;

@@ -44,7 +44,6 @@ enum { GRACE_S = 5, DRAIN_MS = 1000, ARRIVAL_POLL_MS = 100, READ_CHUNK = 64 * 10
 struct rank_proc {
   pid_t pid;    /* the process group too; 0 before the start */
   bool running; /* not reaped yet */
-  int status;   /* waitpid's, once reaped */
   int fds[2];   /* stdout, stderr pipes; -1 at EOF */
   struct hvdrun_stream streams[2];
   FILE *files[2]; /* --output-filename copies */
@@ -465,7 +464,6 @@ static void reap(struct job *j) {
       if (p->pid != pid || !p->running)
         continue;
       p->running = false;
-      p->status = status;
       j->running--;
       describe_end(status, why, sizeof(why), &code);
       if (j->o->verbose)
@@ -686,8 +684,6 @@ int hvdrun_run(const struct hvdrun_options *o, const struct hvdrun_host *hosts, 
     stop_job(&j, 1);
   }
   code = supervise(&j);
-  if (code != 0 && j.exit_code == 0)
-    code = 1;
   rdzv_server_stop(j.server);
   for (int r = 0; r < size; r++) {
     for (int k = 0; k < 2; k++) {

@@ -553,10 +553,11 @@ hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
        * this core, and each yield hands it a whole slice (milliseconds)
        * while a thread asleep in poll() is woken first when data comes.
        * Sleep instead of spinning for a while. */
-      if (hvd_now_ns() - now > HVD_SPIN_LOST_CORE_NS) {
-        ctx->spin_resume_ns = hvd_now_ns() + SPIN_BACKOFF_NS;
+      int64_t after = hvd_now_ns();
+      if (after - now > HVD_SPIN_LOST_CORE_NS) {
+        ctx->spin_resume_ns = after + SPIN_BACKOFF_NS;
         HVD_LOG_DEBUG("spinning lost the core for %.1f ms: sleeping in poll() instead for %d ms",
-                      (double)(hvd_now_ns() - now) / 1e6, (int)(SPIN_BACKOFF_NS / 1000000));
+                      (double)(after - now) / 1e6, (int)(SPIN_BACKOFF_NS / 1000000));
       }
       ready = ready || done(arg);
       continue;

@@ -141,8 +141,7 @@ void net_addr_set_port(struct net_addr *a, int port) {
     ((struct sockaddr_in6 *)&a->ss)->sin6_port = htons((uint16_t)port);
 }
 
-/* Same family, address and scope; ports are ignored. */
-static bool addr_equal(const struct net_addr *a, const struct net_addr *b) {
+bool net_addr_equal(const struct net_addr *a, const struct net_addr *b) {
   if (a->ss.ss_family != b->ss.ss_family)
     return false;
   if (a->ss.ss_family == AF_INET)
@@ -369,7 +368,7 @@ struct addr_list {
 
 static void add_unique(struct addr_list *l, const struct net_addr *a) {
   for (size_t i = 0; i < l->n; i++) {
-    if (addr_equal(&l->addr[i], a))
+    if (net_addr_equal(&l->addr[i], a))
       return;
   }
   if (l->n < ADDRS_MAX) {

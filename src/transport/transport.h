@@ -42,6 +42,8 @@ void net_addr_format_port(const struct net_addr *a, int port, char *out, size_t 
 /* Parses a numeric IPv4/IPv6 address (IPv6 may carry %scope). */
 hvd_status net_addr_parse(const char *text, struct net_addr *out);
 bool net_addr_is_loopback(const struct net_addr *a);
+/* Same family, address and scope; ports are ignored. */
+bool net_addr_equal(const struct net_addr *a, const struct net_addr *b);
 void net_addr_set_port(struct net_addr *a, int port);
 
 /*
