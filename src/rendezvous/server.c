@@ -38,7 +38,8 @@ enum {
 struct rdzv_server {
   struct MHD_Daemon *daemon;
   struct rdzv_store *store;
-  int listen_fd;
+  int listen_fd;  /* ours until the daemon starts, then the daemon's (it closes it) */
+  atomic_bool stopping; /* new connections are refused */
   int port;
   char address[80];
   char *token;
@@ -579,6 +580,18 @@ static enum MHD_Result execute(struct request *req) {
 
 /* ---- libmicrohttpd callbacks ------------------------------------------------- */
 
+/* Once stop has begun, new connections are closed at once. (Not
+ * MHD_quiesce_daemon: with an epoll daemon on its own thread it races the
+ * daemon's own removal of the listen socket from the epoll set and
+ * libmicrohttpd aborts the process, "Failed to remove listen FD from epoll
+ * set".) */
+static enum MHD_Result accept_cb(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+  const struct rdzv_server *srv = cls;
+  (void)addr;
+  (void)addrlen;
+  return atomic_load(&srv->stopping) ? MHD_NO : MHD_YES;
+}
+
 static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const char *url,
                                  const char *method, const char *version,
                                  const char *upload_data, size_t *upload_data_size,
@@ -732,8 +745,8 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
     goto fail;
   }
   srv->daemon = MHD_start_daemon(
-      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL,
-      NULL, access_cb, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, srv,
+      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, accept_cb,
+      srv, access_cb, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, srv,
       MHD_OPTION_LISTEN_SOCKET, srv->listen_fd,
       MHD_OPTION_THREAD_POOL_SIZE, threads > 1 ? threads : 0,
       MHD_OPTION_CONNECTION_LIMIT, max_conn,
@@ -746,6 +759,7 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
                    srv->address);
     goto fail;
   }
+  srv->listen_fd = -1; /* the daemon's now */
   HVD_LOG_INFO("rendezvous server listening on %s (%u event loops, up to %u connections%s)",
                srv->address, threads, max_conn, srv->token ? ", token required" : "");
   *out = srv;
@@ -765,9 +779,10 @@ void rdzv_server_stop(struct rdzv_server *srv) {
   if (srv == NULL)
     return;
   /* Stop accepting, answer the waiting clients (503), give the event loops a
-   * moment to send those answers, then close every connection.
+   * moment to send those answers, then close every connection and the
+   * listening socket.
    * rdzv_store_close returns only once no thread can resume a connection. */
-  MHD_quiesce_daemon(srv->daemon);
+  atomic_store(&srv->stopping, true);
   rdzv_store_close(srv->store);
   pthread_mutex_lock(&srv->parked_mu);
   while (srv->parked > 0 &&
@@ -775,7 +790,6 @@ void rdzv_server_stop(struct rdzv_server *srv) {
   }
   pthread_mutex_unlock(&srv->parked_mu);
   MHD_stop_daemon(srv->daemon);
-  close(srv->listen_fd);
   rdzv_store_destroy(srv->store);
   destroy(srv);
 }
