@@ -262,6 +262,11 @@ static hvd_status perform(struct rdzv_client *c, const struct call *call, long *
     int64_t left = hvd_remaining_ms(call->deadline_ns);
     hvd_sleep_ns((pause < left ? pause : left) * 1000000);
     backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+    /* A pause that ran to the deadline leaves no time for another attempt:
+     * one with a 1 ms budget would only turn the real cause (say, a refused
+     * connection) into a timeout. */
+    if (hvd_now_ns() >= call->deadline_ns)
+      break;
   }
   curl_slist_free_all(headers);
   hvd_buf_fini(&url);
