@@ -33,7 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "hvdrun.h"
+#include "proc.h"
 #include "rendezvous/rendezvous.h"
 #include "transport/transport.h"
 
@@ -42,12 +42,8 @@ extern char **environ;
 enum { GRACE_S = 5, DRAIN_MS = 1000, ARRIVAL_POLL_MS = 100, READ_CHUNK = 64 * 1024 };
 
 struct rank_proc {
-  pid_t pid;    /* the process group too; 0 before the start */
-  bool running; /* not reaped yet */
-  int fds[2];   /* stdout, stderr pipes; -1 at EOF */
-  struct hvdrun_stream streams[2];
-  FILE *files[2]; /* --output-filename copies */
-  bool arrived;   /* reached the store */
+  struct hvdrun_proc p;
+  bool arrived; /* reached the store */
 };
 
 struct job {
@@ -73,67 +69,6 @@ struct job {
 
 /* ==== the store ============================================================= */
 
-static hvd_status make_token(char *out, size_t size) {
-  unsigned char raw[24];
-  size_t got = 0;
-  while (got < sizeof(raw)) {
-    ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
-    if (n < 0 && errno != EINTR)
-      return hvd_error(HVD_ERR_IO, "cannot make a job token: getrandom: %s", strerror(errno));
-    if (n > 0)
-      got += (size_t)n;
-  }
-  for (size_t i = 0; i < sizeof(raw) && 2 * i + 2 < size; i++)
-    snprintf(out + 2 * i, 3, "%02x", raw[i]);
-  return HVD_OK;
-}
-
-/* Where ranks on other hosts reach this one: the interface the user named,
- * else the route to the first remote host. */
-static hvd_status store_address(struct job *j) {
-  const char *remote = NULL;
-  struct net_addr addrs[NET_MAX_ADDRS];
-  size_t n = 0;
-  hvd_status st;
-
-  for (size_t h = 0; h < j->nhosts && remote == NULL; h++) {
-    if (j->remote[h])
-      remote = j->hosts[h].name;
-  }
-  if (remote == NULL) {
-    snprintf(j->addr, sizeof(j->addr), "127.0.0.1");
-    return HVD_OK;
-  }
-  st = net_select_addresses(j->o->iface, remote, j->o->ssh_port > 0 ? j->o->ssh_port : 22, addrs,
-                            NET_MAX_ADDRS, &n);
-  if (st != HVD_OK && j->o->iface == NULL) {
-    /* A host name only the remote shell knows (a pod behind kubectl exec):
-     * this host's first address that is not loopback. */
-    struct net_iface ifs[NET_MAX_IFACES];
-    size_t nifs = 0;
-    char why[HVD_ERROR_MESSAGE_MAX];
-    snprintf(why, sizeof(why), "%s", hvd_last_error_message());
-    if (net_iface_list(ifs, NET_MAX_IFACES, &nifs) == HVD_OK) {
-      for (size_t i = 0; i < nifs && n == 0; i++) {
-        if (!ifs[i].loopback && ifs[i].addr.ss.ss_family == AF_INET)
-          addrs[n++] = ifs[i].addr;
-      }
-    }
-    if (n == 0)
-      return hvd_error(HVD_ERR_NOT_FOUND,
-                       "choosing the address remote ranks reach the store at: %s, and this host "
-                       "has no other IPv4 address (use --network-interface)",
-                       why);
-    st = HVD_OK;
-  }
-  if (st != HVD_OK)
-    return hvd_error_prefix("choosing the address remote ranks reach the store at");
-  if (n == 0)
-    return hvd_error(HVD_ERR_NOT_FOUND, "no address of this host reaches %s", remote);
-  net_addr_format(&addrs[0], j->addr, sizeof(j->addr));
-  return HVD_OK;
-}
-
 static hvd_status start_store(struct job *j) {
   struct rdzv_server_config cfg;
   struct rdzv_store *store;
@@ -143,8 +78,19 @@ static hvd_status start_store(struct job *j) {
 
   for (size_t h = 0; h < j->nhosts; h++)
     any_remote = any_remote || j->remote[h];
-  if ((st = make_token(j->token, sizeof(j->token))) != HVD_OK ||
-      (st = store_address(j)) != HVD_OK)
+  const char **remote = calloc(j->nhosts + 1, sizeof(*remote));
+  size_t nremote = 0;
+  if (remote == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+  for (size_t h = 0; h < j->nhosts; h++) {
+    if (j->remote[h])
+      remote[nremote++] = j->hosts[h].name;
+  }
+  st = hvdrun_make_token(j->token, sizeof(j->token));
+  if (st == HVD_OK)
+    st = hvdrun_store_address(j->o, remote, nremote, j->addr, sizeof(j->addr));
+  free(remote);
+  if (st != HVD_OK)
     return st;
   rdzv_server_config_default(&cfg);
   cfg.bind_address = any_remote ? NULL : "127.0.0.1";
@@ -178,52 +124,16 @@ static hvd_status start_store(struct job *j) {
 
 /* ==== a rank's command =================================================== */
 
-static bool exported_remotely(const char *kv) {
-  return strncmp(kv, "HOROVOD_", 8) == 0 || strncmp(kv, "HVD_", 4) == 0 ||
-         strncmp(kv, "NCCL_", 5) == 0;
-}
+/* ==== a rank ================================================================= */
 
-/* The variables every rank gets, then this rank's. */
-static hvd_status rank_vars(const struct job *j, int r, struct hvdrun_env *e) {
-  const struct hvdrun_options *o = j->o;
+static hvd_status spawn(struct job *j, int r) {
   const struct hvdrun_slot *s = &j->slots[r];
-  hvd_status st = HVD_OK;
+  struct hvdrun_env vars = {0};
+  hvd_status st = hvdrun_job_vars(j->o, j->addr, j->port, j->token, &vars);
 
 #define SET(...) \
   if (st == HVD_OK) \
-  st = hvdrun_env_set(e, __VA_ARGS__)
-  SET("HOROVOD_GLOO_RENDEZVOUS_ADDR", "%s", j->addr);
-  SET("HOROVOD_GLOO_RENDEZVOUS_PORT", "%d", j->port);
-  SET("HOROVOD_CONTROLLER", "gloo");
-  SET("HOROVOD_CPU_OPERATIONS", "gloo");
-  SET("HVD_TOKEN", "%s", j->token);
-  if (o->iface != NULL) {
-    SET("HOROVOD_GLOO_IFACE", "%s", o->iface);
-    SET("NCCL_SOCKET_IFNAME", "%s", o->iface);
-  }
-  if (o->log_level != NULL)
-    SET("HOROVOD_LOG_LEVEL", "%s", o->log_level);
-  if (o->timeline != NULL)
-    SET("HOROVOD_TIMELINE", "%s", o->timeline);
-  if (o->fusion_mb != NULL)
-    SET("HOROVOD_FUSION_THRESHOLD", "%.0f", strtod(o->fusion_mb, NULL) * 1024 * 1024);
-  if (o->cycle_ms != NULL)
-    SET("HOROVOD_CYCLE_TIME", "%s", o->cycle_ms);
-  if (o->cache_capacity != NULL)
-    SET("HOROVOD_CACHE_CAPACITY", "%s", o->cache_capacity);
-  if (o->gloo_timeout_s != NULL)
-    SET("HOROVOD_GLOO_TIMEOUT_SECONDS", "%s", o->gloo_timeout_s);
-  if (o->hier_allreduce)
-    SET("HOROVOD_HIERARCHICAL_ALLREDUCE", "1");
-  if (o->hier_allgather)
-    SET("HOROVOD_HIERARCHICAL_ALLGATHER", "1");
-  for (size_t i = 0; i < o->nexports && st == HVD_OK; i++) {
-    const char *x = o->exports[i];
-    if (strchr(x, '=') != NULL)
-      st = hvdrun_env_put(e, x);
-    else if (getenv(x) != NULL)
-      SET(x, "%s", getenv(x));
-  }
+  st = hvdrun_env_set(&vars, __VA_ARGS__)
   SET("HOROVOD_HOSTNAME", "%s", j->hosts[s->host].name);
   SET("HOROVOD_RANK", "%d", s->rank);
   SET("HOROVOD_SIZE", "%d", s->size);
@@ -232,189 +142,13 @@ static hvd_status rank_vars(const struct job *j, int r, struct hvdrun_env *e) {
   SET("HOROVOD_CROSS_RANK", "%d", s->cross_rank);
   SET("HOROVOD_CROSS_SIZE", "%d", s->cross_size);
 #undef SET
-  return st;
-}
-
-/* What to exec for rank r: argv, and env for a local rank (a remote one
- * carries its variables on its command line). */
-static hvd_status rank_command(const struct job *j, int r, struct hvdrun_argv *argv,
-                               struct hvdrun_env *env) {
-  const struct hvdrun_options *o = j->o;
-  const char *host = j->hosts[j->slots[r].host].name;
-  struct hvdrun_env vars = {0};
-  char cwd[4096], *text = NULL, port[16];
-  size_t len = 0, cap = 0;
-  hvd_status st = HVD_OK;
-
-  for (char **e = environ; *e != NULL && st == HVD_OK; e++) {
-    if (!j->remote[j->slots[r].host] || exported_remotely(*e))
-      st = hvdrun_env_put(&vars, *e);
-  }
   if (st == HVD_OK)
-    st = rank_vars(j, r, &vars);
-  if (st != HVD_OK || !j->remote[j->slots[r].host]) {
-    for (int i = 0; i < o->ncommand && st == HVD_OK; i++)
-      st = hvdrun_argv_add(argv, o->command[i]);
-    *env = vars;
-    return st;
-  }
-  /* Remote: cd DIR >/dev/null 2>&1; exec env K=V ... COMMAND */
-  if (getcwd(cwd, sizeof(cwd)) == NULL)
-    st = hvd_error(HVD_ERR_IO, "getcwd: %s", strerror(errno));
+    st = hvdrun_proc_start(&j->procs[r].p, j->o, j->hosts[s->host].name, j->remote[s->host],
+                           &vars, r);
   if (st == HVD_OK)
-    st = hvdrun_append(&text, &len, &cap, "cd ");
-  if (st == HVD_OK)
-    st = hvdrun_shell_quote(cwd, &text, &len, &cap);
-  if (st == HVD_OK)
-    st = hvdrun_append(&text, &len, &cap, " >/dev/null 2>&1; exec env");
-  for (size_t i = 0; i < vars.n && st == HVD_OK; i++) {
-    st = hvdrun_append(&text, &len, &cap, " ");
-    if (st == HVD_OK)
-      st = hvdrun_shell_quote(vars.vars[i], &text, &len, &cap);
-  }
-  for (int i = 0; i < o->ncommand && st == HVD_OK; i++) {
-    st = hvdrun_append(&text, &len, &cap, " ");
-    if (st == HVD_OK)
-      st = hvdrun_shell_quote(o->command[i], &text, &len, &cap);
-  }
+    j->running++;
   hvdrun_env_fini(&vars);
-  if (st == HVD_OK && strcmp(o->ssh_command, "ssh") == 0) {
-    /* As horovodrun runs it; stdin is /dev/null anyway. */
-    const char *fixed[] = {"ssh", "-o", "PasswordAuthentication=no", "-o",
-                           "StrictHostKeyChecking=no"};
-    for (size_t i = 0; i < HVD_ARRAY_SIZE(fixed) && st == HVD_OK; i++)
-      st = hvdrun_argv_add(argv, fixed[i]);
-    snprintf(port, sizeof(port), "%d", o->ssh_port);
-    if (st == HVD_OK && o->ssh_port > 0 && (st = hvdrun_argv_add(argv, "-p")) == HVD_OK)
-      st = hvdrun_argv_add(argv, port);
-    if (st == HVD_OK && o->ssh_identity != NULL && (st = hvdrun_argv_add(argv, "-i")) == HVD_OK)
-      st = hvdrun_argv_add(argv, o->ssh_identity);
-  } else if (st == HVD_OK) {
-    /* --ssh-command is a shell snippet: CMD HOST COMMAND. */
-    char *snippet = NULL;
-    size_t sl = 0, sc = 0;
-    st = hvdrun_append(&snippet, &sl, &sc, o->ssh_command);
-    if (st == HVD_OK)
-      st = hvdrun_append(&snippet, &sl, &sc, " \"$@\"");
-    if (st == HVD_OK)
-      st = hvdrun_argv_add(argv, "/bin/sh");
-    if (st == HVD_OK)
-      st = hvdrun_argv_add(argv, "-c");
-    if (st == HVD_OK)
-      st = hvdrun_argv_add(argv, snippet);
-    if (st == HVD_OK)
-      st = hvdrun_argv_add(argv, "hvdrun-remote-shell");
-    free(snippet);
-  }
-  if (st == HVD_OK)
-    st = hvdrun_argv_add(argv, host);
-  if (st == HVD_OK)
-    st = hvdrun_argv_add(argv, text);
-  free(text);
-  for (char **e = environ; *e != NULL && st == HVD_OK; e++) /* ssh itself: hvdrun's */
-    st = hvdrun_env_put(env, *e);
   return st;
-}
-
-/* ==== starting a rank ======================================================= */
-
-static void child_fail(const char *what, const char *arg) {
-  /* write(2) only: this runs between fork and exec. */
-  const char *err = strerror(errno);
-  (void)!write(2, "hvdrun: ", 8);
-  (void)!write(2, what, strlen(what));
-  (void)!write(2, arg, strlen(arg));
-  (void)!write(2, ": ", 2);
-  (void)!write(2, err, strlen(err));
-  (void)!write(2, "\n", 1);
-}
-
-static hvd_status spawn(struct job *j, int r) {
-  struct rank_proc *p = &j->procs[r];
-  struct hvdrun_argv argv = {0};
-  struct hvdrun_env env = {0};
-  char **envp = NULL;
-  int out[2] = {-1, -1}, err[2] = {-1, -1};
-  hvd_status st = rank_command(j, r, &argv, &env);
-
-  if (st == HVD_OK && (envp = hvdrun_env_array(&env)) == NULL)
-    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot build rank %d's environment", r);
-  if (st == HVD_OK && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))
-    st = hvd_error(HVD_ERR_IO, "pipe: %s", strerror(errno));
-  if (st == HVD_OK && j->o->verbose) {
-    fprintf(stderr, "hvdrun: rank %d on %s:", r, j->hosts[j->slots[r].host].name);
-    for (size_t i = 0; i < argv.n; i++)
-      fprintf(stderr, " %s", argv.v[i]);
-    fputc('\n', stderr);
-  }
-  if (st == HVD_OK) {
-    pid_t parent = getpid(), pid = fork();
-    if (pid < 0) {
-      st = hvd_error(HVD_ERR_IO, "fork: %s", strerror(errno));
-    } else if (pid == 0) {
-      sigset_t none;
-      int in = open("/dev/null", O_RDONLY);
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, NULL);
-      signal(SIGPIPE, SIG_DFL);
-      setpgid(0, 0);
-      /* If hvdrun itself is killed (SIGKILL leaves it no say), the rank
-       * goes too instead of running on unsupervised. */
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent)
-        _exit(128 + SIGKILL);
-      if (in >= 0)
-        dup2(in, 0);
-      dup2(out[1], 1);
-      dup2(err[1], 2);
-      execvpe(argv.v[0], argv.v, envp);
-      child_fail("cannot run ", argv.v[0]);
-      _exit(127);
-    } else {
-      setpgid(pid, pid); /* (also in the child: whichever runs first) */
-      p->pid = pid;
-      p->running = true;
-      j->running++;
-      p->fds[0] = out[0];
-      p->fds[1] = err[0];
-      out[0] = err[0] = -1;
-    }
-  }
-  for (int k = 0; k < 2; k++) {
-    if (out[k] >= 0)
-      close(out[k]);
-    if (err[k] >= 0)
-      close(err[k]);
-  }
-  free(envp);
-  hvdrun_env_fini(&env);
-  hvdrun_argv_fini(&argv);
-  return st;
-}
-
-static hvd_status open_files(struct job *j, int r) {
-  struct rank_proc *p = &j->procs[r];
-  char path[4096];
-  int digits = 1, n;
-
-  for (int v = j->size - 1; v >= 10; v /= 10)
-    digits++;
-  if (mkdir(j->o->output_dir, 0777) != 0 && errno != EEXIST)
-    return hvd_error(HVD_ERR_IO, "--output-filename: cannot make '%s': %s", j->o->output_dir,
-                     strerror(errno));
-  n = snprintf(path, sizeof(path), "%s/rank.%0*d", j->o->output_dir, digits, r);
-  if (n < 0 || (size_t)n + 8 >= sizeof(path))
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "--output-filename: the path is too long");
-  if (mkdir(path, 0777) != 0 && errno != EEXIST)
-    return hvd_error(HVD_ERR_IO, "--output-filename: cannot make '%s': %s", path,
-                     strerror(errno));
-  for (int k = 0; k < 2; k++) {
-    memcpy(path + n, k == 0 ? "/stdout" : "/stderr", 8);
-    if ((p->files[k] = fopen(path, "we")) == NULL)
-      return hvd_error(HVD_ERR_IO, "--output-filename: cannot write '%s': %s", path,
-                       strerror(errno));
-  }
-  return HVD_OK;
 }
 
 /* ==== supervision =========================================================== */
@@ -423,8 +157,8 @@ static const char *host_of(const struct job *j, int r) { return j->hosts[j->slot
 
 static void signal_groups(struct job *j, int sig) {
   for (int r = 0; r < j->size; r++) {
-    if (j->procs[r].pid > 0)
-      (void)kill(-j->procs[r].pid, sig);
+    if (j->procs[r].p.pid > 0)
+      (void)kill(-j->procs[r].p.pid, sig);
   }
 }
 
@@ -438,20 +172,6 @@ static void stop_job(struct job *j, int exit_code) {
   signal_groups(j, SIGTERM);
 }
 
-static void describe_end(int status, char *out, size_t size, int *code) {
-  if (WIFEXITED(status)) {
-    *code = WEXITSTATUS(status);
-    snprintf(out, size, "exited with code %d", *code);
-  } else if (WIFSIGNALED(status)) {
-    *code = 128 + WTERMSIG(status);
-    snprintf(out, size, "was killed by signal %d (%s)", WTERMSIG(status),
-             strsignal(WTERMSIG(status)));
-  } else {
-    *code = 1;
-    snprintf(out, size, "ended with status 0x%x", (unsigned)status);
-  }
-}
-
 static void reap(struct job *j) {
   for (;;) {
     int status, code;
@@ -460,12 +180,12 @@ static void reap(struct job *j) {
     if (pid <= 0)
       return;
     for (int r = 0; r < j->size; r++) {
-      struct rank_proc *p = &j->procs[r];
+      struct hvdrun_proc *p = &j->procs[r].p;
       if (p->pid != pid || !p->running)
         continue;
       p->running = false;
       j->running--;
-      describe_end(status, why, sizeof(why), &code);
+      hvdrun_describe_end(status, why, sizeof(why), &code);
       if (j->o->verbose)
         fprintf(stderr, "hvdrun: rank %d on %s (pid %d) %s\n", r, host_of(j, r), (int)pid, why);
       if (code != 0 && !j->stopping) {
@@ -507,7 +227,7 @@ static void check_arrivals(struct job *j) {
                                 b != NULL)))
       p->arrived = true;
     rdzv_blob_unref(b);
-    missing += !p->arrived && p->running;
+    missing += !p->arrived && p->p.running;
   }
   if (missing == 0 && all) {
     j->all_arrived = true;
@@ -516,7 +236,7 @@ static void check_arrivals(struct job *j) {
   if (missing > 0 && hvd_now_ns() >= j->start_deadline && !j->stopping) {
     int shown = 0;
     for (int r = 0; r < j->size && shown < 8; r++) {
-      if (j->procs[r].arrived || !j->procs[r].running)
+      if (j->procs[r].arrived || !j->procs[r].p.running)
         continue;
       fprintf(stderr,
               "hvdrun: rank %d on host %s has not reached the rendezvous store within %d s "
@@ -529,22 +249,6 @@ static void check_arrivals(struct job *j) {
     stop_job(j, 1);
     j->all_arrived = true; /* reported once */
   }
-}
-
-static void forward(struct job *j, int r, int k) {
-  struct rank_proc *p = &j->procs[r];
-  char buf[READ_CHUNK];
-  ssize_t n = read(p->fds[k], buf, sizeof(buf));
-
-  if (n > 0) {
-    hvdrun_stream_feed(&p->streams[k], buf, (size_t)n);
-    return;
-  }
-  if (n < 0 && (errno == EINTR || errno == EAGAIN))
-    return;
-  hvdrun_stream_finish(&p->streams[k]);
-  close(p->fds[k]);
-  p->fds[k] = -1;
 }
 
 static int supervise(struct job *j) {
@@ -576,9 +280,9 @@ static int supervise(struct job *j) {
     pfds[n++] = (struct pollfd){.fd = j->sigfd, .events = POLLIN};
     for (int r = 0; r < j->size; r++) {
       for (int k = 0; k < 2; k++) {
-        if (j->procs[r].fds[k] >= 0) {
+        if (j->procs[r].p.fds[k] >= 0) {
           who[n] = r * 2 + k;
-          pfds[n++] = (struct pollfd){.fd = j->procs[r].fds[k], .events = POLLIN};
+          pfds[n++] = (struct pollfd){.fd = j->procs[r].p.fds[k], .events = POLLIN};
           open_fds++;
         }
       }
@@ -603,7 +307,7 @@ static int supervise(struct job *j) {
       on_signal(j);
     for (nfds_t i = 1; i < n; i++) {
       if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR))
-        forward(j, who[i] / 2, who[i] % 2);
+        hvdrun_proc_forward(&j->procs[who[i] / 2].p, who[i] % 2);
     }
     if (!j->all_arrived)
       check_arrivals(j);
@@ -612,15 +316,6 @@ static int supervise(struct job *j) {
               GRACE_S);
       signal_groups(j, SIGKILL);
       j->kill_at = HVD_NO_DEADLINE;
-    }
-  }
-  for (int r = 0; r < j->size; r++) {
-    for (int k = 0; k < 2; k++) {
-      if (j->procs[r].fds[k] >= 0) {
-        hvdrun_stream_finish(&j->procs[r].streams[k]);
-        close(j->procs[r].fds[k]);
-        j->procs[r].fds[k] = -1;
-      }
     }
   }
   free(pfds);
@@ -635,7 +330,7 @@ int hvdrun_run(const struct hvdrun_options *o, const struct hvdrun_host *hosts, 
   struct job j;
   sigset_t mask;
   hvd_status st = HVD_OK;
-  int code;
+  int code, digits = 1;
 
   memset(&j, 0, sizeof(j));
   j.o = o;
@@ -666,13 +361,12 @@ int hvdrun_run(const struct hvdrun_options *o, const struct hvdrun_host *hosts, 
     st = hvd_error(HVD_ERR_IO, "signalfd: %s", strerror(errno));
   if (st == HVD_OK)
     st = start_store(&j);
+  for (int v = size - 1; v >= 10; v /= 10)
+    digits++;
   for (int r = 0; r < size; r++) {
-    struct rank_proc *p = &j.procs[r];
-    p->fds[0] = p->fds[1] = -1;
-    if (st == HVD_OK && o->output_dir != NULL)
-      st = open_files(&j, r);
-    hvdrun_stream_init(&p->streams[0], r, false, stdout, p->files[0], o->prefix, o->timestamp);
-    hvdrun_stream_init(&p->streams[1], r, true, stderr, p->files[1], o->prefix, o->timestamp);
+    hvd_status opened = hvdrun_proc_init(&j.procs[r].p, o, r, digits);
+    if (st == HVD_OK)
+      st = opened;
   }
   j.start_deadline = hvd_now_ns() + (int64_t)o->start_timeout_s * 1000000000;
   for (int r = 0; r < size && st == HVD_OK; r++) {
@@ -685,13 +379,8 @@ int hvdrun_run(const struct hvdrun_options *o, const struct hvdrun_host *hosts, 
   }
   code = supervise(&j);
   rdzv_server_stop(j.server);
-  for (int r = 0; r < size; r++) {
-    for (int k = 0; k < 2; k++) {
-      hvdrun_stream_fini(&j.procs[r].streams[k]);
-      if (j.procs[r].files[k] != NULL)
-        fclose(j.procs[r].files[k]);
-    }
-  }
+  for (int r = 0; r < size; r++)
+    hvdrun_proc_fini(&j.procs[r].p);
   if (j.sigfd >= 0)
     close(j.sigfd);
   free(j.remote);

@@ -100,7 +100,7 @@ START_TEST(test_strerror_every_status) {
 END_TEST
 
 START_TEST(test_strerror_unknown) {
-  ck_assert_str_eq(hvd_strerror((hvd_status)(HVD_ERR_MISMATCH + 1)), "unknown status");
+  ck_assert_str_eq(hvd_strerror((hvd_status)(HVD_ERR_REMOVED + 1)), "unknown status");
   ck_assert_str_eq(hvd_strerror((hvd_status)1000), "unknown status");
 }
 END_TEST

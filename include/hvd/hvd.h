@@ -44,7 +44,9 @@ typedef enum hvd_status {
   HVD_ERR_PRECONDITION = 12,    /* called in the wrong state (not initialized, already running) */
   HVD_ERR_ABORTED = 13,         /* cancelled by shutdown or by a failure elsewhere */
   HVD_ERR_INTERNAL = 14,        /* a broken invariant inside hvd: please report it */
-  HVD_ERR_MISMATCH = 15         /* ranks submitted incompatible operations under one name */
+  HVD_ERR_MISMATCH = 15,        /* ranks submitted incompatible operations under one name */
+  HVD_ERR_HOSTS_UPDATED = 16,   /* elastic: hosts were added or removed; reset and go on */
+  HVD_ERR_REMOVED = 17          /* elastic: this worker is no longer part of the job */
 } hvd_status;
 
 /* Element types of tensors. Values are stable. */
@@ -361,6 +363,91 @@ HVD_API hvd_status hvd_process_set_ranks(int id, int *ranks, size_t cap, size_t 
  */
 HVD_API hvd_status hvd_timeline_start(const char *path, int mark_cycles);
 HVD_API hvd_status hvd_timeline_stop(void);
+
+/* ==== elastic jobs ==============================================================
+ *
+ * A job started by `hvdrun --min-np N ...` (or with --host-discovery-script)
+ * keeps training when workers fail or hosts come and go. The program
+ * registers the state that must survive (its parameters, optimizer state,
+ * step counter: caller buffers) and hands its training function to
+ * hvd_elastic_run. When a peer fails, every surviving worker's collectives
+ * fail (HVD_ERR_NETWORK, HVD_ERR_TIMEOUT or HVD_ERR_ABORTED); the function
+ * returns that status and hvd_elastic_run restores the last commit, leaves
+ * the old communicators, meets the others in the driver's next round (new
+ * rank and size: hvd_rank() and friends change), broadcasts the state from
+ * the new rank 0 (a worker that was in the job before, so new workers get
+ * it too) and calls the function again. When hosts are added or removed,
+ * hvd_elastic_commit returns HVD_ERR_HOSTS_UPDATED on every rank at the
+ * same commit, and the reset happens without a restore. A worker whose slot
+ * the driver removed gets HVD_ERR_REMOVED from hvd_elastic_run (and from
+ * any collective it tries after that) and should exit 0.
+ * Outside an elastic job the same calls work: a failure is then returned.
+ * The state is used by one thread at a time.
+ */
+typedef struct hvd_elastic_state_s hvd_elastic_state;
+
+/* Optional steps for state that does not live in registered buffers; each
+ * gets `user`, and a failure status fails the operation. sync runs after
+ * the buffers were broadcast, on every rank, and may call collectives. */
+typedef struct hvd_elastic_hooks {
+  hvd_status (*commit)(void *user);
+  hvd_status (*restore)(void *user);
+  hvd_status (*sync)(void *user);
+} hvd_elastic_hooks;
+
+HVD_API hvd_status hvd_elastic_state_create(hvd_elastic_state **out);
+/* NULL is a no-op. The registered buffers stay the caller's. */
+HVD_API void hvd_elastic_state_destroy(hvd_elastic_state *state);
+/* Registers bytes at data (borrowed until the state is destroyed) under a
+ * name unique in the state. Every rank registers the same names and sizes
+ * in the same order. */
+HVD_API hvd_status hvd_elastic_state_add(hvd_elastic_state *state, const char *name, void *data,
+                                         size_t bytes);
+HVD_API hvd_status hvd_elastic_state_set_hooks(hvd_elastic_state *state,
+                                               const hvd_elastic_hooks *hooks, void *user);
+/* Called after every reset, once hvd is initialized in the new round and
+ * before the state is synchronized (in registration order). */
+typedef void (*hvd_elastic_reset_callback)(void *arg);
+HVD_API hvd_status hvd_elastic_state_on_reset(hvd_elastic_state *state,
+                                              hvd_elastic_reset_callback callback, void *arg);
+
+/* Snapshots the buffers (and runs the commit hook), then checks for host
+ * changes: HVD_ERR_HOSTS_UPDATED when the driver announced some since this
+ * round began. Collective in an elastic job: every rank commits at the
+ * same step. */
+HVD_API hvd_status hvd_elastic_commit(hvd_elastic_state *state);
+/* Copies the last commit back into the buffers (then the restore hook). */
+HVD_API hvd_status hvd_elastic_restore(hvd_elastic_state *state);
+/* Broadcasts every buffer from rank 0, then runs the sync hook. Collective. */
+HVD_API hvd_status hvd_elastic_sync(hvd_elastic_state *state);
+
+/*
+ * Leaves the current round and joins the next one: shuts hvd down without
+ * waiting on dead peers, tells the driver this worker is ready, waits (up
+ * to HOROVOD_ELASTIC_TIMEOUT seconds) for the driver's next assignment and
+ * initializes hvd with it. HVD_ERR_REMOVED when the driver dropped this
+ * worker; HVD_ERR_PRECONDITION outside an elastic job. hvd_elastic_run
+ * calls it; a program with its own loop may too.
+ */
+HVD_API hvd_status hvd_elastic_reset(void);
+
+/* The function hvd_elastic_run calls: it trains from the state's current
+ * values and returns HVD_OK when done, or the status that stopped it. */
+typedef hvd_status (*hvd_elastic_train_fn)(hvd_elastic_state *state, void *arg);
+
+/*
+ * Syncs the state and calls train until it returns HVD_OK (then HVD_OK),
+ * resetting in between as described above: after HVD_ERR_NETWORK,
+ * HVD_ERR_TIMEOUT or HVD_ERR_ABORTED it restores the last commit first,
+ * after HVD_ERR_HOSTS_UPDATED it does not. Any other status is returned
+ * as is, as is a reset's failure. HOROVOD_ELASTIC_RESET_LIMIT (set by
+ * hvdrun --reset-limit) bounds the resets. hvd_init must have succeeded.
+ */
+HVD_API hvd_status hvd_elastic_run(hvd_elastic_state *state, hvd_elastic_train_fn train,
+                                   void *arg);
+
+/* How many resets this process has made. */
+HVD_API int hvd_elastic_resets(void);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,8 @@ HVD_API const char *hvd_strerror(hvd_status status) {
   case HVD_ERR_ABORTED: return "aborted";
   case HVD_ERR_INTERNAL: return "internal error";
   case HVD_ERR_MISMATCH: return "ranks disagree about an operation";
+  case HVD_ERR_HOSTS_UPDATED: return "hosts were added or removed (elastic reset)";
+  case HVD_ERR_REMOVED: return "this worker was removed from the elastic job";
   }
   return "unknown status";
 }

@@ -24,12 +24,18 @@ static struct coord_state *g_state; /* under g_rw */
  * rank meets the others' nth in a generation of its own, away from the
  * records the earlier ones left in the store. */
 static uint64_t g_inits;
+/* A worker the elastic driver removed (under g_life; read under g_rw too). */
+static bool g_removed;
+static char g_removed_msg[HVD_ERROR_MESSAGE_MAX];
 
 struct coord_state *coord_acquire(void) {
   pthread_rwlock_rdlock(&g_rw);
   if (g_state == NULL) {
     pthread_rwlock_unlock(&g_rw);
-    hvd_error(HVD_ERR_PRECONDITION, "hvd is not initialized (call hvd_init first)");
+    if (g_removed)
+      hvd_error(HVD_ERR_REMOVED, "%s", g_removed_msg);
+    else
+      hvd_error(HVD_ERR_PRECONDITION, "hvd is not initialized (call hvd_init first)");
     return NULL;
   }
   return g_state;
@@ -53,6 +59,7 @@ static void state_destroy(struct coord_state *s) {
   if (s == NULL)
     return;
   coord_loop_join(s);
+  coord_watch_stop(s->watch);
   coord_timeline_destroy(s->timeline);
   coord_controller_destroy(s->controller);
   coord_cache_fini(&s->cache);
@@ -139,7 +146,27 @@ static hvd_status control_handshake(struct coord_state *s) {
   return st;
 }
 
-static hvd_status state_create(struct coord_state **out) {
+/* Which ranks and generation this state takes: the round given (a reset),
+ * else the environment's, in the generation of the driver's round for an
+ * elastic worker and of this process's nth init otherwise. */
+static void take_round(struct coord_state *s, const struct coord_round *given,
+                       struct net_world_config *wcfg) {
+  if (given != NULL) {
+    s->round = *given;
+    wcfg->ctx.rank = given->rank;
+    wcfg->size = given->size;
+    wcfg->local_rank = given->local_rank;
+    wcfg->local_size = given->local_size;
+    wcfg->cross_rank = given->cross_rank;
+    wcfg->cross_size = given->cross_size;
+  } else {
+    s->round.round = s->elastic.elastic ? s->elastic.round : g_inits;
+    s->round.updates = s->elastic.updates;
+  }
+  wcfg->ctx.generation = s->round.round;
+}
+
+static hvd_status state_create(const struct coord_round *given, struct coord_state **out) {
   struct coord_state *s = calloc(1, sizeof(*s));
   struct net_world_config wcfg;
   int *all = NULL;
@@ -157,6 +184,10 @@ static hvd_status state_create(struct coord_state **out) {
   atomic_init(&s->closing, false);
 
   st = net_world_config_from_env(&wcfg);
+  if (st == HVD_OK)
+    st = coord_elastic_env(&s->elastic);
+  if (st == HVD_OK)
+    take_round(s, given, &wcfg);
   if (st == HVD_OK && wcfg.size > 1)
     st = rdzv_client_create_from_env(&s->store);
   if (st == HVD_OK)
@@ -164,7 +195,6 @@ static hvd_status state_create(struct coord_state **out) {
   if (st != HVD_OK)
     goto fail;
   wcfg.ctx.store = s->store;
-  wcfg.ctx.generation = g_inits;
   wcfg.ctx.store_host = hvd_env_str("HOROVOD_GLOO_RENDEZVOUS_ADDR");
   wcfg.ctx.store_port = (int)port;
   hvd_log_set_rank(wcfg.ctx.rank);
@@ -172,6 +202,15 @@ static hvd_status state_create(struct coord_state **out) {
     goto fail;
   s->rank = s->world->rank;
   s->size = s->world->size;
+  s->round.rank = s->rank;
+  s->round.size = s->size;
+  s->round.local_rank = s->world->local_rank;
+  s->round.local_size = s->world->local_size;
+  s->round.cross_rank = s->world->cross_rank;
+  s->round.cross_size = s->world->cross_size;
+  if (s->elastic.elastic && s->rank == 0 &&
+      (st = coord_watch_start(s->round.updates, &s->watch)) != HVD_OK)
+    goto fail;
   if ((all = malloc((size_t)s->size * sizeof(*all))) == NULL) {
     st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the control communicator");
     goto fail;
@@ -216,7 +255,7 @@ fail:
   return st;
 }
 
-HVD_API hvd_status hvd_init(void) {
+static hvd_status init(const struct coord_round *given) {
   struct coord_state *s = NULL;
   hvd_status st;
 
@@ -224,12 +263,14 @@ HVD_API hvd_status hvd_init(void) {
   pthread_rwlock_rdlock(&g_rw);
   st = g_state != NULL ? hvd_error(HVD_ERR_PRECONDITION, "hvd is already initialized") : HVD_OK;
   pthread_rwlock_unlock(&g_rw);
+  if (st == HVD_OK && g_removed)
+    st = hvd_error(HVD_ERR_REMOVED, "%s", g_removed_msg);
   if (st == HVD_OK)
     st = hvd_log_configure_from_env();
   if (st == HVD_OK) {
     /* Writing to a closed socket must be an error, not a signal. */
     signal(SIGPIPE, SIG_IGN);
-    st = state_create(&s);
+    st = state_create(given, &s);
   }
   if (st == HVD_OK) {
     pthread_rwlock_wrlock(&g_rw);
@@ -244,6 +285,39 @@ HVD_API hvd_status hvd_init(void) {
   }
   pthread_mutex_unlock(&g_life);
   return st;
+}
+
+HVD_API hvd_status hvd_init(void) { return init(NULL); }
+
+hvd_status coord_init_round(const struct coord_round *r) { return init(r); }
+
+hvd_status coord_current_round(struct coord_round *out, bool *elastic) {
+  struct coord_state *s = coord_acquire();
+  if (s == NULL)
+    return hvd_error_status();
+  *out = s->round;
+  *elastic = s->elastic.elastic;
+  coord_release();
+  return HVD_OK;
+}
+
+uint64_t coord_updates_seen(void) {
+  struct coord_state *s = coord_acquire();
+  uint64_t n = 0;
+  if (s == NULL)
+    return 0;
+  n = s->watch != NULL ? coord_watch_updates(s->watch) : s->round.updates;
+  coord_release();
+  return n;
+}
+
+void coord_mark_removed(const char *message) {
+  pthread_mutex_lock(&g_life);
+  pthread_rwlock_wrlock(&g_rw);
+  g_removed = true;
+  snprintf(g_removed_msg, sizeof(g_removed_msg), "%s", message);
+  pthread_rwlock_unlock(&g_rw);
+  pthread_mutex_unlock(&g_life);
 }
 
 HVD_API hvd_status hvd_shutdown(void) {

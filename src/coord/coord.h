@@ -391,9 +391,53 @@ enum coord_phase {
   COORD_STOPPED, /* shut down or failed: `failure` says which */
 };
 
+/* ==== elastic jobs (elastic_link.c, elastic.c) ================================ */
+
+/* One worker's place in one of the driver's rounds. */
+struct coord_round {
+  uint64_t round;   /* the transport generation of the round */
+  uint64_t updates; /* host updates the driver had announced when it published it */
+  int rank, size, local_rank, local_size, cross_rank, cross_size;
+};
+
+struct coord_elastic_env {
+  bool elastic;        /* HOROVOD_ELASTIC: started by hvdrun's elastic driver */
+  int64_t timeout_ms;  /* HOROVOD_ELASTIC_TIMEOUT */
+  int64_t reset_limit; /* HOROVOD_ELASTIC_RESET_LIMIT; -1: none */
+  uint64_t round;      /* HVD_ELASTIC_ROUND: the round this process started in */
+  uint64_t updates;    /* HVD_ELASTIC_UPDATES: that round's update count */
+  char host[RDZV_RECORD_HOST_MAX]; /* HOROVOD_HOSTNAME and HOROVOD_LOCAL_RANK at the */
+  int local_rank;                  /* start: the driver's name for this worker */
+};
+
+hvd_status coord_elastic_env(struct coord_elastic_env *out);
+/* Tells the driver this worker left round `leaving` and waits for the
+ * next round's assignment; HVD_ERR_REMOVED when it gives this worker none. */
+hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_t leaving,
+                                    struct coord_round *out);
+
+/* Rank 0's watch for the driver's host updates (a thread with one long-poll). */
+struct coord_watch;
+hvd_status coord_watch_start(uint64_t after, struct coord_watch **out);
+/* The number of the latest update seen. */
+uint64_t coord_watch_updates(struct coord_watch *w);
+void coord_watch_stop(struct coord_watch *w);
+
+/* hvd_init with the ranks of a round instead of the environment's. */
+hvd_status coord_init_round(const struct coord_round *r);
+/* The round of the running state: HVD_ERR_PRECONDITION when not initialized. */
+hvd_status coord_current_round(struct coord_round *out, bool *elastic);
+/* From now on hvd_init and every call that needs hvd fail with HVD_ERR_REMOVED. */
+void coord_mark_removed(const char *message);
+/* Rank 0: host updates the watch has seen (the round's count elsewhere). */
+uint64_t coord_updates_seen(void);
+
 struct coord_state {
   /* set by hvd_init, then read-only */
   struct coord_config cfg;
+  struct coord_elastic_env elastic;
+  struct coord_round round;   /* rank, size, generation of this state */
+  struct coord_watch *watch;  /* rank 0 of an elastic job */
   struct rdzv_client *store;
   struct net_world *world;
   struct net_comm *control;

@@ -36,6 +36,9 @@ struct rdzv_client {
   uint64_t rng;
   struct hvd_buf response;
   char curl_error[CURL_ERROR_SIZE];
+  int cancel_fd; /* readable: the call in progress gives up (-1: none) */
+  CURLM *multi;  /* drives transfers while cancel_fd is set */
+  bool cancelled;
 };
 
 /* What to send; the helpers below fill one per call. */
@@ -79,6 +82,7 @@ hvd_status rdzv_client_create(const char *host, int port, const char *token, int
     return hvd_error(HVD_ERR_NO_MEMORY, "rendezvous client: out of memory");
   snprintf(c->base_url, sizeof(c->base_url), v6 ? "http://[%s]:%d" : "http://%s:%d", host, port);
   c->timeout_ms = timeout_ms;
+  c->cancel_fd = -1;
   c->rng = (uint64_t)hvd_now_ns() ^ (uint64_t)(uintptr_t)c;
   hvd_buf_init(&c->response, RESPONSE_MAX);
   c->curl = curl_easy_init();
@@ -122,12 +126,21 @@ void rdzv_client_destroy(struct rdzv_client *c) {
     return;
   if (c->curl != NULL)
     curl_easy_cleanup(c->curl);
+  if (c->multi != NULL)
+    curl_multi_cleanup(c->multi);
   free(c->auth_header);
   hvd_buf_fini(&c->response);
   free(c);
 }
 
 int64_t rdzv_client_timeout_ms(const struct rdzv_client *c) { return c->timeout_ms; }
+
+hvd_status rdzv_client_set_cancel_fd(struct rdzv_client *c, int fd) {
+  if (fd >= 0 && c->multi == NULL && (c->multi = curl_multi_init()) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "rendezvous client: cannot create a curl multi handle");
+  c->cancel_fd = fd;
+  return HVD_OK;
+}
 
 static int64_t deadline_for(const struct rdzv_client *c, int64_t timeout_ms) {
   return hvd_deadline_after_ms(timeout_ms < 0 ? c->timeout_ms : timeout_ms);
@@ -225,6 +238,44 @@ static hvd_status configure(struct rdzv_client *c, const struct call *call, cons
   return HVD_OK;
 }
 
+/* One transfer. With a cancel fd, a multi handle drives it so that the
+ * wait can also watch that fd; CURLE_ABORTED_BY_CALLBACK then says it
+ * became readable. */
+static CURLcode transfer(struct rdzv_client *c) {
+  CURLcode rc = CURLE_OK;
+  CURLMsg *msg;
+  int running = 1, left;
+
+  if (c->cancel_fd < 0)
+    return curl_easy_perform(c->curl);
+  if (curl_multi_add_handle(c->multi, c->curl) != CURLM_OK)
+    return CURLE_OUT_OF_MEMORY;
+  while (running > 0) {
+    struct curl_waitfd cancel = {.fd = c->cancel_fd, .events = CURL_WAIT_POLLIN};
+    if (curl_multi_perform(c->multi, &running) != CURLM_OK) {
+      rc = CURLE_RECV_ERROR;
+      break;
+    }
+    if (running == 0)
+      break;
+    if (curl_multi_poll(c->multi, &cancel, 1, 1000, NULL) != CURLM_OK) {
+      rc = CURLE_RECV_ERROR;
+      break;
+    }
+    if (cancel.revents != 0) {
+      c->cancelled = true;
+      rc = CURLE_ABORTED_BY_CALLBACK;
+      break;
+    }
+  }
+  while ((msg = curl_multi_info_read(c->multi, &left)) != NULL) {
+    if (msg->msg == CURLMSG_DONE && msg->easy_handle == c->curl && rc == CURLE_OK)
+      rc = msg->data.result;
+  }
+  curl_multi_remove_handle(c->multi, c->curl);
+  return rc;
+}
+
 /*
  * Runs the call until the server answers or the deadline passes. On success
  * *code is the HTTP status and c->response holds the body.
@@ -249,7 +300,8 @@ static hvd_status perform(struct rdzv_client *c, const struct call *call, long *
     c->curl_error[0] = '\0';
     configure(c, call, url.data, headers);
     attempts++;
-    rc = curl_easy_perform(c->curl);
+    c->cancelled = false;
+    rc = transfer(c);
     if (rc == CURLE_OK) {
       curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, code);
       break;
@@ -275,6 +327,8 @@ static hvd_status perform(struct rdzv_client *c, const struct call *call, long *
 
   const char *detail = c->curl_error[0] ? c->curl_error : curl_easy_strerror(rc);
   double waited = (double)(hvd_now_ns() - started) / 1e9;
+  if (c->cancelled)
+    return hvd_error(HVD_ERR_ABORTED, "rendezvous %s: %s: cancelled", c->base_url, what);
   if (rc == CURLE_WRITE_ERROR && hvd_error_status() == HVD_ERR_TOO_LARGE)
     return hvd_error(HVD_ERR_TOO_LARGE, "rendezvous %s: %s: the answer exceeds %u bytes",
                      c->base_url, what, (unsigned)RESPONSE_MAX);

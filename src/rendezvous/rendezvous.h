@@ -81,6 +81,11 @@ struct rdzv_record {
   size_t naddrs;
 };
 
+/* What the elastic driver writes in place of the records that never came
+ * when it abandons a round (a worker failed while the others met): the
+ * ranks waiting for them give up at once instead of at their timeout. */
+#define RDZV_RECORD_ABANDONED "hvd:round-abandoned"
+
 hvd_status rdzv_record_encode(const struct rdzv_record *r, struct hvd_buf *out);
 hvd_status rdzv_record_decode(const void *text, size_t len, struct rdzv_record *out);
 
@@ -261,6 +266,9 @@ hvd_status rdzv_client_create(const char *host, int port, const char *token, int
 hvd_status rdzv_client_create_from_env(struct rdzv_client **out);
 void rdzv_client_destroy(struct rdzv_client *c);
 int64_t rdzv_client_timeout_ms(const struct rdzv_client *c);
+/* While fd >= 0, a call gives up with HVD_ERR_ABORTED as soon as fd is
+ * readable (it is not read): another thread can end a long-poll at once. */
+hvd_status rdzv_client_set_cancel_fd(struct rdzv_client *c, int fd);
 
 hvd_status rdzv_client_set(struct rdzv_client *c, const char *scope, const char *key,
                            const void *value, size_t len);

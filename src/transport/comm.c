@@ -65,6 +65,12 @@ static hvd_status collect(struct net_comm *comm) {
                      "scope '%s' holds %zu keys but none for rank %d (do all ranks agree on the "
                      "size %d?)",
                      comm->scope, view.count, r, comm->size);
+    else if (e->value_len == strlen(RDZV_RECORD_ABANDONED) &&
+             memcmp(e->value, RDZV_RECORD_ABANDONED, e->value_len) == 0)
+      st = hvd_error(HVD_ERR_ABORTED,
+                     "scope '%s': the elastic driver abandoned this round before rank %d came "
+                     "(a worker failed); the next round follows",
+                     comm->scope, r);
     else if (rdzv_record_decode(e->value, e->value_len, rec) != HVD_OK)
       st = hvd_error_prefix("scope '%s', rank %d", comm->scope, r);
     else if (rec->rank != r)

@@ -1,0 +1,375 @@
+/*
+ * What every hvdrun job does with its ranks, static or elastic: the store's
+ * token and address, the variables every rank gets, starting a rank on its
+ * host, and forwarding its output.
+ *
+ * DESIGN. A local rank starts by fork and exec with hvdrun's environment
+ * plus the rank's; a remote one through ssh (or --ssh-command) with `cd`
+ * to this directory and the rank's variables on an `env` command line.
+ * Every rank runs in a process group of its own, so that stopping it stops
+ * everything it started, and dies with hvdrun (PR_SET_PDEATHSIG). Between
+ * fork and exec the child only makes async-signal-safe calls: the store's
+ * threads exist by then.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "transport/transport.h"
+
+extern char **environ;
+
+enum { READ_CHUNK = 64 * 1024 };
+
+/* ==== the store ============================================================= */
+
+hvd_status hvdrun_make_token(char *out, size_t size) {
+  unsigned char raw[24];
+  size_t got = 0;
+  while (got < sizeof(raw)) {
+    ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+    if (n < 0 && errno != EINTR)
+      return hvd_error(HVD_ERR_IO, "cannot make a job token: getrandom: %s", strerror(errno));
+    if (n > 0)
+      got += (size_t)n;
+  }
+  for (size_t i = 0; i < sizeof(raw) && 2 * i + 2 < size; i++)
+    snprintf(out + 2 * i, 3, "%02x", raw[i]);
+  return HVD_OK;
+}
+
+hvd_status hvdrun_store_address(const struct hvdrun_options *o, const char *const *remote_hosts,
+                                size_t nremote, char *out, size_t size) {
+  const char *remote = nremote > 0 ? remote_hosts[0] : NULL;
+  struct net_addr addrs[NET_MAX_ADDRS];
+  size_t n = 0;
+  hvd_status st;
+
+  if (remote == NULL) {
+    snprintf(out, size, "127.0.0.1");
+    return HVD_OK;
+  }
+  st = net_select_addresses(o->iface, remote, o->ssh_port > 0 ? o->ssh_port : 22, addrs,
+                            NET_MAX_ADDRS, &n);
+  if (st != HVD_OK && o->iface == NULL) {
+    /* A host name only the remote shell knows (a pod behind kubectl exec):
+     * this host's first address that is not loopback. */
+    struct net_iface ifs[NET_MAX_IFACES];
+    size_t nifs = 0;
+    char why[HVD_ERROR_MESSAGE_MAX];
+    snprintf(why, sizeof(why), "%s", hvd_last_error_message());
+    if (net_iface_list(ifs, NET_MAX_IFACES, &nifs) == HVD_OK) {
+      for (size_t i = 0; i < nifs && n == 0; i++) {
+        if (!ifs[i].loopback && ifs[i].addr.ss.ss_family == AF_INET)
+          addrs[n++] = ifs[i].addr;
+      }
+    }
+    if (n == 0)
+      return hvd_error(HVD_ERR_NOT_FOUND,
+                       "choosing the address remote ranks reach the store at: %s, and this host "
+                       "has no other IPv4 address (use --network-interface)",
+                       why);
+    st = HVD_OK;
+  }
+  if (st != HVD_OK)
+    return hvd_error_prefix("choosing the address remote ranks reach the store at");
+  if (n == 0)
+    return hvd_error(HVD_ERR_NOT_FOUND, "no address of this host reaches %s", remote);
+  net_addr_format(&addrs[0], out, size);
+  return HVD_OK;
+}
+
+/* ==== a rank's command ====================================================== */
+
+static bool exported_remotely(const char *kv) {
+  return strncmp(kv, "HOROVOD_", 8) == 0 || strncmp(kv, "HVD_", 4) == 0 ||
+         strncmp(kv, "NCCL_", 5) == 0;
+}
+
+hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int port,
+                           const char *token, struct hvdrun_env *e) {
+  hvd_status st = HVD_OK;
+
+#define SET(...) \
+  if (st == HVD_OK) \
+  st = hvdrun_env_set(e, __VA_ARGS__)
+  SET("HOROVOD_GLOO_RENDEZVOUS_ADDR", "%s", addr);
+  SET("HOROVOD_GLOO_RENDEZVOUS_PORT", "%d", port);
+  SET("HOROVOD_CONTROLLER", "gloo");
+  SET("HOROVOD_CPU_OPERATIONS", "gloo");
+  SET("HVD_TOKEN", "%s", token);
+  if (o->iface != NULL) {
+    SET("HOROVOD_GLOO_IFACE", "%s", o->iface);
+    SET("NCCL_SOCKET_IFNAME", "%s", o->iface);
+  }
+  if (o->log_level != NULL)
+    SET("HOROVOD_LOG_LEVEL", "%s", o->log_level);
+  if (o->timeline != NULL)
+    SET("HOROVOD_TIMELINE", "%s", o->timeline);
+  if (o->fusion_mb != NULL)
+    SET("HOROVOD_FUSION_THRESHOLD", "%.0f", strtod(o->fusion_mb, NULL) * 1024 * 1024);
+  if (o->cycle_ms != NULL)
+    SET("HOROVOD_CYCLE_TIME", "%s", o->cycle_ms);
+  if (o->cache_capacity != NULL)
+    SET("HOROVOD_CACHE_CAPACITY", "%s", o->cache_capacity);
+  if (o->gloo_timeout_s != NULL)
+    SET("HOROVOD_GLOO_TIMEOUT_SECONDS", "%s", o->gloo_timeout_s);
+  if (o->hier_allreduce)
+    SET("HOROVOD_HIERARCHICAL_ALLREDUCE", "1");
+  if (o->hier_allgather)
+    SET("HOROVOD_HIERARCHICAL_ALLGATHER", "1");
+  for (size_t i = 0; i < o->nexports && st == HVD_OK; i++) {
+    const char *x = o->exports[i];
+    if (strchr(x, '=') != NULL)
+      st = hvdrun_env_put(e, x);
+    else if (getenv(x) != NULL)
+      SET(x, "%s", getenv(x));
+  }
+#undef SET
+  return st;
+}
+
+/* What to exec: argv, and env for a local rank (a remote one carries its
+ * variables on its command line). */
+static hvd_status command(const struct hvdrun_options *o, const char *host, bool remote,
+                          const struct hvdrun_env *rank_vars, struct hvdrun_argv *argv,
+                          struct hvdrun_env *env) {
+  struct hvdrun_env vars = {0};
+  char cwd[4096], *text = NULL, port[16];
+  size_t len = 0, cap = 0;
+  hvd_status st = HVD_OK;
+
+  for (char **e = environ; *e != NULL && st == HVD_OK; e++) {
+    if (!remote || exported_remotely(*e))
+      st = hvdrun_env_put(&vars, *e);
+  }
+  for (size_t i = 0; i < rank_vars->n && st == HVD_OK; i++)
+    st = hvdrun_env_put(&vars, rank_vars->vars[i]);
+  if (st != HVD_OK || !remote) {
+    for (int i = 0; i < o->ncommand && st == HVD_OK; i++)
+      st = hvdrun_argv_add(argv, o->command[i]);
+    *env = vars;
+    return st;
+  }
+  /* Remote: cd DIR >/dev/null 2>&1; exec env K=V ... COMMAND */
+  if (getcwd(cwd, sizeof(cwd)) == NULL)
+    st = hvd_error(HVD_ERR_IO, "getcwd: %s", strerror(errno));
+  if (st == HVD_OK)
+    st = hvdrun_append(&text, &len, &cap, "cd ");
+  if (st == HVD_OK)
+    st = hvdrun_shell_quote(cwd, &text, &len, &cap);
+  if (st == HVD_OK)
+    st = hvdrun_append(&text, &len, &cap, " >/dev/null 2>&1; exec env");
+  for (size_t i = 0; i < vars.n && st == HVD_OK; i++) {
+    st = hvdrun_append(&text, &len, &cap, " ");
+    if (st == HVD_OK)
+      st = hvdrun_shell_quote(vars.vars[i], &text, &len, &cap);
+  }
+  for (int i = 0; i < o->ncommand && st == HVD_OK; i++) {
+    st = hvdrun_append(&text, &len, &cap, " ");
+    if (st == HVD_OK)
+      st = hvdrun_shell_quote(o->command[i], &text, &len, &cap);
+  }
+  hvdrun_env_fini(&vars);
+  if (st == HVD_OK && strcmp(o->ssh_command, "ssh") == 0) {
+    /* As horovodrun runs it; stdin is /dev/null anyway. */
+    const char *fixed[] = {"ssh", "-o", "PasswordAuthentication=no", "-o",
+                           "StrictHostKeyChecking=no"};
+    for (size_t i = 0; i < HVD_ARRAY_SIZE(fixed) && st == HVD_OK; i++)
+      st = hvdrun_argv_add(argv, fixed[i]);
+    snprintf(port, sizeof(port), "%d", o->ssh_port);
+    if (st == HVD_OK && o->ssh_port > 0 && (st = hvdrun_argv_add(argv, "-p")) == HVD_OK)
+      st = hvdrun_argv_add(argv, port);
+    if (st == HVD_OK && o->ssh_identity != NULL && (st = hvdrun_argv_add(argv, "-i")) == HVD_OK)
+      st = hvdrun_argv_add(argv, o->ssh_identity);
+  } else if (st == HVD_OK) {
+    /* --ssh-command is a shell snippet: CMD HOST COMMAND. */
+    char *snippet = NULL;
+    size_t sl = 0, sc = 0;
+    st = hvdrun_append(&snippet, &sl, &sc, o->ssh_command);
+    if (st == HVD_OK)
+      st = hvdrun_append(&snippet, &sl, &sc, " \"$@\"");
+    if (st == HVD_OK)
+      st = hvdrun_argv_add(argv, "/bin/sh");
+    if (st == HVD_OK)
+      st = hvdrun_argv_add(argv, "-c");
+    if (st == HVD_OK)
+      st = hvdrun_argv_add(argv, snippet);
+    if (st == HVD_OK)
+      st = hvdrun_argv_add(argv, "hvdrun-remote-shell");
+    free(snippet);
+  }
+  if (st == HVD_OK)
+    st = hvdrun_argv_add(argv, host);
+  if (st == HVD_OK)
+    st = hvdrun_argv_add(argv, text);
+  free(text);
+  for (char **e = environ; *e != NULL && st == HVD_OK; e++) /* ssh itself: hvdrun's */
+    st = hvdrun_env_put(env, *e);
+  return st;
+}
+
+/* ==== starting a rank ======================================================= */
+
+static void child_fail(const char *what, const char *arg) {
+  /* write(2) only: this runs between fork and exec. */
+  const char *err = strerror(errno);
+  (void)!write(2, "hvdrun: ", 8);
+  (void)!write(2, what, strlen(what));
+  (void)!write(2, arg, strlen(arg));
+  (void)!write(2, ": ", 2);
+  (void)!write(2, err, strlen(err));
+  (void)!write(2, "\n", 1);
+}
+
+hvd_status hvdrun_proc_start(struct hvdrun_proc *p, const struct hvdrun_options *o,
+                             const char *host, bool remote, const struct hvdrun_env *vars,
+                             int label) {
+  struct hvdrun_argv argv = {0};
+  struct hvdrun_env env = {0};
+  char **envp = NULL;
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  hvd_status st = command(o, host, remote, vars, &argv, &env);
+
+  if (st == HVD_OK && (envp = hvdrun_env_array(&env)) == NULL)
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot build rank %d's environment", label);
+  if (st == HVD_OK && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))
+    st = hvd_error(HVD_ERR_IO, "pipe: %s", strerror(errno));
+  if (st == HVD_OK && o->verbose) {
+    fprintf(stderr, "hvdrun: rank %d on %s:", label, host);
+    for (size_t i = 0; i < argv.n; i++)
+      fprintf(stderr, " %s", argv.v[i]);
+    fputc('\n', stderr);
+  }
+  if (st == HVD_OK) {
+    pid_t parent = getpid(), pid = fork();
+    if (pid < 0) {
+      st = hvd_error(HVD_ERR_IO, "fork: %s", strerror(errno));
+    } else if (pid == 0) {
+      sigset_t none;
+      int in = open("/dev/null", O_RDONLY);
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, NULL);
+      signal(SIGPIPE, SIG_DFL);
+      setpgid(0, 0);
+      /* If hvdrun itself is killed (SIGKILL leaves it no say), the rank
+       * goes too instead of running on unsupervised. */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent)
+        _exit(128 + SIGKILL);
+      if (in >= 0)
+        dup2(in, 0);
+      dup2(out[1], 1);
+      dup2(err[1], 2);
+      execvpe(argv.v[0], argv.v, envp);
+      child_fail("cannot run ", argv.v[0]);
+      _exit(127);
+    } else {
+      setpgid(pid, pid); /* (also in the child: whichever runs first) */
+      p->pid = pid;
+      p->running = true;
+      p->fds[0] = out[0];
+      p->fds[1] = err[0];
+      out[0] = err[0] = -1;
+    }
+  }
+  for (int k = 0; k < 2; k++) {
+    if (out[k] >= 0)
+      close(out[k]);
+    if (err[k] >= 0)
+      close(err[k]);
+  }
+  free(envp);
+  hvdrun_env_fini(&env);
+  hvdrun_argv_fini(&argv);
+  return st;
+}
+
+static hvd_status open_files(struct hvdrun_proc *p, const struct hvdrun_options *o, int label,
+                             int digits) {
+  char path[4096];
+  int n;
+
+  if (mkdir(o->output_dir, 0777) != 0 && errno != EEXIST)
+    return hvd_error(HVD_ERR_IO, "--output-filename: cannot make '%s': %s", o->output_dir,
+                     strerror(errno));
+  n = snprintf(path, sizeof(path), "%s/rank.%0*d", o->output_dir, digits, label);
+  if (n < 0 || (size_t)n + 8 >= sizeof(path))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "--output-filename: the path is too long");
+  if (mkdir(path, 0777) != 0 && errno != EEXIST)
+    return hvd_error(HVD_ERR_IO, "--output-filename: cannot make '%s': %s", path,
+                     strerror(errno));
+  for (int k = 0; k < 2; k++) {
+    memcpy(path + n, k == 0 ? "/stdout" : "/stderr", 8);
+    if ((p->files[k] = fopen(path, "we")) == NULL)
+      return hvd_error(HVD_ERR_IO, "--output-filename: cannot write '%s': %s", path,
+                       strerror(errno));
+  }
+  return HVD_OK;
+}
+
+/* ==== a rank ================================================================ */
+
+hvd_status hvdrun_proc_init(struct hvdrun_proc *p, const struct hvdrun_options *o, int label,
+                            int digits) {
+  hvd_status st = HVD_OK;
+  memset(p, 0, sizeof(*p));
+  p->fds[0] = p->fds[1] = -1;
+  if (o->output_dir != NULL)
+    st = open_files(p, o, label, digits);
+  hvdrun_stream_init(&p->streams[0], label, false, stdout, p->files[0], o->prefix, o->timestamp);
+  hvdrun_stream_init(&p->streams[1], label, true, stderr, p->files[1], o->prefix, o->timestamp);
+  return st;
+}
+
+void hvdrun_proc_fini(struct hvdrun_proc *p) {
+  for (int k = 0; k < 2; k++) {
+    if (p->fds[k] >= 0) {
+      hvdrun_stream_finish(&p->streams[k]);
+      close(p->fds[k]);
+      p->fds[k] = -1;
+    }
+    hvdrun_stream_fini(&p->streams[k]);
+    if (p->files[k] != NULL)
+      fclose(p->files[k]);
+    p->files[k] = NULL;
+  }
+}
+
+void hvdrun_proc_forward(struct hvdrun_proc *p, int k) {
+  char buf[READ_CHUNK];
+  ssize_t n = read(p->fds[k], buf, sizeof(buf));
+
+  if (n > 0) {
+    hvdrun_stream_feed(&p->streams[k], buf, (size_t)n);
+    return;
+  }
+  if (n < 0 && (errno == EINTR || errno == EAGAIN))
+    return;
+  hvdrun_stream_finish(&p->streams[k]);
+  close(p->fds[k]);
+  p->fds[k] = -1;
+}
+
+void hvdrun_describe_end(int status, char *out, size_t size, int *code) {
+  if (WIFEXITED(status)) {
+    *code = WEXITSTATUS(status);
+    snprintf(out, size, "exited with code %d", *code);
+  } else if (WIFSIGNALED(status)) {
+    *code = 128 + WTERMSIG(status);
+    snprintf(out, size, "was killed by signal %d (%s)", WTERMSIG(status),
+             strsignal(WTERMSIG(status)));
+  } else {
+    *code = 1;
+    snprintf(out, size, "ended with status 0x%x", (unsigned)status);
+  }
+}
+

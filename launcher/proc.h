@@ -1,0 +1,54 @@
+/* What every hvdrun job does with its ranks, static or elastic (proc.c):
+ * the store's token and address, the variables every rank gets, starting
+ * a rank on its host, forwarding its output, and naming how it ended. */
+#ifndef HVD_LAUNCHER_PROC_H
+#define HVD_LAUNCHER_PROC_H
+
+#include "hvdrun.h"
+
+/* A random job token: 48 hex digits (out has room for 49 bytes). */
+hvd_status hvdrun_make_token(char *out, size_t size);
+
+/* Where ranks reach the store: 127.0.0.1 when no host is remote, else the
+ * interface --network-interface names or the route to the first remote
+ * host (for a name only the remote shell knows, this host's first IPv4
+ * address that is not loopback). */
+hvd_status hvdrun_store_address(const struct hvdrun_options *o, const char *const *remote_hosts,
+                                size_t nremote, char *out, size_t size);
+
+/* The variables every rank of the job gets: the store, the token, the
+ * knobs given as options and the -x exports. */
+hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int port,
+                           const char *token, struct hvdrun_env *e);
+
+/* One started rank (or elastic worker). */
+struct hvdrun_proc {
+  pid_t pid;    /* its process group too; 0 before the start */
+  bool running; /* not reaped yet */
+  int fds[2];   /* stdout, stderr pipes; -1 at EOF */
+  struct hvdrun_stream streams[2];
+  FILE *files[2]; /* --output-filename copies */
+};
+
+/* Sets up the output side: label is the number the lines are prefixed
+ * with (and the rank.<label> directory of --output-filename, its digits
+ * wide). */
+hvd_status hvdrun_proc_init(struct hvdrun_proc *p, const struct hvdrun_options *o, int label,
+                            int digits);
+/* Starts the command on host (through the remote shell when remote) with
+ * hvdrun's environment (a remote one: only HOROVOD_, HVD_ and NCCL_
+ * variables) plus vars, in a process group of its own. */
+hvd_status hvdrun_proc_start(struct hvdrun_proc *p, const struct hvdrun_options *o,
+                             const char *host, bool remote, const struct hvdrun_env *vars,
+                             int label);
+/* Reads what is waiting on pipe k (0 stdout, 1 stderr) and forwards it;
+ * closes the pipe at its end. */
+void hvdrun_proc_forward(struct hvdrun_proc *p, int k);
+/* Flushes partial lines, closes pipes and files. */
+void hvdrun_proc_fini(struct hvdrun_proc *p);
+
+/* "exited with code 3" / "was killed by signal 9 (Killed)", and the exit
+ * code hvdrun reports for it (128 + signal for a signal). */
+void hvdrun_describe_end(int status, char *out, size_t size, int *code);
+
+#endif

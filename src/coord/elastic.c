@@ -1,0 +1,291 @@
+/*
+ * Elastic state and the elastic run helper: the public hvd_elastic_* API.
+ *
+ * DESIGN. The state is a list of caller buffers with a snapshot each.
+ * commit copies buffers to snapshots, restore copies back, sync broadcasts
+ * the buffers from rank 0 (all at once, then waits). In an elastic job,
+ * commit also broadcasts rank 0's count of host updates (what its watch
+ * has seen), so every rank compares the same number with the count its
+ * round started with and all of them interrupt at the same commit.
+ * hvd_elastic_reset = hvd_shutdown (which does not wait on peers that are
+ * already gone: a failed loop has stopped) + the driver's next round +
+ * init with its ranks. The run helper always syncs after a reset, also
+ * after an interrupt for removed hosts only: syncing costs one broadcast
+ * and a survivor that skipped it while a new worker waited in it would
+ * hang both.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord.h"
+
+enum { NAME_MAX_BYTES = 200 };
+
+struct buffer {
+  char name[NAME_MAX_BYTES + 1];
+  void *data;
+  size_t bytes;
+  void *saved;
+};
+
+struct reset_callback {
+  hvd_elastic_reset_callback fn;
+  void *arg;
+};
+
+struct hvd_elastic_state_s {
+  struct buffer *bufs;
+  size_t n, cap;
+  struct reset_callback *resets;
+  size_t nresets;
+  hvd_elastic_hooks hooks;
+  void *user;
+  bool committed; /* restore has something to go back to */
+};
+
+static atomic_int g_resets;
+
+HVD_API hvd_status hvd_elastic_state_create(hvd_elastic_state **out) {
+  if (out == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_elastic_state_create: out is NULL");
+  if ((*out = calloc(1, sizeof(**out))) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate an elastic state");
+  return HVD_OK;
+}
+
+HVD_API void hvd_elastic_state_destroy(hvd_elastic_state *state) {
+  if (state == NULL)
+    return;
+  for (size_t i = 0; i < state->n; i++)
+    free(state->bufs[i].saved);
+  free(state->bufs);
+  free(state->resets);
+  free(state);
+}
+
+HVD_API hvd_status hvd_elastic_state_add(hvd_elastic_state *state, const char *name, void *data,
+                                         size_t bytes) {
+  struct buffer *b;
+
+  if (state == NULL || name == NULL || name[0] == '\0' || strlen(name) > NAME_MAX_BYTES ||
+      (data == NULL && bytes > 0))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "hvd_elastic_state_add: needs a state, a name of 1-%d bytes and a buffer",
+                     NAME_MAX_BYTES);
+  for (size_t i = 0; i < state->n; i++) {
+    if (strcmp(state->bufs[i].name, name) == 0)
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                       "hvd_elastic_state_add: '%s' is already registered", name);
+  }
+  if (state->n == state->cap) {
+    size_t cap = state->cap ? state->cap * 2 : 8;
+    struct buffer *grown = realloc(state->bufs, cap * sizeof(*grown));
+    if (grown == NULL)
+      return hvd_error(HVD_ERR_NO_MEMORY, "cannot register '%s'", name);
+    state->bufs = grown;
+    state->cap = cap;
+  }
+  b = &state->bufs[state->n];
+  memset(b, 0, sizeof(*b));
+  snprintf(b->name, sizeof(b->name), "%s", name);
+  b->data = data;
+  b->bytes = bytes;
+  if ((b->saved = malloc(bytes > 0 ? bytes : 1)) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the snapshot of '%s' (%zu bytes)", name,
+                     bytes);
+  memcpy(b->saved, data, bytes); /* registering counts as the first commit */
+  state->n++;
+  state->committed = true;
+  return HVD_OK;
+}
+
+HVD_API hvd_status hvd_elastic_state_set_hooks(hvd_elastic_state *state,
+                                               const hvd_elastic_hooks *hooks, void *user) {
+  if (state == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_elastic_state_set_hooks: no state");
+  memset(&state->hooks, 0, sizeof(state->hooks));
+  if (hooks != NULL)
+    state->hooks = *hooks;
+  state->user = user;
+  return HVD_OK;
+}
+
+HVD_API hvd_status hvd_elastic_state_on_reset(hvd_elastic_state *state,
+                                              hvd_elastic_reset_callback callback, void *arg) {
+  struct reset_callback *grown;
+  if (state == NULL || callback == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "hvd_elastic_state_on_reset: needs a state and a callback");
+  grown = realloc(state->resets, (state->nresets + 1) * sizeof(*grown));
+  if (grown == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot register a reset callback");
+  state->resets = grown;
+  state->resets[state->nresets++] = (struct reset_callback){callback, arg};
+  return HVD_OK;
+}
+
+/* ==== commit, restore, sync ===================================================== */
+
+/* Rank 0's update count, the same on every rank afterwards. */
+static hvd_status agree_on_updates(uint64_t *updates) {
+  unsigned char bytes[8];
+  int64_t shape[1] = {8};
+  hvd_tensor t = {"hvd.elastic.updates", HVD_UINT8, 1, shape, bytes, bytes};
+  hvd_status st;
+
+  hvd_put_le64(bytes, coord_updates_seen());
+  st = hvd_broadcast(&t, NULL);
+  *updates = hvd_get_le64(bytes);
+  return st;
+}
+
+HVD_API hvd_status hvd_elastic_commit(hvd_elastic_state *state) {
+  struct coord_round round;
+  uint64_t updates;
+  bool elastic = false;
+  hvd_status st;
+
+  if (state == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_elastic_commit: no state");
+  for (size_t i = 0; i < state->n; i++)
+    memcpy(state->bufs[i].saved, state->bufs[i].data, state->bufs[i].bytes);
+  state->committed = true;
+  if (state->hooks.commit != NULL && (st = state->hooks.commit(state->user)) != HVD_OK)
+    return hvd_error_prefix("hvd_elastic_commit: the commit hook");
+  if (coord_current_round(&round, &elastic) != HVD_OK || !elastic)
+    return HVD_OK; /* nothing to check outside an elastic job (or before init) */
+  if ((st = agree_on_updates(&updates)) != HVD_OK)
+    return hvd_error_prefix("hvd_elastic_commit");
+  if (updates > round.updates)
+    return hvd_error(HVD_ERR_HOSTS_UPDATED,
+                     "hvd_elastic_commit: the elastic driver announced host changes "
+                     "(update %llu; this round started after update %llu)",
+                     (unsigned long long)updates, (unsigned long long)round.updates);
+  return HVD_OK;
+}
+
+HVD_API hvd_status hvd_elastic_restore(hvd_elastic_state *state) {
+  if (state == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_elastic_restore: no state");
+  for (size_t i = 0; i < state->n; i++)
+    memcpy(state->bufs[i].data, state->bufs[i].saved, state->bufs[i].bytes);
+  if (state->hooks.restore != NULL && state->hooks.restore(state->user) != HVD_OK)
+    return hvd_error_prefix("hvd_elastic_restore: the restore hook");
+  return HVD_OK;
+}
+
+HVD_API hvd_status hvd_elastic_sync(hvd_elastic_state *state) {
+  hvd_handle *handles;
+  hvd_status st = HVD_OK, first = HVD_OK;
+  char first_msg[HVD_ERROR_MESSAGE_MAX] = "";
+
+  if (state == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_elastic_sync: no state");
+  if ((handles = calloc(state->n + 1, sizeof(*handles))) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "hvd_elastic_sync: out of memory");
+  for (size_t i = 0; i < state->n && st == HVD_OK; i++) {
+    struct buffer *b = &state->bufs[i];
+    char name[NAME_MAX_BYTES + 32];
+    int64_t shape[1] = {(int64_t)b->bytes};
+    hvd_tensor t = {name, HVD_UINT8, 1, shape, b->data, b->data};
+    snprintf(name, sizeof(name), "hvd.elastic.sync.%s", b->name);
+    st = hvd_broadcast_async(&t, NULL, &handles[i]);
+  }
+  if (st != HVD_OK) {
+    first = st;
+    snprintf(first_msg, sizeof(first_msg), "%s", hvd_last_error_message());
+  }
+  for (size_t i = 0; i < state->n; i++) {
+    if (handles[i] == NULL)
+      continue;
+    st = hvd_handle_wait(handles[i]);
+    if (st != HVD_OK && first == HVD_OK) {
+      first = st;
+      snprintf(first_msg, sizeof(first_msg), "%s", hvd_last_error_message());
+    }
+    hvd_handle_release(handles[i]);
+  }
+  free(handles);
+  if (first != HVD_OK)
+    return hvd_error(first, "hvd_elastic_sync: %s", first_msg);
+  if (state->hooks.sync != NULL && state->hooks.sync(state->user) != HVD_OK)
+    return hvd_error_prefix("hvd_elastic_sync: the sync hook");
+  return HVD_OK;
+}
+
+/* ==== reset and run ============================================================== */
+
+HVD_API hvd_status hvd_elastic_reset(void) {
+  struct coord_elastic_env env;
+  struct coord_round was, next;
+  bool elastic = false;
+  hvd_status st;
+
+  if ((st = coord_current_round(&was, &elastic)) != HVD_OK)
+    return hvd_error_prefix("hvd_elastic_reset");
+  if (!elastic)
+    return hvd_error(HVD_ERR_PRECONDITION,
+                     "hvd_elastic_reset: this is not an elastic job (start it with hvdrun "
+                     "--min-np or --host-discovery-script)");
+  if ((st = coord_elastic_env(&env)) != HVD_OK)
+    return hvd_error_prefix("hvd_elastic_reset");
+  hvd_shutdown();
+  atomic_fetch_add(&g_resets, 1);
+  st = coord_elastic_next_round(&env, was.round, &next);
+  if (st == HVD_ERR_REMOVED) {
+    coord_mark_removed(hvd_last_error_message());
+    return HVD_ERR_REMOVED;
+  }
+  if (st == HVD_OK)
+    st = coord_init_round(&next);
+  if (st != HVD_OK)
+    return hvd_error_prefix("hvd_elastic_reset");
+  HVD_LOG_INFO("elastic: round %llu: rank %d of %d", (unsigned long long)next.round, next.rank,
+               next.size);
+  return HVD_OK;
+}
+
+HVD_API int hvd_elastic_resets(void) { return atomic_load(&g_resets); }
+
+/* Failures a reset can cure: a peer that failed or went silent, or a
+ * round that ended under this worker. */
+static bool recoverable(hvd_status st) {
+  return st == HVD_ERR_NETWORK || st == HVD_ERR_TIMEOUT || st == HVD_ERR_ABORTED;
+}
+
+HVD_API hvd_status hvd_elastic_run(hvd_elastic_state *state, hvd_elastic_train_fn train,
+                                   void *arg) {
+  struct coord_elastic_env env;
+  struct coord_round round;
+  bool elastic = false;
+  hvd_status st;
+
+  if (state == NULL || train == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_elastic_run: needs a state and a function");
+  if ((st = coord_current_round(&round, &elastic)) != HVD_OK)
+    return hvd_error_prefix("hvd_elastic_run");
+  if ((st = coord_elastic_env(&env)) != HVD_OK)
+    return hvd_error_prefix("hvd_elastic_run");
+  for (;;) {
+    char why[HVD_ERROR_MESSAGE_MAX];
+    st = hvd_elastic_sync(state);
+    if (st == HVD_OK)
+      st = train(state, arg);
+    if (st == HVD_OK || !elastic || (!recoverable(st) && st != HVD_ERR_HOSTS_UPDATED))
+      return st;
+    snprintf(why, sizeof(why), "%s", hvd_last_error_message());
+    if (env.reset_limit >= 0 && hvd_elastic_resets() >= env.reset_limit)
+      return hvd_error(st, "hvd_elastic_run: %d resets, the limit (HOROVOD_ELASTIC_RESET_LIMIT); "
+                           "the last failure: %s",
+                       hvd_elastic_resets(), why);
+    HVD_LOG_INFO("elastic: resetting after: %s", why);
+    if (st != HVD_ERR_HOSTS_UPDATED && (st = hvd_elastic_restore(state)) != HVD_OK)
+      return st;
+    if ((st = hvd_elastic_reset()) != HVD_OK)
+      return st;
+    for (size_t i = 0; i < state->nresets; i++)
+      state->resets[i].fn(state->resets[i].arg);
+  }
+}

@@ -1,0 +1,239 @@
+/*
+ * The worker's side of the elastic driver's protocol, all through the
+ * rendezvous store (docs/elastic.md has the whole protocol):
+ *   elastic_ready/<host>:<local_rank>  = N   this worker has left round N
+ *   elastic/round.<N>                  = U   round N is published; U host
+ *                                            updates were announced before it
+ *   elastic/latest                     = N   the newest published round
+ *   rank_and_size.<N>/<host>:<lr>      = "rank,size,local_rank,local_size,
+ *                                        cross_rank,cross_size" (-1s: removed)
+ *   elastic/update.<k>                 = added|removed|mixed, k = 1, 2, ...
+ * A slot is named by the HOROVOD_HOSTNAME and HOROVOD_LOCAL_RANK the worker
+ * was started with: the driver's key for it in every round.
+ *
+ * DESIGN. Rounds are published in order and every one leaves its
+ * round.<N> key, so a worker leaving round N long-polls round.<N+1> and
+ * then jumps to the latest round (an older one is already abandoned).
+ * Host updates are pushed: rank 0 keeps one long-poll open on the next
+ * update key in a thread of its own (the watch), which an eventfd ends at
+ * once when hvd shuts down. Commits read what the watch saw: no request
+ * to the store per step.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "coord.h"
+
+enum { ELASTIC_TIMEOUT_DEFAULT_S = 600 };
+
+hvd_status coord_elastic_env(struct coord_elastic_env *out) {
+  int64_t timeout_s, limit, round, updates, local_rank;
+  hvd_status st;
+
+  memset(out, 0, sizeof(*out));
+  st = hvd_env_bool("HOROVOD_ELASTIC", false, &out->elastic);
+  if (st == HVD_OK)
+    st = hvd_env_int("HOROVOD_ELASTIC_TIMEOUT", ELASTIC_TIMEOUT_DEFAULT_S, 1, 7 * 24 * 3600,
+                     &timeout_s);
+  if (st == HVD_OK)
+    st = hvd_env_int("HOROVOD_ELASTIC_RESET_LIMIT", -1, -1, INT32_MAX, &limit);
+  if (st == HVD_OK)
+    st = hvd_env_int("HVD_ELASTIC_ROUND", 0, 0, INT64_MAX, &round);
+  if (st == HVD_OK)
+    st = hvd_env_int("HVD_ELASTIC_UPDATES", 0, 0, INT64_MAX, &updates);
+  if (st == HVD_OK)
+    st = hvd_env_int("HOROVOD_LOCAL_RANK", 0, 0, 1 << 24, &local_rank);
+  if (st != HVD_OK)
+    return st;
+  out->timeout_ms = timeout_s * 1000;
+  out->reset_limit = limit;
+  out->round = (uint64_t)round;
+  out->updates = (uint64_t)updates;
+  out->local_rank = (int)local_rank;
+  snprintf(out->host, sizeof(out->host), "%s",
+           hvd_env_str("HOROVOD_HOSTNAME") != NULL ? hvd_env_str("HOROVOD_HOSTNAME") : "");
+  if (out->elastic && out->host[0] == '\0')
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "HOROVOD_ELASTIC is set but HOROVOD_HOSTNAME is not: the elastic driver "
+                     "names each worker by its host and local rank");
+  return HVD_OK;
+}
+
+/* A decimal value of the store, as the driver writes it. */
+static hvd_status get_number(struct rdzv_client *c, const char *scope, const char *key,
+                             int64_t timeout_ms, uint64_t *out) {
+  struct hvd_buf v;
+  int64_t n;
+  hvd_status st;
+
+  hvd_buf_init(&v, 64);
+  st = timeout_ms > 0 ? rdzv_client_wait(c, scope, key, timeout_ms, &v)
+                      : rdzv_client_get(c, scope, key, &v, NULL);
+  if (st == HVD_OK && (!hvd_parse_int64((const char *)v.data, v.len, &n) || n < 0))
+    st = hvd_error(HVD_ERR_PROTOCOL, "the store's %s/%s is '%.*s', not a round number", scope,
+                   key, (int)(v.len < 40 ? v.len : 40), (const char *)v.data);
+  if (st == HVD_OK)
+    *out = (uint64_t)n;
+  hvd_buf_fini(&v);
+  return st;
+}
+
+/* "rank,size,local_rank,local_size,cross_rank,cross_size". */
+static hvd_status parse_assignment(const char *text, size_t len, struct coord_round *r) {
+  int *fields[6] = {&r->rank,       &r->size,       &r->local_rank,
+                    &r->local_size, &r->cross_rank, &r->cross_size};
+  size_t pos = 0;
+
+  for (int i = 0; i < 6; i++) {
+    size_t end = pos;
+    int64_t v;
+    while (end < len && text[end] != ',')
+      end++;
+    if (!hvd_parse_int64(text + pos, end - pos, &v) || v < -1 || v > (1 << 24) ||
+        (i < 5 && end >= len))
+      return hvd_error(HVD_ERR_PROTOCOL,
+                       "the driver's assignment '%.*s' is not six comma-separated integers",
+                       (int)(len < 80 ? len : 80), text);
+    *fields[i] = (int)v;
+    pos = end + 1;
+  }
+  if (pos <= len)
+    return hvd_error(HVD_ERR_PROTOCOL, "the driver's assignment '%.*s' has more than six fields",
+                     (int)(len < 80 ? len : 80), text);
+  return HVD_OK;
+}
+
+hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_t leaving,
+                                    struct coord_round *out) {
+  struct rdzv_client *c = NULL;
+  char key[RDZV_RECORD_HOST_MAX + 16], scope[48], text[32];
+  struct hvd_buf v;
+  uint64_t latest = 0;
+  hvd_status st;
+
+  snprintf(key, sizeof(key), "%s:%d", env->host, env->local_rank);
+  snprintf(text, sizeof(text), "%llu", (unsigned long long)leaving);
+  hvd_buf_init(&v, 256);
+  st = rdzv_client_create_from_env(&c);
+  if (st == HVD_OK)
+    st = rdzv_client_set(c, "elastic_ready", key, text, strlen(text));
+  snprintf(scope, sizeof(scope), "round.%llu", (unsigned long long)(leaving + 1));
+  if (st == HVD_OK) {
+    uint64_t ignored;
+    st = get_number(c, "elastic", scope, env->timeout_ms, &ignored);
+    if (st == HVD_ERR_TIMEOUT)
+      hvd_error(HVD_ERR_TIMEOUT,
+                "the elastic driver published no round after round %llu within "
+                "HOROVOD_ELASTIC_TIMEOUT (%lld s)",
+                (unsigned long long)leaving, (long long)(env->timeout_ms / 1000));
+  }
+  if (st == HVD_OK)
+    st = get_number(c, "elastic", "latest", 0, &latest);
+  snprintf(scope, sizeof(scope), "round.%llu", (unsigned long long)latest);
+  if (st == HVD_OK)
+    st = get_number(c, "elastic", scope, 0, &out->updates);
+  snprintf(scope, sizeof(scope), "rank_and_size.%llu", (unsigned long long)latest);
+  if (st == HVD_OK) {
+    st = rdzv_client_get(c, scope, key, &v, NULL);
+    if (st == HVD_ERR_NOT_FOUND)
+      st = HVD_OK; /* not in the round at all: removed */
+    else if (st == HVD_OK)
+      st = parse_assignment((const char *)v.data, v.len, out);
+    if (st == HVD_OK && (v.len == 0 || out->rank < 0))
+      st = hvd_error(HVD_ERR_REMOVED,
+                     "this worker (%s) was removed from the elastic job in round %llu", key,
+                     (unsigned long long)latest);
+  }
+  if (st == HVD_OK && (out->size < 1 || out->rank >= out->size || out->local_rank < 0 ||
+                       out->local_rank >= out->local_size || out->cross_rank < 0 ||
+                       out->cross_rank >= out->cross_size))
+    st = hvd_error(HVD_ERR_PROTOCOL, "the driver's assignment for %s in round %llu is inconsistent",
+                   key, (unsigned long long)latest);
+  out->round = latest;
+  hvd_buf_fini(&v);
+  rdzv_client_destroy(c);
+  if (st != HVD_OK && st != HVD_ERR_REMOVED)
+    hvd_error_prefix("joining the next elastic round");
+  return st;
+}
+
+/* ==== the watch ================================================================ */
+
+struct coord_watch {
+  pthread_t thread;
+  int stop_fd;
+  struct rdzv_client *client;
+  _Atomic uint64_t updates;
+};
+
+static void *watch_main(void *arg) {
+  struct coord_watch *w = arg;
+  char key[32];
+  struct hvd_buf v;
+
+  hvd_buf_init(&v, 64);
+  for (;;) {
+    uint64_t next = atomic_load(&w->updates) + 1;
+    hvd_status st;
+    snprintf(key, sizeof(key), "update.%llu", (unsigned long long)next);
+    hvd_buf_reset(&v);
+    st = rdzv_client_wait(w->client, "elastic", key, INT64_C(3600) * 1000, &v);
+    if (st == HVD_OK) {
+      HVD_LOG_DEBUG("elastic: the driver announced host update %llu (%.*s)",
+                    (unsigned long long)next, (int)v.len, (const char *)v.data);
+      atomic_store(&w->updates, next);
+    } else if (st == HVD_ERR_ABORTED) {
+      break; /* hvd is shutting down */
+    } else if (st != HVD_ERR_TIMEOUT) {
+      /* The store went away: the job is ending, or the next collective
+       * will say what failed. */
+      HVD_LOG_DEBUG("elastic: watching for host updates: %s", hvd_last_error_message());
+      break;
+    }
+  }
+  hvd_buf_fini(&v);
+  return NULL;
+}
+
+hvd_status coord_watch_start(uint64_t after, struct coord_watch **out) {
+  struct coord_watch *w = calloc(1, sizeof(*w));
+  hvd_status st;
+
+  if (w == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the host-update watch");
+  atomic_init(&w->updates, after);
+  w->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  st = w->stop_fd < 0 ? hvd_error(HVD_ERR_IO, "eventfd failed") : HVD_OK;
+  if (st == HVD_OK)
+    st = rdzv_client_create_from_env(&w->client);
+  if (st == HVD_OK)
+    st = rdzv_client_set_cancel_fd(w->client, w->stop_fd);
+  if (st == HVD_OK && pthread_create(&w->thread, NULL, watch_main, w) != 0)
+    st = hvd_error(HVD_ERR_IO, "cannot start the host-update watch thread");
+  if (st != HVD_OK) {
+    rdzv_client_destroy(w->client);
+    if (w->stop_fd >= 0)
+      close(w->stop_fd);
+    free(w);
+    return st;
+  }
+  *out = w;
+  return HVD_OK;
+}
+
+uint64_t coord_watch_updates(struct coord_watch *w) { return atomic_load(&w->updates); }
+
+void coord_watch_stop(struct coord_watch *w) {
+  uint64_t one = 1;
+  if (w == NULL)
+    return;
+  (void)!write(w->stop_fd, &one, sizeof(one));
+  pthread_join(w->thread, NULL);
+  rdzv_client_destroy(w->client);
+  close(w->stop_fd);
+  free(w);
+}
