@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -35,6 +36,17 @@ struct hvdrun_options {
   size_t nexports;
   char **command;       /* after the options (or --) */
   int ncommand;
+  /* Elastic mode: on with --min-np or --host-discovery-script (--max-np
+   * alone does not turn it on, as in horovodrun). Once on, min_np and np
+   * are both set (each defaults to the other) and min_np <= np <= max_np. */
+  bool elastic;
+  int min_np;                   /* --min-np; -1 when not elastic */
+  int max_np;                   /* --max-np; -1: no limit */
+  const char *discovery_script; /* --host-discovery-script; NULL: -H/--hostfile/local */
+  int slots_per_host;           /* --slots-per-host: slots of a bare "host" line (1) */
+  int elastic_timeout_s;        /* --elastic-timeout (HOROVOD_ELASTIC_TIMEOUT, 600) */
+  int reset_limit;              /* --reset-limit; -1: unlimited; 0: no reset at all */
+  double cooldown_min_s, cooldown_max_s; /* --blacklist-cooldown-range; 0, 0: permanent */
 };
 
 /* Parses argv. HVD_OK, or HVD_ERR_INVALID_ARGUMENT with a one-line message;
@@ -67,6 +79,87 @@ hvd_status hvdrun_assign(const struct hvdrun_host *hosts, size_t nhosts, int np,
                          struct hvdrun_slot **out, int *nslots);
 /* Whether the name is this machine (localhost, a local address, our hostname). */
 bool hvdrun_host_is_local(const char *name);
+
+/* ==== elastic hosts (discovery.c) =========================================== */
+
+/* Parses a discovery script's output: one "host" or "host:slots" per line.
+ * Whitespace around a line is trimmed and blank lines are skipped. A host
+ * listed twice with the same slots counts once; with different slots it is
+ * an error naming the host. Slots are 1..HVDRUN_MAX_RANKS (default_slots for
+ * a bare "host"); a name is 1..HVDRUN_HOST_MAX bytes without whitespace or
+ * control characters, and does not start with '-'. Hosts keep the order of
+ * their first line. On success *out is malloc'ed (free() it) with *n entries;
+ * no hosts at all is not an error here. HVD_ERR_INVALID_ARGUMENT names the
+ * line; HVD_ERR_NO_MEMORY. */
+hvd_status hvdrun_parse_discovery(const char *text, size_t len, int default_slots,
+                                  struct hvdrun_host **out, size_t *n);
+
+/* Runs the discovery script as horovodrun does, through the shell
+ * (/bin/sh -c SCRIPT, so it may carry arguments), in a process group of its
+ * own, with stdin /dev/null and every signal unblocked. Blocks until it
+ * exits, or until timeout_ms (< 0: no limit) passes: then its group gets
+ * SIGKILL and the status is HVD_ERR_TIMEOUT. Whatever the script leaves
+ * running in its group when it exits is killed too. Reaps only its own child
+ * (waitpid on its pid; never -1), on every path; SIGCHLD may stay blocked.
+ * On success *out (malloc'ed, NUL-terminated; free() it) holds the stdout,
+ * *len bytes. Non-zero exit or a signal is HVD_ERR_IO with the code and the
+ * end of its stderr; more than 1 MiB of stdout is HVD_ERR_TOO_LARGE. */
+hvd_status hvdrun_run_discovery(const char *script, int64_t timeout_ms, char **out, size_t *len);
+
+/* The elastic job's view of the hosts, as Horovod's HostManager keeps it.
+ * Not thread-safe: one thread owns a view. */
+enum hvdrun_hosts_change {
+  HVDRUN_HOSTS_SAME = 0,
+  HVDRUN_HOSTS_REMOVED = 1,
+  HVDRUN_HOSTS_ADDED = 2,
+  HVDRUN_HOSTS_MIXED = 3
+};
+
+struct hvdrun_known_host {
+  char name[HVDRUN_HOST_MAX + 1];
+  int slots;     /* from the latest discovery; 0 while absent from it */
+  uint64_t seen; /* when it last became usable: older hosts get lower ranks */
+  bool blacklisted;
+  int blacklist_count;       /* times blacklisted so far (the cooldown grows with it) */
+  int64_t cooldown_until_ns; /* while blacklisted: when it ends; HVD_NO_DEADLINE: never */
+};
+
+struct hvdrun_hosts_view {
+  struct hvdrun_known_host *hosts; /* sorted by seen */
+  size_t n, cap;
+  uint64_t next_seen;
+  double cooldown_min_s, cooldown_max_s; /* 0, 0: a blacklisted host stays so */
+  uint64_t rng;                          /* the cooldown's random part; seeded by init */
+};
+
+void hvdrun_hosts_view_init(struct hvdrun_hosts_view *v, double cooldown_min_s,
+                            double cooldown_max_s);
+/* Safe on a zeroed view. */
+void hvdrun_hosts_view_fini(struct hvdrun_hosts_view *v);
+/* Applies a fresh discovery at now_ns (CLOCK_MONOTONIC). First, blacklisted
+ * hosts whose cooldown has ended are whitelisted. *change gets
+ * HVDRUN_HOSTS_REMOVED when a usable host vanished or has fewer slots, and
+ * HVDRUN_HOSTS_ADDED when a host became usable (new, back after vanishing,
+ * or whitelisted and in this discovery) or a usable host has more slots.
+ * A host that becomes usable again is ordered after those that stayed, as
+ * Horovod does: its ranks start afresh, and rank 0 must stay on a host that
+ * holds the training state. Among hosts that become usable together, the
+ * discovery's order counts. HVD_OK, or HVD_ERR_NO_MEMORY with v unchanged. */
+hvd_status hvdrun_hosts_view_update(struct hvdrun_hosts_view *v, const struct hvdrun_host *found,
+                                    size_t n, int64_t now_ns, int *change);
+/* Blacklists a host at now_ns (an unknown name is kept as absent and
+ * blacklisted). With a cooldown range, the host comes back after
+ * clamp(min * 2^count + U(0,1) * min, min, max) seconds, count being how many
+ * times it was blacklisted before; without one, never. Blacklisting a host
+ * whose blacklist is still in effect changes nothing. */
+void hvdrun_hosts_view_blacklist(struct hvdrun_hosts_view *v, const char *name, int64_t now_ns);
+/* Writes the usable hosts (in the latest discovery and not blacklisted),
+ * oldest first, to out (at most cap; v->n always suffices); returns how many
+ * it wrote. */
+size_t hvdrun_hosts_view_usable(const struct hvdrun_hosts_view *v, struct hvdrun_host *out,
+                                size_t cap);
+/* The usable hosts' slots, summed. */
+int hvdrun_hosts_view_slots(const struct hvdrun_hosts_view *v);
 
 /* ==== output (output.c) ===================================================== */
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hvdrun.h"
+#include "proc.h"
 
 int main(int argc, char **argv) {
   struct hvdrun_options o;
@@ -21,6 +21,11 @@ int main(int argc, char **argv) {
     hvdrun_usage(stdout);
     return 0;
   }
+  if (st == HVD_OK && o.elastic && o.discovery_script != NULL) {
+    code = hvdrun_run_elastic(&o, NULL, 0);
+    hvdrun_options_fini(&o);
+    return code;
+  }
   if (st == HVD_OK) {
     if (o.hosts != NULL) {
       st = hvdrun_parse_hosts(o.hosts, &hosts, &nhosts);
@@ -34,7 +39,7 @@ int main(int argc, char **argv) {
       st = hvdrun_parse_hosts(local, &hosts, &nhosts);
     }
   }
-  if (st == HVD_OK)
+  if (st == HVD_OK && !o.elastic)
     st = hvdrun_assign(hosts, nhosts, o.np, &slots, &size);
   if (st != HVD_OK) {
     fprintf(stderr, "hvdrun: %s\n", hvd_last_error_message());
@@ -42,7 +47,8 @@ int main(int argc, char **argv) {
     hvdrun_options_fini(&o);
     return HVDRUN_EXIT_USAGE;
   }
-  code = hvdrun_run(&o, hosts, nhosts, slots, size);
+  code = o.elastic ? hvdrun_run_elastic(&o, hosts, nhosts)
+                   : hvdrun_run(&o, hosts, nhosts, slots, size);
   free(slots);
   free(hosts);
   hvdrun_options_fini(&o);

@@ -3,9 +3,12 @@
  *
  * DESIGN. A table of spellings, matched exactly (no abbreviations: "-np"
  * is not "-n" "-p", and "-p" is not a prefix of a long option). A value
- * follows as the next argument or after '='. The command starts at the
- * first argument that is not an option, or after "--". Every mistake is
- * one line naming the argument; main exits 2 on it.
+ * follows as the next argument or after '='; --blacklist-cooldown-range
+ * takes the next two. The command starts at the first argument that is not
+ * an option, or after "--". Every mistake is one line naming the argument;
+ * main exits 2 on it. Elastic mode, as horovodrun decides it: on with
+ * --min-np or --host-discovery-script; its other flags are errors without
+ * it rather than silently ignored.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -15,44 +18,55 @@
 enum opt {
   O_NP, O_HOSTS, O_HOSTFILE, O_SSH_PORT, O_SSH_IDENTITY, O_SSH_COMMAND, O_IFACE, O_START_TIMEOUT,
   O_RDZV_PORT, O_OUTPUT, O_TIMESTAMP, O_NO_PREFIX, O_VERBOSE, O_LOG_LEVEL, O_TIMELINE, O_FUSION,
-  O_CYCLE, O_CACHE, O_HIER_ALLREDUCE, O_HIER_ALLGATHER, O_GLOO_TIMEOUT, O_EXPORT, O_HELP
+  O_CYCLE, O_CACHE, O_HIER_ALLREDUCE, O_HIER_ALLGATHER, O_GLOO_TIMEOUT, O_EXPORT, O_MIN_NP,
+  O_MAX_NP, O_DISCOVERY, O_SLOTS, O_ELASTIC_TIMEOUT, O_RESET_LIMIT, O_COOLDOWN, O_HELP
 };
 
 static const struct spelling {
   const char *name;
   enum opt id;
-  bool value;
+  int values; /* how many arguments follow */
 } SPELLINGS[] = {
-    {"-np", O_NP, true},
-    {"--num-proc", O_NP, true},
-    {"-H", O_HOSTS, true},
-    {"--hosts", O_HOSTS, true},
-    {"--hostfile", O_HOSTFILE, true},
-    {"-hostfile", O_HOSTFILE, true},
-    {"-p", O_SSH_PORT, true},
-    {"--ssh-port", O_SSH_PORT, true},
-    {"-i", O_SSH_IDENTITY, true},
-    {"--ssh-identity-file", O_SSH_IDENTITY, true},
-    {"--ssh-command", O_SSH_COMMAND, true},
-    {"--network-interface", O_IFACE, true},
-    {"--start-timeout", O_START_TIMEOUT, true},
-    {"--rendezvous-port", O_RDZV_PORT, true},
-    {"--output-filename", O_OUTPUT, true},
-    {"--prefix-output-with-timestamp", O_TIMESTAMP, false},
-    {"-prefix-timestamp", O_TIMESTAMP, false},
-    {"--disable-output-prefix", O_NO_PREFIX, false},
-    {"--verbose", O_VERBOSE, false},
-    {"--log-level", O_LOG_LEVEL, true},
-    {"--timeline-filename", O_TIMELINE, true},
-    {"--fusion-threshold-mb", O_FUSION, true},
-    {"--cycle-time-ms", O_CYCLE, true},
-    {"--cache-capacity", O_CACHE, true},
-    {"--hierarchical-allreduce", O_HIER_ALLREDUCE, false},
-    {"--hierarchical-allgather", O_HIER_ALLGATHER, false},
-    {"--gloo-timeout-seconds", O_GLOO_TIMEOUT, true},
-    {"-x", O_EXPORT, true},
-    {"-h", O_HELP, false},
-    {"--help", O_HELP, false},
+    {"-np", O_NP, 1},
+    {"--num-proc", O_NP, 1},
+    {"-H", O_HOSTS, 1},
+    {"--hosts", O_HOSTS, 1},
+    {"--hostfile", O_HOSTFILE, 1},
+    {"-hostfile", O_HOSTFILE, 1},
+    {"-p", O_SSH_PORT, 1},
+    {"--ssh-port", O_SSH_PORT, 1},
+    {"-i", O_SSH_IDENTITY, 1},
+    {"--ssh-identity-file", O_SSH_IDENTITY, 1},
+    {"--ssh-command", O_SSH_COMMAND, 1},
+    {"--network-interface", O_IFACE, 1},
+    {"--start-timeout", O_START_TIMEOUT, 1},
+    {"--rendezvous-port", O_RDZV_PORT, 1},
+    {"--output-filename", O_OUTPUT, 1},
+    {"--prefix-output-with-timestamp", O_TIMESTAMP, 0},
+    {"-prefix-timestamp", O_TIMESTAMP, 0},
+    {"--disable-output-prefix", O_NO_PREFIX, 0},
+    {"--verbose", O_VERBOSE, 0},
+    {"--log-level", O_LOG_LEVEL, 1},
+    {"--timeline-filename", O_TIMELINE, 1},
+    {"--fusion-threshold-mb", O_FUSION, 1},
+    {"--cycle-time-ms", O_CYCLE, 1},
+    {"--cache-capacity", O_CACHE, 1},
+    {"--hierarchical-allreduce", O_HIER_ALLREDUCE, 0},
+    {"--hierarchical-allgather", O_HIER_ALLGATHER, 0},
+    {"--gloo-timeout-seconds", O_GLOO_TIMEOUT, 1},
+    {"-x", O_EXPORT, 1},
+    {"--min-np", O_MIN_NP, 1},
+    {"--min-num-proc", O_MIN_NP, 1},
+    {"--max-np", O_MAX_NP, 1},
+    {"--max-num-proc", O_MAX_NP, 1},
+    {"--host-discovery-script", O_DISCOVERY, 1},
+    {"--slots-per-host", O_SLOTS, 1},
+    {"--slots", O_SLOTS, 1},
+    {"--elastic-timeout", O_ELASTIC_TIMEOUT, 1},
+    {"--reset-limit", O_RESET_LIMIT, 1},
+    {"--blacklist-cooldown-range", O_COOLDOWN, 2},
+    {"-h", O_HELP, 0},
+    {"--help", O_HELP, 0},
 };
 
 void hvdrun_usage(FILE *out) {
@@ -97,6 +111,24 @@ void hvdrun_usage(FILE *out) {
       "  -x VAR[=VALUE]              export VAR (hvdrun's value, or VALUE) to every rank;\n"
       "                              repeatable\n"
       "\n"
+      "Elastic (ranks may come and go; the job goes on while enough remain):\n"
+      "  --min-np, --min-num-proc N  fewest ranks to run with (default: -np);\n"
+      "                              turns elastic mode on\n"
+      "  --max-np, --max-num-proc N  most ranks to grow to (default: no limit)\n"
+      "  --host-discovery-script CMD\n"
+      "                              prints the usable hosts, a 'host' or 'host:slots'\n"
+      "                              per line; run through /bin/sh, again and again;\n"
+      "                              turns elastic mode on (not with -H or --hostfile)\n"
+      "  --slots-per-host, --slots N slots of a 'host' line without ':slots' (default 1)\n"
+      "  --elastic-timeout S         seconds to wait for --min-np slots to be there\n"
+      "                              (HOROVOD_ELASTIC_TIMEOUT, default 600)\n"
+      "  --reset-limit N             allow at most N resets, then stop the job\n"
+      "                              (default: no limit)\n"
+      "  --blacklist-cooldown-range MIN MAX\n"
+      "                              let a failed host back after MIN to MAX seconds,\n"
+      "                              longer each time it fails (1 to 3600; default:\n"
+      "                              never)\n"
+      "\n"
       "  -h, --help                  this text\n"
       "\n"
       "Exit code: 0 when every rank exits 0; the failing rank's code (128+signal\n"
@@ -127,6 +159,20 @@ static bool number_ok(const char *text) {
   return *end == '\0' && v >= 0 && v < 1e15;
 }
 
+/* Seconds for the cooldown range: a plain decimal ("30", "1.5"), 1 to 3600. */
+static bool seconds_ok(const char *text, double *out) {
+  size_t whole = strspn(text, "0123456789"), frac = 0;
+  if (text[whole] == '.')
+    frac = strspn(text + whole + 1, "0123456789");
+  if (whole + frac == 0 || text[whole + (text[whole] == '.' ? 1 + frac : 0)] != '\0')
+    return false;
+  double v = strtod(text, NULL);
+  if (v < 1 || v > 3600)
+    return false;
+  *out = v;
+  return true;
+}
+
 static const struct spelling *lookup(const char *arg, const char **value) {
   const char *eq = strchr(arg, '=');
   size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
@@ -140,7 +186,9 @@ static const struct spelling *lookup(const char *arg, const char **value) {
   return NULL;
 }
 
-static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, const char *v) {
+/* v2: the second value, for the one option that takes two. */
+static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, const char *v,
+                        const char *v2) {
   switch (sp->id) {
   case O_NP:
     if (!int_in(v, 1, HVDRUN_MAX_RANKS, &o->np))
@@ -252,13 +300,98 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
     o->exports[o->nexports++] = v;
     break;
   }
+  case O_MIN_NP:
+  case O_MAX_NP: {
+    int *field = sp->id == O_MIN_NP ? &o->min_np : &o->max_np;
+    if (!int_in(v, 1, HVDRUN_MAX_RANKS, field))
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a number of ranks (1 to %d)",
+                       sp->name, v, HVDRUN_MAX_RANKS);
+    break;
+  }
+  case O_DISCOVERY:
+    if (*v == '\0')
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: empty script name", sp->name);
+    o->discovery_script = v;
+    break;
+  case O_SLOTS:
+    if (!int_in(v, 1, HVDRUN_MAX_RANKS, &o->slots_per_host))
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a number of slots (1 to %d)",
+                       sp->name, v, HVDRUN_MAX_RANKS);
+    break;
+  case O_ELASTIC_TIMEOUT:
+    if (!int_in(v, 1, 86400, &o->elastic_timeout_s))
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a number of seconds (1 to 86400)",
+                       sp->name, v);
+    break;
+  case O_RESET_LIMIT:
+    if (!int_in(v, 0, 1000000000, &o->reset_limit))
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a whole number >= 0", sp->name,
+                       v);
+    break;
+  case O_COOLDOWN:
+    if (!seconds_ok(v, &o->cooldown_min_s))
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                       "%s: MIN '%s' is not a number of seconds from 1 to 3600", sp->name, v);
+    if (!seconds_ok(v2, &o->cooldown_max_s))
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                       "%s: MAX '%s' is not a number of seconds from 1 to 3600", sp->name, v2);
+    if (o->cooldown_min_s > o->cooldown_max_s)
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: MIN %s is more than MAX %s", sp->name, v,
+                       v2);
+    break;
   case O_HELP:
     break;
   }
   return HVD_OK;
 }
 
+/* The elastic flags, once parsing is done. only_elastic: the first flag
+ * given that means something in elastic mode only (NULL: none). */
+static hvd_status check_elastic(struct hvdrun_options *o, const char *only_elastic,
+                                const char *slots_flag, bool timeout_given) {
+  int64_t timeout;
+
+  if (o->discovery_script != NULL && (o->hosts != NULL || o->hostfile != NULL))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "--host-discovery-script and %s exclude each other (one source of hosts)",
+                     o->hosts != NULL ? "-H" : "--hostfile");
+  o->elastic = o->min_np > 0 || o->discovery_script != NULL;
+  if (!o->elastic) {
+    if (only_elastic != NULL)
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                       "%s is for elastic mode: add --min-np or --host-discovery-script",
+                       only_elastic);
+    return HVD_OK;
+  }
+  if (slots_flag != NULL && o->discovery_script == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "%s applies to --host-discovery-script's output; with -H or --hostfile give "
+                     "the slots there",
+                     slots_flag);
+  if (o->np < 0 && o->min_np < 0)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "elastic mode needs -np or --min-np");
+  if (o->min_np < 0)
+    o->min_np = o->np;
+  if (o->np < 0)
+    o->np = o->min_np;
+  if (o->min_np > o->np)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "--min-np %d is more than -np %d", o->min_np,
+                     o->np);
+  if (o->max_np > 0 && o->max_np < o->np)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "--max-np %d is less than -np %d", o->max_np,
+                     o->np);
+  if (!timeout_given) {
+    hvd_status st = hvd_env_int("HOROVOD_ELASTIC_TIMEOUT", 600, 1, 86400, &timeout);
+    if (st != HVD_OK)
+      return st;
+    o->elastic_timeout_s = (int)timeout;
+  }
+  return HVD_OK;
+}
+
 hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *help) {
+  const char *only_elastic = NULL, *slots_flag = NULL;
+  bool timeout_given = false;
   int i = 1;
 
   memset(o, 0, sizeof(*o));
@@ -266,6 +399,11 @@ hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *h
   o->prefix = true;
   o->start_timeout_s = 30;
   o->ssh_command = "ssh";
+  o->min_np = -1;
+  o->max_np = -1;
+  o->slots_per_host = 1;
+  o->elastic_timeout_s = 600;
+  o->reset_limit = -1;
   *help = false;
   if (getenv("HOROVOD_START_TIMEOUT") != NULL &&
       !int_in(getenv("HOROVOD_START_TIMEOUT"), 1, 86400, &o->start_timeout_s))
@@ -273,7 +411,7 @@ hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *h
                      "HOROVOD_START_TIMEOUT='%s' is not a number of seconds (1 to 86400)",
                      getenv("HOROVOD_START_TIMEOUT"));
   while (i < argc) {
-    const char *arg = argv[i], *value;
+    const char *arg = argv[i], *value, *value2 = NULL;
     const struct spelling *sp;
     hvd_status st;
     if (strcmp(arg, "--") == 0) {
@@ -288,15 +426,33 @@ hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *h
       *help = true;
       return HVD_OK;
     }
-    if (!sp->value && value != NULL)
+    if (sp->values == 0 && value != NULL)
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s takes no value", sp->name);
-    if (sp->value && value == NULL) {
+    if (sp->values == 2) {
+      if (value != NULL)
+        return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                         "%s takes two separate values, without '=': %s MIN MAX", sp->name,
+                         sp->name);
+      if (i + 2 >= argc)
+        return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s needs two values: %s MIN MAX", sp->name,
+                         sp->name);
+      value = argv[++i];
+      value2 = argv[++i];
+    } else if (sp->values == 1 && value == NULL) {
       if (i + 1 >= argc)
         return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s needs a value", sp->name);
       value = argv[++i];
     }
-    if ((st = apply(o, sp, value)) != HVD_OK)
+    if ((st = apply(o, sp, value, value2)) != HVD_OK)
       return st;
+    if (only_elastic == NULL && (sp->id == O_MAX_NP || sp->id == O_SLOTS ||
+                                 sp->id == O_ELASTIC_TIMEOUT || sp->id == O_RESET_LIMIT ||
+                                 sp->id == O_COOLDOWN))
+      only_elastic = sp->name;
+    if (sp->id == O_SLOTS)
+      slots_flag = sp->name;
+    if (sp->id == O_ELASTIC_TIMEOUT)
+      timeout_given = true;
     i++;
   }
   if (i >= argc)
@@ -306,7 +462,7 @@ hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *h
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "-H and --hostfile exclude each other");
   o->command = argv + i;
   o->ncommand = argc - i;
-  return HVD_OK;
+  return check_elastic(o, only_elastic, slots_flag, timeout_given);
 }
 
 void hvdrun_options_fini(struct hvdrun_options *o) {

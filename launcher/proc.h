@@ -51,4 +51,11 @@ void hvdrun_proc_fini(struct hvdrun_proc *p);
  * code hvdrun reports for it (128 + signal for a signal). */
 void hvdrun_describe_end(int status, char *out, size_t size, int *code);
 
+/* ==== the elastic job (elastic.c) ========================================= */
+
+/* Runs an elastic job: hosts are -H's or --hostfile's, or NULL with
+ * --host-discovery-script. Returns hvdrun's exit code. */
+int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host *hosts,
+                       size_t nhosts);
+
 #endif

@@ -1,12 +1,16 @@
 /*
- * hvdrun's pieces without processes: the command line, hosts and slots,
- * output prefixing, shell quoting. The job itself is tested end to end
+ * hvdrun's pieces without processes (but for the discovery script's): the
+ * command line, hosts and slots, the elastic view of hosts, output
+ * prefixing, shell quoting. The job itself is tested end to end
  * (tests/e2e/hvdrun.sh).
  */
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "hvdrun.h"
@@ -88,6 +92,114 @@ START_TEST(options_help) {
   ck_assert_int_eq(parse(&o, &help, args), HVD_OK);
   ck_assert(help);
   hvdrun_options_fini(&o);
+}
+END_TEST
+
+START_TEST(options_elastic) {
+  struct hvdrun_options o;
+  bool help;
+  const char *args[] = {"--min-np", "2", "--max-num-proc", "8", "-np", "4", "-H", "a:4,b:4",
+                        "--reset-limit", "3", "--blacklist-cooldown-range", "10", "90.5",
+                        "--elastic-timeout=60", "train", NULL};
+  ck_assert_int_eq(parse(&o, &help, args), HVD_OK);
+  ck_assert(o.elastic);
+  ck_assert_int_eq(o.min_np, 2);
+  ck_assert_int_eq(o.np, 4);
+  ck_assert_int_eq(o.max_np, 8);
+  ck_assert_int_eq(o.reset_limit, 3);
+  ck_assert(o.cooldown_min_s == 10 && o.cooldown_max_s == 90.5);
+  ck_assert_int_eq(o.elastic_timeout_s, 60);
+  ck_assert_ptr_null(o.discovery_script);
+  ck_assert_int_eq(o.ncommand, 1);
+  hvdrun_options_fini(&o);
+
+  /* A script alone: -np gives min_np; defaults elsewhere. */
+  const char *script[] = {"--host-discovery-script", "./hosts.sh", "-np", "3", "--slots", "2",
+                          "train", NULL};
+  ck_assert_int_eq(parse(&o, &help, script), HVD_OK);
+  ck_assert(o.elastic);
+  ck_assert_str_eq(o.discovery_script, "./hosts.sh");
+  ck_assert_int_eq(o.min_np, 3);
+  ck_assert_int_eq(o.np, 3);
+  ck_assert_int_eq(o.max_np, -1); /* no limit, as Horovod's code has it */
+  ck_assert_int_eq(o.slots_per_host, 2);
+  ck_assert_int_eq(o.reset_limit, -1);
+  ck_assert(o.cooldown_min_s == 0 && o.cooldown_max_s == 0);
+  ck_assert_int_eq(o.elastic_timeout_s, 600);
+  hvdrun_options_fini(&o);
+
+  /* --min-np alone: -np follows it; the timeout from the environment. */
+  setenv("HOROVOD_ELASTIC_TIMEOUT", "42", 1);
+  const char *min_only[] = {"--min-num-proc", "2", "--host-discovery-script", "d", "x", NULL};
+  ck_assert_int_eq(parse(&o, &help, min_only), HVD_OK);
+  ck_assert_int_eq(o.np, 2);
+  ck_assert_int_eq(o.min_np, 2);
+  ck_assert_int_eq(o.slots_per_host, 1);
+  ck_assert_int_eq(o.elastic_timeout_s, 42);
+  hvdrun_options_fini(&o);
+  const char *flag_wins[] = {"--elastic-timeout", "7", "--min-np", "1", "x", NULL};
+  ck_assert_int_eq(parse(&o, &help, flag_wins), HVD_OK);
+  ck_assert_int_eq(o.elastic_timeout_s, 7);
+  hvdrun_options_fini(&o);
+  setenv("HOROVOD_ELASTIC_TIMEOUT", "soon", 1);
+  ck_assert_int_eq(parse(&o, &help, min_only), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(hvd_last_error_message(), "HOROVOD_ELASTIC_TIMEOUT") != NULL, "%s",
+                hvd_last_error_message());
+  unsetenv("HOROVOD_ELASTIC_TIMEOUT");
+
+  /* Not elastic: the fields keep their "not given" values. */
+  const char *plain[] = {"-np", "2", "x", NULL};
+  ck_assert_int_eq(parse(&o, &help, plain), HVD_OK);
+  ck_assert(!o.elastic);
+  ck_assert_int_eq(o.min_np, -1);
+  ck_assert_int_eq(o.max_np, -1);
+  hvdrun_options_fini(&o);
+}
+END_TEST
+
+START_TEST(options_elastic_errors) {
+  static const struct {
+    const char *args[10];
+    const char *says;
+  } cases[] = {
+      {{"--min-np", "0", "x", NULL}, "--min-np: '0'"},
+      {{"--max-np", "-1", "--min-np", "1", "x", NULL}, "--max-np: '-1'"},
+      {{"--slots", "0", "--host-discovery-script", "d", "x", NULL}, "--slots: '0'"},
+      {{"--reset-limit", "-2", "--min-np", "1", "x", NULL}, "--reset-limit"},
+      {{"--elastic-timeout", "0", "--min-np", "1", "x", NULL}, "--elastic-timeout"},
+      {{"--host-discovery-script", "", "x", NULL}, "--host-discovery-script: empty"},
+      {{"--host-discovery-script", "d", "x", NULL}, "elastic mode needs -np or --min-np"},
+      {{"--min-np", "4", "-np", "2", "x", NULL}, "--min-np 4 is more than -np 2"},
+      {{"--min-np", "2", "--max-np", "3", "-np", "4", "x", NULL}, "--max-np 3 is less than -np 4"},
+      {{"--max-np", "4", "-np", "2", "x", NULL}, "--max-np is for elastic mode"},
+      {{"--reset-limit", "1", "x", NULL}, "--reset-limit is for elastic mode"},
+      {{"--slots-per-host", "2", "x", NULL}, "--slots-per-host is for elastic mode"},
+      {{"--elastic-timeout", "5", "x", NULL}, "--min-np or --host-discovery-script"},
+      {{"--blacklist-cooldown-range", "1", "2", "x", NULL}, "--blacklist-cooldown-range is for"},
+      {{"--min-np", "2", "-H", "a:2,b:2", "--slots", "2", "x", NULL}, "--slots applies to"},
+      {{"--host-discovery-script", "d", "-H", "a:1", "-np", "1", "x", NULL},
+       "--host-discovery-script and -H exclude"},
+      {{"--hostfile", "f", "--host-discovery-script", "d", "-np", "1", "x", NULL},
+       "--host-discovery-script and --hostfile exclude"},
+      {{"--min-np", "1", "--blacklist-cooldown-range", "5", NULL}, "needs two values"},
+      {{"--min-np", "1", "--blacklist-cooldown-range", NULL}, "needs two values"},
+      {{"--min-np", "1", "--blacklist-cooldown-range=5", "10", "x", NULL}, "without '='"},
+      {{"--min-np", "1", "--blacklist-cooldown-range", "0.5", "10", "x", NULL}, "MIN '0.5'"},
+      {{"--min-np", "1", "--blacklist-cooldown-range", "5", "3601", "x", NULL}, "MAX '3601'"},
+      {{"--min-np", "1", "--blacklist-cooldown-range", "5", "1e2", "x", NULL}, "MAX '1e2'"},
+      {{"--min-np", "1", "--blacklist-cooldown-range", "5", "x", NULL}, "MAX 'x'"},
+      {{"--min-np", "1", "--blacklist-cooldown-range", "20", "10", "x", NULL},
+       "MIN 20 is more than MAX 10"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    struct hvdrun_options o;
+    bool help;
+    ck_assert_msg(parse(&o, &help, cases[i].args) == HVD_ERR_INVALID_ARGUMENT, "case %zu", i);
+    ck_assert_msg(strstr(hvd_last_error_message(), cases[i].says) != NULL, "case %zu: %s", i,
+                  hvd_last_error_message());
+    ck_assert(strchr(hvd_last_error_message(), '\n') == NULL);
+    hvdrun_options_fini(&o);
+  }
 }
 END_TEST
 
@@ -192,6 +304,351 @@ START_TEST(local_hosts) {
 }
 END_TEST
 
+/* ==== elastic hosts ========================================================= */
+
+static hvd_status parse_text(const char *text, int default_slots, struct hvdrun_host **h,
+                             size_t *n) {
+  return hvdrun_parse_discovery(text, strlen(text), default_slots, h, n);
+}
+
+START_TEST(discovery_output_parsed) {
+  struct hvdrun_host *h = NULL;
+  size_t n = 99;
+
+  ck_assert_int_eq(parse_text("  b:4 \r\n\na\n\t\nb:4\nc:1\na:2\n  \n", 2, &h, &n), HVD_OK);
+  ck_assert_uint_eq(n, 3); /* "b:4" twice counts once; "a" is "a:2" */
+  ck_assert_str_eq(h[0].name, "b");
+  ck_assert_int_eq(h[0].slots, 4);
+  ck_assert_str_eq(h[1].name, "a");
+  ck_assert_int_eq(h[1].slots, 2);
+  ck_assert_str_eq(h[2].name, "c");
+  ck_assert_int_eq(h[2].slots, 1);
+  free(h);
+  ck_assert_int_eq(parse_text("worker-7.example:4096", 1, &h, &n), HVD_OK); /* no newline */
+  ck_assert_uint_eq(n, 1);
+  ck_assert_int_eq(h[0].slots, HVDRUN_MAX_RANKS);
+  free(h);
+  h = NULL;
+  ck_assert_int_eq(parse_text("\n \n", 1, &h, &n), HVD_OK); /* no hosts is fine here */
+  ck_assert_uint_eq(n, 0);
+  free(h);
+  ck_assert_int_eq(hvdrun_parse_discovery("a:1\nb:2", 3, 1, &h, &n), HVD_OK); /* len counts */
+  ck_assert_uint_eq(n, 1);
+  free(h);
+}
+END_TEST
+
+START_TEST(discovery_output_rejected) {
+  static const struct {
+    const char *text;
+    const char *says;
+  } cases[] = {
+      {"a:2\nb\na:3\n", "line 3: host 'a' is listed with 2 slots and with 3"},
+      {"a\na:2\n", "host 'a'"}, /* default 1 */
+      {"a:0\n", "line 1"},
+      {"a:\n", "slots after ':'"},
+      {"a:-1\n", "slots after ':'"},
+      {"a:4097\n", "1 to 4096"},
+      {"a:99999999999999999999\n", "slots after ':'"},
+      {"a:2x\n", "slots after ':'"},
+      {"x\n a:b:2\n", "line 2"},
+      {":3\n", "the host name has 0 bytes"},
+      {"a b:2\n", "'a b' is not a host name"},
+      {"a\tb\n", "is not a host name"},
+      {"-oProxyCommand=x\n", "starts with '-'"},
+  };
+  struct hvdrun_host *h = NULL;
+  size_t n = 0;
+  char *long_name = malloc(HVDRUN_HOST_MAX + 4);
+
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    ck_assert_msg(parse_text(cases[i].text, 1, &h, &n) == HVD_ERR_INVALID_ARGUMENT, "case %zu",
+                  i);
+    ck_assert_msg(strstr(hvd_last_error_message(), cases[i].says) != NULL, "case %zu: %s", i,
+                  hvd_last_error_message());
+  }
+  memset(long_name, 'h', HVDRUN_HOST_MAX);
+  strcpy(long_name + HVDRUN_HOST_MAX, "\n");
+  ck_assert_int_eq(parse_text(long_name, 1, &h, &n), HVD_OK); /* just fits */
+  ck_assert_uint_eq(strlen(h[0].name), HVDRUN_HOST_MAX);
+  free(h);
+  strcpy(long_name + HVDRUN_HOST_MAX, "h\n");
+  ck_assert_int_eq(parse_text(long_name, 1, &h, &n), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(hvd_last_error_message(), "256 bytes") != NULL, "%s",
+                hvd_last_error_message());
+  ck_assert_int_eq(parse_text("a\n", 0, &h, &n), HVD_ERR_INVALID_ARGUMENT);
+  free(long_name);
+}
+END_TEST
+
+/* Writes an executable script into dir; returns its path (static). */
+static const char *script(const char *dir, const char *name, const char *body) {
+  static char path[4096];
+  FILE *f;
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "#!/bin/sh\n%s", body);
+  fclose(f);
+  ck_assert_int_eq(chmod(path, 0755), 0);
+  return path;
+}
+
+/* No child of ours is left, running or unreaped. */
+static void assert_no_children(void) {
+  ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+}
+
+START_TEST(discovery_script_runs) {
+  char dir[] = "/tmp/hvd-discovery-XXXXXX", cmd[8192];
+  char *out = NULL;
+  size_t len = 0;
+  sigset_t chld;
+
+  /* As in hvdrun: SIGCHLD blocked (its signalfd's). */
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, NULL);
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+
+  ck_assert_int_eq(hvdrun_run_discovery(script(dir, "ok.sh", "echo a:2\necho b\n"), 10000, &out,
+                                        &len),
+                   HVD_OK);
+  ck_assert_str_eq(out, "a:2\nb\n");
+  ck_assert_uint_eq(len, 6);
+  free(out);
+  assert_no_children();
+
+  /* Through the shell: arguments work, and nothing printed is fine. */
+  snprintf(cmd, sizeof(cmd), "%s/args.sh one two", dir);
+  script(dir, "args.sh", "echo \"$2\"\n");
+  ck_assert_int_eq(hvdrun_run_discovery(cmd, 10000, &out, &len), HVD_OK);
+  ck_assert_str_eq(out, "two\n");
+  free(out);
+  ck_assert_int_eq(hvdrun_run_discovery("true", 10000, &out, &len), HVD_OK);
+  ck_assert_uint_eq(len, 0);
+  ck_assert_str_eq(out, "");
+  free(out);
+
+  const char *fails = script(dir, "fail.sh", "echo a:1\necho 'no cluster' >&2\necho 'ask ops' >&2\n"
+                                           "exit 3\n");
+  ck_assert_int_eq(hvdrun_run_discovery(fails, 10000, &out, &len), HVD_ERR_IO);
+  ck_assert_msg(strstr(hvd_last_error_message(), "exited with code 3: no cluster ask ops") != NULL,
+                "%s", hvd_last_error_message());
+  ck_assert_msg(strstr(hvd_last_error_message(), fails) != NULL, "%s", hvd_last_error_message());
+  assert_no_children();
+
+  ck_assert_int_eq(hvdrun_run_discovery("kill -9 $$", 10000, &out, &len), HVD_ERR_IO);
+  ck_assert_msg(strstr(hvd_last_error_message(), "signal 9") != NULL, "%s",
+                hvd_last_error_message());
+
+  /* A long stderr: only its end is kept, on one line. */
+  script(dir, "noisy.sh", "i=0; while [ $i -lt 200 ]; do echo \"line $i\" >&2; i=$((i+1)); done\n"
+                          "echo THE-END >&2; exit 1\n");
+  snprintf(cmd, sizeof(cmd), "%s/noisy.sh", dir);
+  ck_assert_int_eq(hvdrun_run_discovery(cmd, 10000, &out, &len), HVD_ERR_IO);
+  ck_assert_msg(strstr(hvd_last_error_message(), "line 199 THE-END") != NULL, "%s",
+                hvd_last_error_message());
+  ck_assert(strstr(hvd_last_error_message(), "line 1 ") == NULL);
+  ck_assert(strchr(hvd_last_error_message(), '\n') == NULL);
+
+  snprintf(cmd, sizeof(cmd), "%s/no-such-script", dir);
+  ck_assert_int_eq(hvdrun_run_discovery(cmd, 10000, &out, &len), HVD_ERR_IO);
+  ck_assert_msg(strstr(hvd_last_error_message(), "exited with code 127") != NULL, "%s",
+                hvd_last_error_message());
+  assert_no_children();
+
+  /* Too slow: killed, with what it started. The timeout is small, the
+   * sleep long: the test would hang, not pass, if the kill did not work. */
+  const char *slow = script(dir, "slow.sh", "echo a:1\nsleep 600 &\nsleep 600\n");
+  ck_assert_int_eq(hvdrun_run_discovery(slow, 200, &out, &len), HVD_ERR_TIMEOUT);
+  ck_assert_msg(strstr(hvd_last_error_message(), "slow.sh") != NULL, "%s",
+                hvd_last_error_message());
+  assert_no_children();
+
+  /* Exits while something it started holds its stdout: done all the same. */
+  snprintf(cmd, sizeof(cmd), "%s/leaves.sh", dir);
+  script(dir, "leaves.sh", "echo a:1\nsleep 600 &\nexit 0\n");
+  ck_assert_int_eq(hvdrun_run_discovery(cmd, 60000, &out, &len), HVD_OK);
+  ck_assert_str_eq(out, "a:1\n");
+  free(out);
+  assert_no_children();
+
+  /* Closes its pipes but goes on: waited for until it exits. */
+  snprintf(cmd, sizeof(cmd), "%s/closes.sh", dir);
+  script(dir, "closes.sh", "exec >&- 2>&-\nsleep 0.2\nexit 4\n");
+  ck_assert_int_eq(hvdrun_run_discovery(cmd, 60000, &out, &len), HVD_ERR_IO);
+  ck_assert_msg(strstr(hvd_last_error_message(), "code 4") != NULL, "%s",
+                hvd_last_error_message());
+
+  snprintf(cmd, sizeof(cmd), "%s/big.sh", dir);
+  script(dir, "big.sh", "yes a:1 | head -c 2000000\n");
+  ck_assert_int_eq(hvdrun_run_discovery(cmd, 60000, &out, &len), HVD_ERR_TOO_LARGE);
+  assert_no_children();
+
+  snprintf(cmd, sizeof(cmd), "rm -r %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+static void found(struct hvdrun_host *h, size_t i, const char *name, int slots) {
+  snprintf(h[i].name, sizeof(h[i].name), "%s", name);
+  h[i].slots = slots;
+}
+
+/* The usable hosts as "name:slots,..." (static). */
+static const char *usable(const struct hvdrun_hosts_view *v) {
+  static char text[1024];
+  struct hvdrun_host h[16];
+  size_t n = hvdrun_hosts_view_usable(v, h, 16), len = 0;
+  text[0] = '\0';
+  for (size_t i = 0; i < n; i++)
+    len += (size_t)snprintf(text + len, sizeof(text) - len, "%s%s:%d", i > 0 ? "," : "",
+                            h[i].name, h[i].slots);
+  return text;
+}
+
+START_TEST(hosts_view_changes_and_order) {
+  struct hvdrun_hosts_view v;
+  struct hvdrun_host h[4], one[1];
+  int change = -1;
+
+  hvdrun_hosts_view_init(&v, 0, 0);
+  found(h, 0, "a", 2);
+  found(h, 1, "b", 2);
+  found(h, 2, "c", 1);
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 3, 0, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_ADDED);
+  ck_assert_str_eq(usable(&v), "a:2,b:2,c:1");
+  ck_assert_int_eq(hvdrun_hosts_view_slots(&v), 5);
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 3, 1, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_SAME);
+  ck_assert_uint_eq(hvdrun_hosts_view_usable(&v, one, 1), 1); /* cap respected */
+  ck_assert_str_eq(one[0].name, "a");
+
+  /* The discovery's order does not reorder known hosts. */
+  found(h, 0, "c", 1);
+  found(h, 1, "b", 2);
+  found(h, 2, "a", 2);
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 3, 2, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_SAME);
+  ck_assert_str_eq(usable(&v), "a:2,b:2,c:1");
+
+  /* a goes: removed. */
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 2, 3, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_REMOVED);
+  ck_assert_str_eq(usable(&v), "b:2,c:1");
+  /* b has fewer slots and d comes: both. */
+  found(h, 0, "c", 1);
+  found(h, 1, "b", 1);
+  found(h, 2, "d", 3);
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 3, 4, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_MIXED);
+  ck_assert_str_eq(usable(&v), "b:1,c:1,d:3");
+  /* b has more slots again: added. */
+  found(h, 1, "b", 2);
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 3, 5, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_ADDED);
+  /* a is back: after the hosts that stayed (its ranks start afresh, and
+   * rank 0 stays on b, which has the state). Newcomers together keep the
+   * discovery's order. */
+  found(h, 0, "e", 1);
+  found(h, 1, "a", 2);
+  found(h, 2, "b", 2);
+  found(h, 3, "c", 1);
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 4, 6, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_MIXED); /* d went, e and a came */
+  ck_assert_str_eq(usable(&v), "b:2,c:1,e:1,a:2");
+  ck_assert_int_eq(hvdrun_hosts_view_slots(&v), 6);
+  /* Nothing at all: every host removed. */
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 0, 7, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_REMOVED);
+  ck_assert_str_eq(usable(&v), "");
+  ck_assert_int_eq(hvdrun_hosts_view_slots(&v), 0);
+  hvdrun_hosts_view_fini(&v);
+  hvdrun_hosts_view_fini(&v); /* safe twice (zeroed) */
+}
+END_TEST
+
+START_TEST(hosts_view_blacklist_for_good) {
+  struct hvdrun_hosts_view v;
+  struct hvdrun_host h[3];
+  int change;
+
+  hvdrun_hosts_view_init(&v, 0, 0);
+  found(h, 0, "a", 2);
+  found(h, 1, "b", 2);
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 2, 0, &change), HVD_OK);
+  hvdrun_hosts_view_blacklist(&v, "a", 1);
+  hvdrun_hosts_view_blacklist(&v, "later", 1); /* not discovered yet */
+  ck_assert_str_eq(usable(&v), "b:2");
+  ck_assert_int_eq(hvdrun_hosts_view_slots(&v), 2);
+  /* Blacklisted hosts come and go without a change. */
+  found(h, 2, "later", 4);
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 3, 2, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_SAME);
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h + 1, 1, 3, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_SAME);
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 3, INT64_MAX - 1, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_SAME); /* for good */
+  ck_assert_str_eq(usable(&v), "b:2");
+  hvdrun_hosts_view_fini(&v);
+}
+END_TEST
+
+START_TEST(hosts_view_cooldown) {
+  const int64_t s = 1000000000;
+  struct hvdrun_hosts_view v;
+  struct hvdrun_host h[2];
+  struct hvdrun_known_host *a;
+  int64_t t = 1000 * s, until;
+  int change;
+
+  hvdrun_hosts_view_init(&v, 10, 100);
+  found(h, 0, "a", 2);
+  found(h, 1, "b", 2);
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 2, t, &change), HVD_OK);
+  a = &v.hosts[0];
+  ck_assert_str_eq(a->name, "a");
+  hvdrun_hosts_view_blacklist(&v, "a", t);
+  ck_assert(a->blacklisted);
+  ck_assert_int_eq(a->blacklist_count, 1);
+  /* The first cooldown: min + U(0,1) * min, within [10, 20] s. */
+  ck_assert_int_ge(a->cooldown_until_ns, t + 10 * s);
+  ck_assert_int_le(a->cooldown_until_ns, t + 20 * s);
+  until = a->cooldown_until_ns;
+  hvdrun_hosts_view_blacklist(&v, "a", t + s); /* still in effect: no change */
+  ck_assert_int_eq(a->cooldown_until_ns, until);
+  ck_assert_int_eq(a->blacklist_count, 1);
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 2, until - 1, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_SAME);
+  ck_assert_str_eq(usable(&v), "b:2");
+  /* Over: whitelisted, added, and after b now. */
+  ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 2, until, &change), HVD_OK);
+  ck_assert_int_eq(change, HVDRUN_HOSTS_ADDED);
+  ck_assert_str_eq(usable(&v), "b:2,a:2");
+  /* Again and again: the cooldown doubles, capped at max. */
+  for (int k = 1; k < 6; k++) {
+    int64_t lo = (10LL << k) < 100 ? (10LL << k) : 100, hi = lo + 10 < 100 ? lo + 10 : 100;
+    t = until + s;
+    hvdrun_hosts_view_blacklist(&v, "a", t);
+    a = &v.hosts[1];
+    ck_assert_str_eq(a->name, "a");
+    ck_assert_int_eq(a->blacklist_count, k + 1);
+    ck_assert_int_ge(a->cooldown_until_ns, t + lo * s);
+    ck_assert_int_le(a->cooldown_until_ns, t + hi * s);
+    until = a->cooldown_until_ns;
+    /* Absent when its cooldown ends: whitelisted, but nothing is added. */
+    ck_assert_int_eq(hvdrun_hosts_view_update(&v, h + 1, 1, until, &change), HVD_OK);
+    ck_assert_int_eq(change, HVDRUN_HOSTS_SAME);
+    ck_assert(!v.hosts[1].blacklisted);
+    ck_assert_int_eq(hvdrun_hosts_view_update(&v, h, 2, until, &change), HVD_OK);
+    ck_assert_int_eq(change, HVDRUN_HOSTS_ADDED);
+  }
+  hvdrun_hosts_view_fini(&v);
+}
+END_TEST
+
 /* ==== output ================================================================ */
 
 /* Feeds the chunks through a stream into a memory file; returns the text. */
@@ -292,6 +749,8 @@ static Suite *launcher_suite(void) {
   tcase_add_test(tc, options_horovodrun_names);
   tcase_add_test(tc, options_errors_name_the_argument);
   tcase_add_test(tc, options_help);
+  tcase_add_test(tc, options_elastic);
+  tcase_add_test(tc, options_elastic_errors);
   tcase_add_test(tc, hosts_parse_and_reject);
   tcase_add_test(tc, hostfile_lines);
   tcase_add_test(tc, assignment_as_horovod);
@@ -300,6 +759,15 @@ static Suite *launcher_suite(void) {
   tcase_add_test(tc, output_long_line_in_pieces);
   tcase_add_test(tc, shell_quoting);
   tcase_add_test(tc, environment_replaces);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("elastic hosts");
+  tcase_add_test(tc, discovery_output_parsed);
+  tcase_add_test(tc, discovery_output_rejected);
+  tcase_add_test(tc, discovery_script_runs);
+  tcase_add_test(tc, hosts_view_changes_and_order);
+  tcase_add_test(tc, hosts_view_blacklist_for_good);
+  tcase_add_test(tc, hosts_view_cooldown);
+  tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
   return s;
 }

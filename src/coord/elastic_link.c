@@ -28,7 +28,7 @@
 
 #include "coord.h"
 
-enum { ELASTIC_TIMEOUT_DEFAULT_S = 600 };
+enum { ELASTIC_TIMEOUT_DEFAULT_S = 600, WAIT_MARGIN_MS = 60000 };
 
 hvd_status coord_elastic_env(struct coord_elastic_env *out) {
   int64_t timeout_s, limit, round, updates, local_rank;
@@ -124,15 +124,21 @@ hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_
   snprintf(scope, sizeof(scope), "round.%llu", (unsigned long long)(leaving + 1));
   if (st == HVD_OK) {
     uint64_t ignored;
-    st = get_number(c, "elastic", scope, env->timeout_ms, &ignored);
+    /* The driver decides when rounds end (it fails the job after its own
+     * --elastic-timeout); this wait only covers a driver that hangs. */
+    st = get_number(c, "elastic", scope, env->timeout_ms + WAIT_MARGIN_MS, &ignored);
     if (st == HVD_ERR_TIMEOUT)
       hvd_error(HVD_ERR_TIMEOUT,
-                "the elastic driver published no round after round %llu within "
-                "HOROVOD_ELASTIC_TIMEOUT (%lld s)",
+                "the elastic driver published no round after round %llu within %lld s "
+                "(HOROVOD_ELASTIC_TIMEOUT and a minute)",
                 (unsigned long long)leaving, (long long)(env->timeout_ms / 1000));
   }
   if (st == HVD_OK)
     st = get_number(c, "elastic", "latest", 0, &latest);
+  if (st == HVD_OK && latest <= leaving)
+    st = hvd_error(HVD_ERR_PROTOCOL,
+                   "the store's elastic/latest says round %llu after round %llu was published",
+                   (unsigned long long)latest, (unsigned long long)(leaving + 1));
   snprintf(scope, sizeof(scope), "round.%llu", (unsigned long long)latest);
   if (st == HVD_OK)
     st = get_number(c, "elastic", scope, 0, &out->updates);

@@ -1,0 +1,785 @@
+/*
+ * hvdrun's elastic driver: keeps a job running while workers fail and
+ * hosts come and go (docs/elastic.md).
+ *
+ * DESIGN. The driver works in rounds. A round assigns ranks over the
+ * usable hosts (discovered, not blacklisted), hosts that still run a
+ * worker first and otherwise oldest first, so that rank 0 is a worker
+ * that holds the latest state; it has min(slots, --max-np) ranks and at
+ * least --min-np. Publishing round N writes every slot's
+ * "rank,size,local_rank,local_size,cross_rank,cross_size" (-1s for a
+ * worker that lost its place) under rank_and_size.<N> and the Horovod
+ * scope rank_and_size, then elastic/round.<N> and elastic/latest, and only
+ * then starts workers for the new slots (HVD_ELASTIC_ROUND=N): a slot is
+ * (HOROVOD_HOSTNAME, HOROVOD_LOCAL_RANK), the same for its worker in every
+ * round. A new round is needed when a worker fails (its host is
+ * blacklisted and the host's other workers stopped), when a worker says
+ * it left the round (elastic_ready/<slot>), or when discovery changes the
+ * plan (announced as elastic/update.<k>, which rank 0's watch pushes to
+ * every worker at its next commit). The round is published once every
+ * live worker has left the current one (the barrier Horovod's
+ * rank_and_size answers wait for) and there are enough slots; workers
+ * that do not leave within --elastic-timeout are stopped. When a round is
+ * abandoned before its workers met, the records that never came are
+ * written as RDZV_RECORD_ABANDONED so that nobody waits for them. The job
+ * succeeds when workers exit 0 (the first success ends new rounds; the
+ * rest are waited for), and fails when every worker failed, when the
+ * resets reach --reset-limit, or when --min-np slots are missing for
+ * --elastic-timeout, each said in one line.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "rendezvous/rendezvous.h"
+
+enum {
+  GRACE_S = 5,            /* SIGTERM, then SIGKILL after this */
+  TICK_MS = 20,           /* how often the store is looked at */
+  DISCOVERY_EVERY_MS = 1000,
+  DISCOVERY_TIMEOUT_MS = 30000,
+  DRAIN_MS = 1000,
+};
+
+struct worker {
+  char host[HVDRUN_HOST_MAX + 1];
+  int local_rank; /* with host: the slot, the worker's name in every round */
+  int label;      /* output prefix: workers are numbered in the order they start */
+  struct hvdrun_proc p;
+  bool assigned;  /* has a rank in the latest round */
+  bool stopped;   /* hvdrun stopped it: its end is not a failure */
+  int64_t left;   /* the last round it said it left; -1: none */
+  int64_t removed_at; /* lost its place at this time (0: it has one) */
+};
+
+struct driver {
+  const struct hvdrun_options *o;
+  struct hvdrun_hosts_view view;
+  const struct hvdrun_host *fixed; /* -H / --hostfile hosts, or NULL: the script */
+  size_t nfixed;
+  struct rdzv_server *server;
+  struct rdzv_store *store;
+  char token[65], addr[128];
+  int port, digits;
+  struct worker *w;
+  size_t nw, capw;
+  int sigfd;
+  /* rounds */
+  bool published;
+  uint64_t round;
+  struct hvdrun_host *plan_hosts; /* the latest round's hosts and slots */
+  size_t plan_nhosts;
+  struct hvdrun_slot *plan;
+  int plan_size;
+  bool pending; /* a new round is needed */
+  int64_t pending_since;
+  int resets;
+  uint64_t updates;
+  int64_t next_discovery;
+  bool discovered_once;
+  /* the end */
+  bool finishing; /* a worker succeeded */
+  bool stopping;
+  int exit_code;
+  int64_t kill_at;
+  int last_failure; /* exit code of the latest failed worker */
+  int finish_code;  /* after the first success: 0, or a later failure's code */
+};
+
+static int64_t ms_ns(int64_t ms) { return ms * 1000000; }
+
+/* ==== stopping ============================================================= */
+
+static void stop_worker(struct worker *w, int sig) {
+  w->stopped = true;
+  if (w->p.running && w->p.pid > 0)
+    (void)kill(-w->p.pid, sig);
+}
+
+static void stop_job(struct driver *d, int code, const char *why) {
+  if (d->stopping)
+    return;
+  if (why != NULL)
+    fprintf(stderr, "hvdrun: %s\n", why);
+  d->stopping = true;
+  d->exit_code = code;
+  d->kill_at = hvd_now_ns() + (int64_t)GRACE_S * 1000000000;
+  for (size_t i = 0; i < d->nw; i++)
+    stop_worker(&d->w[i], SIGTERM);
+}
+
+static size_t live_workers(const struct driver *d) {
+  size_t n = 0;
+  for (size_t i = 0; i < d->nw; i++)
+    n += d->w[i].p.running && !d->w[i].stopped;
+  return n;
+}
+
+static struct worker *find_worker(struct driver *d, const char *host, int local_rank) {
+  for (size_t i = 0; i < d->nw; i++) {
+    struct worker *w = &d->w[i];
+    if (w->p.running && !w->stopped && w->local_rank == local_rank && strcmp(w->host, host) == 0)
+      return w;
+  }
+  return NULL;
+}
+
+/* ==== the store's scopes =================================================== */
+
+static void put(struct driver *d, const char *scope, const char *key, const char *value) {
+  if (rdzv_store_set(d->store, scope, strlen(scope), key, strlen(key), value, strlen(value),
+                     RDZV_SET_ALWAYS, 0, NULL, NULL) != HVD_OK)
+    fprintf(stderr, "hvdrun: cannot write %s/%s in the store: %s\n", scope, key,
+            hvd_last_error_message());
+}
+
+/* The transport scopes of round n (as the workers' generation prefix
+ * names them), each with its size, through fn. */
+static void for_each_scope(const struct driver *d, uint64_t n,
+                           void (*fn)(const struct driver *, const char *, size_t)) {
+  char prefix[32] = "", scope[HVDRUN_HOST_MAX + 64];
+  if (n > 0)
+    snprintf(prefix, sizeof(prefix), "g%llu.", (unsigned long long)n);
+  snprintf(scope, sizeof(scope), "%sglobal", prefix);
+  fn(d, scope, (size_t)d->plan_size);
+  for (int r = 0; r < d->plan_size; r++) {
+    const struct hvdrun_slot *s = &d->plan[r];
+    if (s->local_rank == 0) {
+      snprintf(scope, sizeof(scope), "%slocal_%s", prefix, d->plan_hosts[s->host].name);
+      fn(d, scope, (size_t)s->local_size);
+    }
+    if (s->cross_rank == 0) {
+      snprintf(scope, sizeof(scope), "%scross_%d", prefix, s->local_rank);
+      fn(d, scope, (size_t)s->cross_size);
+    }
+  }
+}
+
+static void plan_scope(const struct driver *d, const char *scope, size_t size) {
+  if (rdzv_store_plan(d->store, scope, strlen(scope), size) != HVD_OK)
+    fprintf(stderr, "hvdrun: cannot plan scope %s: %s\n", scope, hvd_last_error_message());
+}
+
+/* A round whose ranks never all met: the missing records say so. */
+static void abandon_scope(const struct driver *d, const char *scope, size_t size) {
+  if (rdzv_store_plan_rounds(d->store, scope, strlen(scope)) > 0)
+    return; /* everybody met there */
+  for (size_t r = 0; r < size; r++) {
+    char key[16];
+    int n = snprintf(key, sizeof(key), "%zu", r);
+    (void)rdzv_store_set(d->store, scope, strlen(scope), key, (size_t)n, RDZV_RECORD_ABANDONED,
+                         strlen(RDZV_RECORD_ABANDONED), RDZV_SET_IF_ABSENT, 0, NULL, NULL);
+  }
+}
+
+/* ==== planning a round ===================================================== */
+
+static bool hosts_has_live_worker(struct driver *d, const char *host) {
+  for (size_t i = 0; i < d->nw; i++) {
+    if (d->w[i].p.running && !d->w[i].stopped && strcmp(d->w[i].host, host) == 0)
+      return true;
+  }
+  return false;
+}
+
+/* The next round's hosts and slots; HVD_ERR_NOT_FOUND when there are fewer
+ * than need slots (*have says how many). */
+static hvd_status make_plan(struct driver *d, int need, struct hvdrun_host **hosts, size_t *nhosts,
+                            struct hvdrun_slot **slots, int *size, int *have) {
+  size_t cap = d->view.n + 1, n, k = 0;
+  struct hvdrun_host *usable = calloc(cap, sizeof(*usable));
+  struct hvdrun_host *ordered = calloc(cap, sizeof(*ordered));
+  int total = 0, np;
+  hvd_status st;
+
+  if (usable == NULL || ordered == NULL) {
+    free(usable);
+    free(ordered);
+    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+  }
+  n = hvdrun_hosts_view_usable(&d->view, usable, cap);
+  /* Hosts with a worker that holds the state first: rank 0 among them. */
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < n; i++) {
+      if (hosts_has_live_worker(d, usable[i].name) == (pass == 0))
+        ordered[k++] = usable[i];
+    }
+  }
+  for (size_t i = 0; i < n; i++)
+    total += usable[i].slots;
+  free(usable);
+  *have = total;
+  np = total;
+  if (d->o->max_np > 0 && np > d->o->max_np)
+    np = d->o->max_np;
+  if (np > HVDRUN_MAX_RANKS)
+    np = HVDRUN_MAX_RANKS;
+  if (np < need || np == 0) {
+    free(ordered);
+    return HVD_ERR_NOT_FOUND;
+  }
+  st = hvdrun_assign(ordered, n, np, slots, size);
+  if (st != HVD_OK) {
+    free(ordered);
+    return st;
+  }
+  *hosts = ordered;
+  *nhosts = n;
+  return HVD_OK;
+}
+
+/* Whether the plan gives every slot the place the latest round gave it. */
+static bool same_plan(const struct driver *d, const struct hvdrun_host *hosts,
+                      const struct hvdrun_slot *slots, int size) {
+  if (!d->published || size != d->plan_size)
+    return false;
+  for (int r = 0; r < size; r++) {
+    const struct hvdrun_slot *a = &slots[r], *b = &d->plan[r];
+    if (strcmp(hosts[a->host].name, d->plan_hosts[b->host].name) != 0 ||
+        a->local_rank != b->local_rank || a->local_size != b->local_size ||
+        a->cross_rank != b->cross_rank || a->cross_size != b->cross_size)
+      return false;
+  }
+  return true;
+}
+
+/* ==== publishing a round and starting its new workers ========================= */
+
+static hvd_status start_worker(struct driver *d, const struct hvdrun_slot *s, const char *host) {
+  struct hvdrun_env vars = {0};
+  struct worker *w;
+  hvd_status st;
+
+  if (d->nw == d->capw) {
+    size_t cap = d->capw ? d->capw * 2 : 16;
+    struct worker *grown = realloc(d->w, cap * sizeof(*grown));
+    if (grown == NULL)
+      return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+    d->w = grown;
+    d->capw = cap;
+  }
+  w = &d->w[d->nw];
+  memset(w, 0, sizeof(*w));
+  snprintf(w->host, sizeof(w->host), "%s", host);
+  w->local_rank = s->local_rank;
+  w->label = (int)d->nw;
+  w->left = -1;
+  w->assigned = true;
+  st = hvdrun_proc_init(&w->p, d->o, w->label, d->digits);
+  d->nw++;
+  if (st == HVD_OK)
+    st = hvdrun_job_vars(d->o, d->addr, d->port, d->token, &vars);
+#define SET(...) \
+  if (st == HVD_OK) \
+  st = hvdrun_env_set(&vars, __VA_ARGS__)
+  SET("HOROVOD_ELASTIC", "1");
+  SET("HVD_ELASTIC_ROUND", "%llu", (unsigned long long)d->round);
+  SET("HVD_ELASTIC_UPDATES", "%llu", (unsigned long long)d->updates);
+  SET("HOROVOD_ELASTIC_TIMEOUT", "%d", d->o->elastic_timeout_s);
+  SET("HOROVOD_HOSTNAME", "%s", host);
+  SET("HOROVOD_RANK", "%d", s->rank);
+  SET("HOROVOD_SIZE", "%d", s->size);
+  SET("HOROVOD_LOCAL_RANK", "%d", s->local_rank);
+  SET("HOROVOD_LOCAL_SIZE", "%d", s->local_size);
+  SET("HOROVOD_CROSS_RANK", "%d", s->cross_rank);
+  SET("HOROVOD_CROSS_SIZE", "%d", s->cross_size);
+#undef SET
+  if (st == HVD_OK)
+    st = hvdrun_proc_start(&w->p, d->o, host, !hvdrun_host_is_local(host), &vars, w->label);
+  hvdrun_env_fini(&vars);
+  if (st != HVD_OK)
+    return hvd_error_prefix("starting a worker on %s", host);
+  if (d->o->verbose)
+    fprintf(stderr, "hvdrun: worker %d started on %s[%d] as rank %d of %d (round %llu)\n",
+            w->label, host, s->local_rank, s->rank, s->size, (unsigned long long)d->round);
+  return HVD_OK;
+}
+
+static void assignment_text(const struct hvdrun_slot *s, char *out, size_t size) {
+  if (s == NULL)
+    snprintf(out, size, "-1,-1,-1,-1,-1,-1");
+  else
+    snprintf(out, size, "%d,%d,%d,%d,%d,%d", s->rank, s->size, s->local_rank, s->local_size,
+             s->cross_rank, s->cross_size);
+}
+
+/* Makes the plan the next round: store first, then the new workers. */
+static hvd_status publish(struct driver *d, struct hvdrun_host *hosts, size_t nhosts,
+                          struct hvdrun_slot *slots, int size) {
+  char scope[48], key[HVDRUN_HOST_MAX + 16], value[96];
+  uint64_t n = d->published ? d->round + 1 : 0;
+  hvd_status st = HVD_OK;
+
+  free(d->plan);
+  free(d->plan_hosts);
+  d->plan = slots;
+  d->plan_hosts = hosts;
+  d->plan_nhosts = nhosts;
+  d->plan_size = size;
+  d->round = n;
+  snprintf(scope, sizeof(scope), "rank_and_size.%llu", (unsigned long long)n);
+  rdzv_store_delete_scope(d->store, "rank_and_size", 13);
+  for (size_t i = 0; i < d->nw; i++)
+    d->w[i].assigned = false;
+  for (int r = 0; r < size; r++) {
+    const char *host = hosts[slots[r].host].name;
+    struct worker *w = find_worker(d, host, slots[r].local_rank);
+    if (w != NULL)
+      w->assigned = true;
+    snprintf(key, sizeof(key), "%s:%d", host, slots[r].local_rank);
+    assignment_text(&slots[r], value, sizeof(value));
+    put(d, scope, key, value);
+    put(d, "rank_and_size", key, value);
+  }
+  for (size_t i = 0; i < d->nw; i++) {
+    struct worker *w = &d->w[i];
+    if (!w->p.running || w->stopped || w->assigned)
+      continue;
+    w->removed_at = hvd_now_ns();
+    snprintf(key, sizeof(key), "%s:%d", w->host, w->local_rank);
+    assignment_text(NULL, value, sizeof(value));
+    put(d, scope, key, value);
+    put(d, "rank_and_size", key, value);
+    if (d->o->verbose)
+      fprintf(stderr, "hvdrun: worker %d (%s) has no place in round %llu\n", w->label, key,
+              (unsigned long long)n);
+  }
+  for_each_scope(d, n, plan_scope);
+  /* latest before round.<n>: a worker that sees round.<n> reads latest next. */
+  snprintf(value, sizeof(value), "%llu", (unsigned long long)n);
+  put(d, "elastic", "latest", value);
+  snprintf(scope, sizeof(scope), "round.%llu", (unsigned long long)n);
+  snprintf(value, sizeof(value), "%llu", (unsigned long long)d->updates);
+  put(d, "elastic", scope, value);
+  d->published = true;
+  d->pending = false;
+  for (int r = 0; r < size && st == HVD_OK; r++) {
+    const char *host = hosts[slots[r].host].name;
+    if (find_worker(d, host, slots[r].local_rank) == NULL)
+      st = start_worker(d, &slots[r], host);
+  }
+  fprintf(stderr, "hvdrun: round %llu: %d workers on %zu hosts\n", (unsigned long long)n, size,
+          nhosts);
+  return st;
+}
+
+/* ==== events =============================================================== */
+
+static void need_round(struct driver *d) {
+  if (d->pending || !d->published)
+    return;
+  d->pending = true;
+  d->pending_since = hvd_now_ns();
+  for_each_scope(d, d->round, abandon_scope);
+}
+
+static void on_failure(struct driver *d, struct worker *w, const char *why, int code) {
+  d->last_failure = code;
+  fprintf(stderr, "hvdrun: worker %d on %s[%d] %s; blacklisting host %s\n", w->label, w->host,
+          w->local_rank, why, w->host);
+  hvdrun_hosts_view_blacklist(&d->view, w->host, hvd_now_ns());
+  for (size_t i = 0; i < d->nw; i++) {
+    if (d->w[i].p.running && !d->w[i].stopped && strcmp(d->w[i].host, w->host) == 0)
+      stop_worker(&d->w[i], SIGTERM);
+  }
+  need_round(d);
+}
+
+static void on_exit_status(struct driver *d, struct worker *w, int status) {
+  char why[128];
+  int code;
+
+  w->p.running = false;
+  hvdrun_describe_end(status, why, sizeof(why), &code);
+  if (d->o->verbose)
+    fprintf(stderr, "hvdrun: worker %d on %s[%d] (pid %d) %s\n", w->label, w->host,
+            w->local_rank, (int)w->p.pid, why);
+  if (w->stopped || !w->assigned || d->stopping)
+    return; /* stopped by hvdrun, or had no place any more */
+  if (code == 0) {
+    d->finishing = true;
+    return;
+  }
+  if (d->finishing) {
+    if (d->finish_code == 0)
+      d->finish_code = code;
+    fprintf(stderr, "hvdrun: worker %d on %s[%d] %s after others finished\n", w->label, w->host,
+            w->local_rank, why);
+    return;
+  }
+  on_failure(d, w, why, code);
+}
+
+static void reap(struct driver *d) {
+  for (size_t i = 0; i < d->nw; i++) {
+    int status;
+    if (d->w[i].p.running && waitpid(d->w[i].p.pid, &status, WNOHANG) == d->w[i].p.pid)
+      on_exit_status(d, &d->w[i], status);
+  }
+}
+
+static void on_signal(struct driver *d) {
+  struct signalfd_siginfo si;
+  while (read(d->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+    if (si.ssi_signo == SIGCHLD)
+      continue;
+    if (!d->stopping) {
+      char why[96];
+      snprintf(why, sizeof(why), "got %s; stopping the job", strsignal((int)si.ssi_signo));
+      stop_job(d, 128 + (int)si.ssi_signo, why);
+    } else {
+      for (size_t i = 0; i < d->nw; i++)
+        stop_worker(&d->w[i], SIGKILL);
+    }
+  }
+  reap(d); /* SIGCHLDs merge: look at every worker */
+}
+
+/* Which workers said they left the current round. */
+static void read_ready(struct driver *d) {
+  struct rdzv_blob *body = NULL;
+  struct rdzv_scope_view view;
+  size_t count = 0;
+
+  if (rdzv_store_snapshot(d->store, "elastic_ready", 13, &body, &count) != HVD_OK || count == 0) {
+    rdzv_blob_unref(body);
+    return;
+  }
+  char *copy = malloc(body->len + 1);
+  if (copy == NULL) {
+    rdzv_blob_unref(body);
+    return;
+  }
+  memcpy(copy, body->data, body->len + 1);
+  if (rdzv_scope_decode(copy, body->len, &view) == HVD_OK) {
+    for (size_t e = 0; e < view.count; e++) {
+      const char *colon = strrchr(view.entries[e].key, ':');
+      int64_t left, lr;
+      if (colon == NULL || !hvd_parse_int64(colon + 1, strlen(colon + 1), &lr) ||
+          !hvd_parse_int64((const char *)view.entries[e].value, view.entries[e].value_len, &left))
+        continue;
+      for (size_t i = 0; i < d->nw; i++) {
+        struct worker *w = &d->w[i];
+        if (w->local_rank == lr && (size_t)(colon - view.entries[e].key) == strlen(w->host) &&
+            memcmp(w->host, view.entries[e].key, strlen(w->host)) == 0 && left > w->left)
+          w->left = left;
+      }
+    }
+    rdzv_scope_view_fini(&view);
+  }
+  rdzv_blob_unref(body);
+}
+
+static const char *change_name(int change) {
+  return change == HVDRUN_HOSTS_ADDED     ? "added"
+         : change == HVDRUN_HOSTS_REMOVED ? "removed"
+                                          : "mixed";
+}
+
+/* Runs discovery (or takes the fixed hosts once) and announces a change
+ * that alters the plan. */
+static hvd_status discover(struct driver *d) {
+  struct hvdrun_host *found = NULL, *hosts = NULL;
+  struct hvdrun_slot *slots = NULL;
+  size_t n = 0, nhosts = 0;
+  int change = HVDRUN_HOSTS_SAME, size = 0, have = 0;
+  char *out = NULL;
+  size_t len = 0;
+  hvd_status st;
+
+  d->next_discovery = hvd_now_ns() + ms_ns(DISCOVERY_EVERY_MS);
+  if (d->fixed != NULL) {
+    st = hvdrun_hosts_view_update(&d->view, d->fixed, d->nfixed, hvd_now_ns(), &change);
+  } else {
+    int64_t timeout = (int64_t)d->o->elastic_timeout_s * 1000;
+    st = hvdrun_run_discovery(d->o->discovery_script,
+                              timeout < DISCOVERY_TIMEOUT_MS ? timeout : DISCOVERY_TIMEOUT_MS,
+                              &out, &len);
+    if (st == HVD_OK)
+      st = hvdrun_parse_discovery(out, len, d->o->slots_per_host, &found, &n);
+    if (st == HVD_OK)
+      st = hvdrun_hosts_view_update(&d->view, found, n, hvd_now_ns(), &change);
+    free(out);
+    free(found);
+  }
+  if (st != HVD_OK) {
+    if (!d->discovered_once)
+      return st;
+    fprintf(stderr, "hvdrun: host discovery failed (retrying): %s\n", hvd_last_error_message());
+    return HVD_OK;
+  }
+  d->discovered_once = true;
+  if (change == HVDRUN_HOSTS_SAME || !d->published || d->pending || d->finishing)
+    return HVD_OK;
+  if (make_plan(d, d->o->min_np, &hosts, &nhosts, &slots, &size, &have) != HVD_OK)
+    return HVD_OK; /* not enough slots for a round: nothing to announce */
+  if (!same_plan(d, hosts, slots, size)) {
+    char key[32];
+    d->updates++;
+    snprintf(key, sizeof(key), "update.%llu", (unsigned long long)d->updates);
+    put(d, "elastic", key, change_name(change));
+    fprintf(stderr, "hvdrun: hosts %s: the workers reset at their next commit\n",
+            change_name(change));
+    need_round(d);
+  }
+  free(hosts);
+  free(slots);
+  return HVD_OK;
+}
+
+/* Publishes the next round once every live worker left the current one. */
+static void advance(struct driver *d) {
+  int64_t now = hvd_now_ns(), timeout = (int64_t)d->o->elastic_timeout_s * 1000000000;
+  struct hvdrun_host *hosts = NULL;
+  struct hvdrun_slot *slots = NULL;
+  size_t nhosts = 0;
+  int size = 0, have = 0, need = d->published ? d->o->min_np : d->o->np;
+  bool settled = true;
+  hvd_status st;
+  char why[256];
+
+  for (size_t i = 0; i < d->nw; i++) {
+    struct worker *w = &d->w[i];
+    if (!w->p.running || w->stopped)
+      continue;
+    if (d->published && w->assigned && w->left >= (int64_t)d->round)
+      need_round(d); /* a worker hit a failure hvdrun did not see */
+    if (!w->assigned && w->removed_at > 0 && now - w->removed_at > (int64_t)GRACE_S * 1000000000)
+      stop_worker(w, SIGTERM); /* removed, and still running */
+  }
+  if (d->published && !d->pending)
+    return;
+  for (size_t i = 0; i < d->nw && d->published; i++) {
+    struct worker *w = &d->w[i];
+    if (w->p.running && !w->stopped && w->assigned && w->left < (int64_t)d->round)
+      settled = false;
+  }
+  if (!settled) {
+    if (now - d->pending_since < timeout)
+      return;
+    for (size_t i = 0; i < d->nw; i++) {
+      struct worker *w = &d->w[i];
+      if (w->p.running && !w->stopped && w->assigned && w->left < (int64_t)d->round) {
+        snprintf(why, sizeof(why), "did not leave round %llu within --elastic-timeout (%d s)",
+                 (unsigned long long)d->round, d->o->elastic_timeout_s);
+        stop_worker(w, SIGTERM);
+        on_failure(d, w, why, 1);
+      }
+    }
+  }
+  if (d->published && live_workers(d) == 0) {
+    snprintf(why, sizeof(why), "every worker has failed; stopping the job");
+    stop_job(d, d->last_failure != 0 ? d->last_failure : 1, why);
+    return;
+  }
+  if (d->published && d->o->reset_limit >= 0 && d->resets >= d->o->reset_limit) {
+    snprintf(why, sizeof(why),
+             "the job has reset %d times, the limit (--reset-limit %d); stopping the job",
+             d->resets, d->o->reset_limit);
+    stop_job(d, d->last_failure != 0 ? d->last_failure : 1, why);
+    return;
+  }
+  st = make_plan(d, need, &hosts, &nhosts, &slots, &size, &have);
+  if (st == HVD_ERR_NOT_FOUND) {
+    if (now - d->pending_since >= timeout) {
+      snprintf(why, sizeof(why),
+               "timed out after %d s (--elastic-timeout) waiting for at least %d slots; %d are "
+               "available; stopping the job",
+               d->o->elastic_timeout_s, need, have);
+      stop_job(d, 1, why);
+    }
+    return;
+  }
+  if (st == HVD_OK && d->published)
+    d->resets++;
+  if (st == HVD_OK)
+    st = publish(d, hosts, nhosts, slots, size);
+  if (st != HVD_OK) {
+    snprintf(why, sizeof(why), "%s", hvd_last_error_message());
+    stop_job(d, 1, why);
+  }
+}
+
+/* ==== the loop ============================================================= */
+
+static void tick(struct driver *d) {
+  int64_t now = hvd_now_ns();
+  if (d->stopping)
+    return;
+  if (now >= d->next_discovery && discover(d) != HVD_OK) {
+    char why[HVD_ERROR_MESSAGE_MAX + 32];
+    snprintf(why, sizeof(why), "host discovery: %s", hvd_last_error_message());
+    stop_job(d, 1, why);
+    return;
+  }
+  read_ready(d);
+  if (!d->finishing)
+    advance(d);
+}
+
+static int supervise(struct driver *d) {
+  int64_t drain_until = 0;
+
+  for (;;) {
+    int64_t now = hvd_now_ns();
+    size_t cap = d->nw * 2 + 1, n = 0;
+    struct pollfd *pfds = calloc(cap, sizeof(*pfds));
+    size_t *who = calloc(cap, sizeof(*who));
+    bool any_running = false, any_open = false;
+
+    if (pfds == NULL || who == NULL) {
+      free(pfds);
+      free(who);
+      stop_job(d, 1, "out of memory");
+      for (size_t i = 0; i < d->nw; i++)
+        stop_worker(&d->w[i], SIGKILL);
+      return 1;
+    }
+    for (size_t i = 0; i < d->nw; i++)
+      any_running = any_running || d->w[i].p.running;
+    if (!any_running && (d->stopping || d->finishing)) {
+      if (drain_until == 0)
+        drain_until = now + ms_ns(DRAIN_MS);
+    }
+    pfds[n++] = (struct pollfd){.fd = d->sigfd, .events = POLLIN};
+    for (size_t i = 0; i < d->nw; i++) {
+      for (int k = 0; k < 2; k++) {
+        if (d->w[i].p.fds[k] >= 0) {
+          who[n] = i * 2 + (size_t)k;
+          pfds[n++] = (struct pollfd){.fd = d->w[i].p.fds[k], .events = POLLIN};
+          any_open = true;
+        }
+      }
+    }
+    if (drain_until != 0 && (!any_open || now >= drain_until)) {
+      free(pfds);
+      free(who);
+      break;
+    }
+    if (poll(pfds, n, TICK_MS) < 0 && errno != EINTR)
+      stop_job(d, 1, "poll failed");
+    if (pfds[0].revents & POLLIN)
+      on_signal(d);
+    for (size_t i = 1; i < n; i++) {
+      if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR))
+        hvdrun_proc_forward(&d->w[who[i] / 2].p, (int)(who[i] % 2));
+    }
+    free(pfds);
+    free(who);
+    reap(d);
+    tick(d);
+    if (d->stopping && hvd_now_ns() >= d->kill_at) {
+      bool killed = false;
+      for (size_t i = 0; i < d->nw; i++) {
+        if (d->w[i].p.running) {
+          stop_worker(&d->w[i], SIGKILL);
+          killed = true;
+        }
+      }
+      if (killed)
+        fprintf(stderr, "hvdrun: workers still running %d s after SIGTERM: sending SIGKILL\n",
+                GRACE_S);
+      d->kill_at = HVD_NO_DEADLINE;
+    }
+    if (!d->stopping && d->finishing && live_workers(d) == 0) {
+      d->stopping = true; /* what hvdrun stopped may still be on its way out */
+      d->kill_at = hvd_now_ns() + (int64_t)GRACE_S * 1000000000;
+      d->exit_code = d->finish_code;
+    }
+  }
+  return d->exit_code;
+}
+
+/* ==== the whole job ========================================================= */
+
+static hvd_status start(struct driver *d) {
+  struct rdzv_server_config cfg;
+  const char **remote = calloc(d->view.n + 1, sizeof(*remote));
+  size_t nremote = 0;
+  int most = d->o->max_np > d->o->np ? d->o->max_np : d->o->np;
+  hvd_status st;
+
+  if (remote == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+  for (int v = most - 1; v >= 10; v /= 10)
+    d->digits++;
+  /* Where ranks reach the store: chosen from the first hosts (use
+   * --network-interface for a job that starts here and grows elsewhere). */
+  for (size_t h = 0; h < d->view.n; h++) {
+    if (!hvdrun_host_is_local(d->view.hosts[h].name))
+      remote[nremote++] = d->view.hosts[h].name;
+  }
+  st = hvdrun_make_token(d->token, sizeof(d->token));
+  if (st == HVD_OK)
+    st = hvdrun_store_address(d->o, remote, nremote, d->addr, sizeof(d->addr));
+  free(remote);
+  if (st != HVD_OK)
+    return st;
+  rdzv_server_config_default(&cfg);
+  cfg.bind_address = d->fixed != NULL && nremote == 0 ? "127.0.0.1" : NULL;
+  cfg.port = d->o->rendezvous_port;
+  cfg.token = d->token;
+  cfg.threads = 1;
+  if ((st = rdzv_server_start(&cfg, &d->server)) != HVD_OK)
+    return hvd_error_prefix("starting the rendezvous store");
+  d->port = rdzv_server_port(d->server);
+  d->store = rdzv_server_store(d->server);
+  if (d->o->verbose)
+    fprintf(stderr, "hvdrun: elastic job; rendezvous store on port %d (ranks use %s:%d)\n",
+            d->port, d->addr, d->port);
+  return HVD_OK;
+}
+
+int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host *hosts,
+                       size_t nhosts) {
+  struct driver d;
+  sigset_t mask;
+  hvd_status st = HVD_OK;
+  int code;
+
+  memset(&d, 0, sizeof(d));
+  d.o = o;
+  d.sigfd = -1;
+  d.digits = 1;
+  if (o->discovery_script == NULL) {
+    d.fixed = hosts;
+    d.nfixed = nhosts;
+  }
+  hvdrun_hosts_view_init(&d.view, o->cooldown_min_s, o->cooldown_max_s);
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  sigprocmask(SIG_BLOCK, &mask, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  if ((d.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
+    st = hvd_error(HVD_ERR_IO, "signalfd: %s", strerror(errno));
+  if (st == HVD_OK && (st = discover(&d)) != HVD_OK)
+    hvd_error_prefix("host discovery");
+  if (st == HVD_OK)
+    st = start(&d);
+  d.pending_since = hvd_now_ns(); /* the first round waits for -np slots as long */
+  if (st != HVD_OK) {
+    fprintf(stderr, "hvdrun: %s\n", hvd_last_error_message());
+    code = 1;
+  } else {
+    code = supervise(&d);
+  }
+  rdzv_server_stop(d.server);
+  for (size_t i = 0; i < d.nw; i++)
+    hvdrun_proc_fini(&d.w[i].p);
+  if (d.sigfd >= 0)
+    close(d.sigfd);
+  free(d.w);
+  free(d.plan);
+  free(d.plan_hosts);
+  hvdrun_hosts_view_fini(&d.view);
+  return code;
+}

@@ -1,0 +1,168 @@
+#!/bin/sh
+# End-to-end tests of elastic jobs: tests/e2e/elastic.sh BIN_DIR CASE
+# Jobs run through `hvdrun --host-discovery-script`, on host names that only
+# a stand-in remote shell knows (it runs the command on this machine), with
+# a discovery script that prints a file the test rewrites. The worker is
+# examples/train_elastic. Every hvdrun runs under `timeout`, so a hang fails
+# the case. Exit 0: pass; anything else: fail (with a message).
+set -u
+bin=$1
+case_name=$2
+work=$(mktemp -d)
+marker="hvd-elastic-$$-$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
+trap 'pkill -KILL -f "$marker" 2>/dev/null; rm -rf "$work"' EXIT
+
+fail() { echo "FAIL ($case_name): $*" >&2; show; exit 1; }
+show() { cat "$work/out" "$work/err" >&2 2>/dev/null; }
+
+# The worker under a name that carries the marker, so that pkill and the
+# checks below find what belongs to this test.
+trainer="$work/$marker-train"
+ln -s "$bin/train_elastic" "$trainer"
+
+cat >"$work/fake-ssh" <<'SH'
+#!/bin/sh
+host=$1
+shift
+exec sh -c "$1"
+SH
+chmod +x "$work/fake-ssh"
+printf '#!/bin/sh\ncat "%s/hosts"\n' "$work" >"$work/discover"
+chmod +x "$work/discover"
+hosts() { printf '%s\n' "$@" >"$work/hosts.new" && mv "$work/hosts.new" "$work/hosts"; }
+
+# start ARGS...: hvdrun in the background; finish waits for it.
+start() {
+    (timeout 120 "$bin/hvdrun" --host-discovery-script "$work/discover" \
+        --ssh-command "$work/fake-ssh" "$@" >"$work/out" 2>"$work/err"
+     echo $? >"$work/rc") &
+    job=$!
+}
+finish() { wait "$job"; rc=$(cat "$work/rc"); }
+expect_rc() { [ "$rc" = "$1" ] || fail "exit code $rc, expected $1"; }
+expect_out() { grep -q -- "$1" "$work/out" || fail "stdout lacks '$1'"; }
+expect_err() { grep -q -- "$1" "$work/err" || fail "stderr lacks '$1'"; }
+# Waits (at most 60 s) until stdout has a line matching $1.
+wait_out() {
+    n=0
+    until grep -q -- "$1" "$work/out"; do
+        n=$((n + 1))
+        [ $n -le 600 ] || fail "no line '$1' within 60 s"
+        [ -f "$work/rc" ] && fail "the job ended before '$1'"
+        sleep 0.1
+    done
+}
+# The pid of the worker started for host $1.
+worker_on() {
+    for p in $(pgrep -f "$marker-train"); do
+        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "HOROVOD_HOSTNAME=$1"; then
+            echo "$p"
+            return
+        fi
+    done
+}
+kill_worker() {
+    victim=$(worker_on "$1")
+    [ -n "$victim" ] || fail "no worker on $1"
+    killed_at=$(date +%s.%N)
+    kill -9 "$victim"
+}
+nothing_left() {
+    sleep 0.2
+    if pgrep -f "$marker" >/dev/null; then
+        pgrep -af "$marker" >&2
+        fail "processes of the job are still running"
+    fi
+}
+
+train="$trainer --steps 400 --step-ms 10 --commit-every 10 --print-every 50"
+
+case $case_name in
+kill)
+    # kill -9 of one of 4 workers: the others resume from the last commit.
+    hosts h1 h2 h3 h4
+    start --min-np 2 --max-np 4 -np 4 $train
+    wait_out "step 100:"
+    kill_worker h2
+    finish
+    expect_rc 0
+    expect_err "worker 1 on h2\[0\] exited with code 137; blacklisting host h2"
+    expect_out "start: 3 workers, from step [0-9]*0 (after 1 resets)"
+    expect_out "done: 400 steps, 3 workers, 1 resets, .*parameters identical on every rank"
+    resumed=$(sed -n 's/.*reset 1: first step [0-9]* done at \([0-9.]*\)$/\1/p' "$work/out")
+    [ -n "$resumed" ] || fail "no first step after the reset"
+    awk -v a="$resumed" -v b="$killed_at" 'BEGIN { printf "resumed %.3f s after the kill\n", a - b }'
+    nothing_left
+    ;;
+scale_up)
+    # 2 workers, then the discovery script lists 4 hosts: 2 more join
+    # without restarting the first two, and receive the state.
+    hosts h1 h2
+    start --min-np 2 --max-np 4 -np 2 --verbose $train
+    wait_out "step 50:"
+    hosts h1 h2 h3 h4
+    finish
+    expect_rc 0
+    expect_err "hosts added"
+    expect_out "start: 4 workers, from step [0-9]*0 (after 1 resets)"
+    expect_out "done: 400 steps, 4 workers, 1 resets, .*parameters identical on every rank"
+    started=$(grep -c "^hvdrun: worker [0-9]* started on" "$work/err")
+    [ "$started" = 4 ] || fail "$started workers started; 2, then 2 more, expected"
+    nothing_left
+    ;;
+remove)
+    # A host leaves the discovery: its worker is told and exits 0.
+    hosts h1 h2 h3
+    start --min-np 2 --max-np 4 -np 3 $train
+    wait_out "step 50:"
+    hosts h1 h3
+    finish
+    expect_rc 0
+    expect_err "hosts removed"
+    expect_out "^\[1\]<stdout>:train_elastic: this worker was removed from the job"
+    expect_out "done: 400 steps, 2 workers, 1 resets, .*parameters identical on every rank"
+    nothing_left
+    ;;
+all_fail)
+    hosts h1 h2
+    start --min-np 1 -np 2 sh -c "exit 3" "$marker"
+    finish
+    expect_rc 3
+    expect_err "every worker has failed"
+    nothing_left
+    ;;
+min_np_timeout)
+    # One of two hosts fails; --min-np 2 cannot be met for the timeout.
+    hosts h1 h2
+    start --min-np 2 -np 2 --elastic-timeout 3 $train
+    wait_out "step 50:"
+    kill_worker h2
+    finish
+    [ "$rc" != 0 ] || fail "exit code 0 for a job below --min-np"
+    expect_err "timed out after 3 s (--elastic-timeout) waiting for at least 2 slots; 1 are available"
+    nothing_left
+    ;;
+reset_limit)
+    hosts h1 h2 h3 h4
+    start --min-np 1 -np 4 --reset-limit 1 $train
+    wait_out "step 50:"
+    kill_worker h2
+    wait_out "start: 3 workers"
+    kill_worker h3
+    finish
+    [ "$rc" != 0 ] || fail "exit code 0 past the reset limit"
+    expect_err "the job has reset 1 times, the limit (--reset-limit 1)"
+    nothing_left
+    ;;
+usage)
+    # Elastic flags are checked before anything starts.
+    start --min-np 3 -np 2 true
+    finish
+    expect_rc 2
+    expect_err "min-np"
+    ;;
+*)
+    fail "unknown case"
+    ;;
+esac
+echo "ok ($case_name)"
