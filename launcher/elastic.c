@@ -574,7 +574,9 @@ static void advance(struct driver *d) {
     }
   }
   if (d->published && live_workers(d) == 0) {
-    snprintf(why, sizeof(why), "every worker has failed; stopping the job");
+    snprintf(why, sizeof(why),
+             "every worker has failed (or ran on a host blacklisted for a failure); stopping "
+             "the job");
     stop_job(d, d->last_failure != 0 ? d->last_failure : 1, why);
     return;
   }

@@ -287,7 +287,20 @@ static hvd_status init(const struct coord_round *given) {
   return st;
 }
 
-HVD_API hvd_status hvd_init(void) { return init(NULL); }
+HVD_API hvd_status hvd_init(void) {
+  struct coord_elastic_env env;
+  hvd_status st = init(NULL);
+
+  /* A new elastic worker whose first round fails to start (another one
+   * died meanwhile) joins the next round instead of failing. */
+  if (st != HVD_OK && coord_elastic_recoverable(st) && coord_elastic_env(&env) == HVD_OK &&
+      env.elastic) {
+    HVD_LOG_INFO("elastic: round %llu failed to start (%s); waiting for the next one",
+                 (unsigned long long)env.round, hvd_last_error_message());
+    st = coord_elastic_rejoin(&env, env.round);
+  }
+  return st;
+}
 
 hvd_status coord_init_round(const struct coord_round *r) { return init(r); }
 

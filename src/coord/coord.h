@@ -416,6 +416,13 @@ hvd_status coord_elastic_env(struct coord_elastic_env *out);
 hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_t leaving,
                                     struct coord_round *out);
 
+/* Failures an elastic reset can cure: a peer that failed or went silent,
+ * or a round that ended under this worker. */
+bool coord_elastic_recoverable(hvd_status st);
+/* Joins the round after `leaving` (and the next ones, while they fail to
+ * start): hvd is initialized with its ranks on success. */
+hvd_status coord_elastic_rejoin(const struct coord_elastic_env *env, uint64_t leaving);
+
 /* Rank 0's watch for the driver's host updates (a thread with one long-poll). */
 struct coord_watch;
 hvd_status coord_watch_start(uint64_t after, struct coord_watch **out);

@@ -217,9 +217,15 @@ HVD_API hvd_status hvd_elastic_sync(hvd_elastic_state *state) {
 
 /* ==== reset and run ============================================================== */
 
+/* Failures a reset can cure: a peer that failed or went silent, or a
+ * round that ended under this worker. */
+bool coord_elastic_recoverable(hvd_status st) {
+  return st == HVD_ERR_NETWORK || st == HVD_ERR_TIMEOUT || st == HVD_ERR_ABORTED;
+}
+
 HVD_API hvd_status hvd_elastic_reset(void) {
   struct coord_elastic_env env;
-  struct coord_round was, next;
+  struct coord_round was;
   bool elastic = false;
   hvd_status st;
 
@@ -233,27 +239,36 @@ HVD_API hvd_status hvd_elastic_reset(void) {
     return hvd_error_prefix("hvd_elastic_reset");
   hvd_shutdown();
   atomic_fetch_add(&g_resets, 1);
-  st = coord_elastic_next_round(&env, was.round, &next);
-  if (st == HVD_ERR_REMOVED) {
-    coord_mark_removed(hvd_last_error_message());
-    return HVD_ERR_REMOVED;
+  return coord_elastic_rejoin(&env, was.round);
+}
+
+hvd_status coord_elastic_rejoin(const struct coord_elastic_env *env, uint64_t leaving) {
+  struct coord_round next;
+  hvd_status st;
+
+  for (;; leaving = next.round) {
+    st = coord_elastic_next_round(env, leaving, &next);
+    if (st == HVD_ERR_REMOVED) {
+      coord_mark_removed(hvd_last_error_message());
+      return HVD_ERR_REMOVED;
+    }
+    if (st == HVD_OK)
+      st = coord_init_round(&next);
+    /* A round that fails while its workers meet (one of them died too)
+     * is followed by another one: go on to it. */
+    if (st == HVD_OK || !coord_elastic_recoverable(st))
+      break;
+    HVD_LOG_INFO("elastic: round %llu failed to start (%s); waiting for the next one",
+                 (unsigned long long)next.round, hvd_last_error_message());
   }
-  if (st == HVD_OK)
-    st = coord_init_round(&next);
   if (st != HVD_OK)
-    return hvd_error_prefix("hvd_elastic_reset");
+    return st;
   HVD_LOG_INFO("elastic: round %llu: rank %d of %d", (unsigned long long)next.round, next.rank,
                next.size);
   return HVD_OK;
 }
 
 HVD_API int hvd_elastic_resets(void) { return atomic_load(&g_resets); }
-
-/* Failures a reset can cure: a peer that failed or went silent, or a
- * round that ended under this worker. */
-static bool recoverable(hvd_status st) {
-  return st == HVD_ERR_NETWORK || st == HVD_ERR_TIMEOUT || st == HVD_ERR_ABORTED;
-}
 
 HVD_API hvd_status hvd_elastic_run(hvd_elastic_state *state, hvd_elastic_train_fn train,
                                    void *arg) {
@@ -273,7 +288,7 @@ HVD_API hvd_status hvd_elastic_run(hvd_elastic_state *state, hvd_elastic_train_f
     st = hvd_elastic_sync(state);
     if (st == HVD_OK)
       st = train(state, arg);
-    if (st == HVD_OK || !elastic || (!recoverable(st) && st != HVD_ERR_HOSTS_UPDATED))
+    if (st == HVD_OK || !elastic || (!coord_elastic_recoverable(st) && st != HVD_ERR_HOSTS_UPDATED))
       return st;
     snprintf(why, sizeof(why), "%s", hvd_last_error_message());
     if (env.reset_limit >= 0 && hvd_elastic_resets() >= env.reset_limit)

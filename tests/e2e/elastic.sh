@@ -6,7 +6,7 @@
 # examples/train_elastic. Every hvdrun runs under `timeout`, so a hang fails
 # the case. Exit 0: pass; anything else: fail (with a message).
 set -u
-bin=$1
+bin=$(cd "$1" && pwd)
 case_name=$2
 work=$(mktemp -d)
 marker="hvd-elastic-$$-$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
