@@ -377,6 +377,8 @@ static void need_round(struct driver *d) {
   d->pending = true;
   d->pending_since = hvd_now_ns();
   for_each_scope(d, d->round, abandon_scope);
+  /* Horovod's GET /rank_and_size/<slot> now waits for the next round. */
+  rdzv_store_delete_scope(d->store, "rank_and_size", 13);
 }
 
 static void on_failure(struct driver *d, struct worker *w, const char *why, int code) {
@@ -728,6 +730,7 @@ static hvd_status start(struct driver *d) {
   cfg.port = d->o->rendezvous_port;
   cfg.token = d->token;
   cfg.threads = 1;
+  cfg.blocking_scope = "rank_and_size";
   if ((st = rdzv_server_start(&cfg, &d->server)) != HVD_OK)
     return hvd_error_prefix("starting the rendezvous store");
   d->port = rdzv_server_port(d->server);

@@ -221,7 +221,13 @@ struct rdzv_server_config {
   unsigned max_connections;   /* 0: as many as the file limit allows */
   unsigned idle_timeout_s;    /* close connections idle this long */
   size_t max_header_bytes;    /* per connection, request line and headers */
+  /* A GET of one key of this scope (if not NULL) waits for the key, as a
+   * long-poll of up to RDZV_BLOCKING_GET_MS, even without ?wait: how
+   * Horovod's rank_and_size answers once the elastic round is settled. */
+  const char *blocking_scope;
 };
+
+#define RDZV_BLOCKING_GET_MS 600000
 
 void rdzv_server_config_default(struct rdzv_server_config *cfg);
 hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_server **out);

@@ -44,6 +44,7 @@ struct rdzv_server {
   char address[80];
   char *token;
   size_t token_len;
+  char *blocking_scope; /* see rdzv_server_config */
   struct rdzv_store_limits limits;
   int64_t started_ns;
   atomic_ulong requests;
@@ -520,6 +521,10 @@ static enum MHD_Result execute(struct request *req) {
   case OP_HEALTH:
     return answer_health(req);
   case OP_GET:
+    if (req->wait_ms < 0 && req->srv->blocking_scope != NULL &&
+        req->scope_len == strlen(req->srv->blocking_scope) &&
+        memcmp(req->scope, req->srv->blocking_scope, req->scope_len) == 0)
+      req->wait_ms = RDZV_BLOCKING_GET_MS;
     if (req->wait_ms >= 0)
       return start_wait(req);
     st = rdzv_store_get(store, req->scope, req->scope_len, req->key, req->key_len, &blob);
@@ -680,6 +685,7 @@ static void destroy(struct rdzv_server *srv) {
   pthread_cond_destroy(&srv->parked_cond);
   pthread_mutex_destroy(&srv->parked_mu);
   free(srv->token);
+  free(srv->blocking_scope);
   free(srv);
 }
 
@@ -727,6 +733,10 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
       st = hvd_error(HVD_ERR_NO_MEMORY, "cannot copy the token");
       goto fail;
     }
+  }
+  if (cfg->blocking_scope != NULL && (srv->blocking_scope = strdup(cfg->blocking_scope)) == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot copy the blocking scope's name");
+    goto fail;
   }
   if (max_conn > capacity) {
     HVD_LOG_WARN("rendezvous server: %u connections requested but the open-file limit allows %u",

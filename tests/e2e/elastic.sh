@@ -67,6 +67,15 @@ kill_worker() {
     killed_at=$(date +%s.%N)
     kill -9 "$victim"
 }
+# GET from the job's store, with the address and token a worker of host $1 got.
+store_get() {
+    p=$(worker_on "$1")
+    [ -n "$p" ] || fail "no worker on $1"
+    envs=$(tr '\0' '\n' <"/proc/$p/environ")
+    var() { echo "$envs" | sed -n "s/^$1=//p"; }
+    curl -s --max-time 30 -H "Authorization: Bearer $(var HVD_TOKEN)" \
+        "http://$(var HOROVOD_GLOO_RENDEZVOUS_ADDR):$(var HOROVOD_GLOO_RENDEZVOUS_PORT)$2"
+}
 nothing_left() {
     sleep 0.2
     if pgrep -f "$marker" >/dev/null; then
@@ -101,6 +110,10 @@ scale_up)
     start --min-np 2 --max-np 4 -np 2 --verbose $train
     wait_out "step 50:"
     hosts h1 h2 h3 h4
+    wait_out "start: 4 workers"
+    # Horovod's answer for a slot: rank,size,local_rank,local_size,cross_rank,cross_size.
+    answer=$(store_get h1 /rank_and_size/h3:0)
+    [ "$answer" = "2,4,0,1,2,4" ] || fail "GET /rank_and_size/h3:0 answered '$answer'"
     finish
     expect_rc 0
     expect_err "hosts added"
