@@ -56,6 +56,7 @@ struct worker {
   bool stopped;   /* hvdrun stopped it: its end is not a failure */
   int64_t left;   /* the last round it said it left; -1: none */
   int64_t removed_at; /* lost its place at this time (0: it has one) */
+  int64_t stopped_at; /* hvdrun sent SIGTERM then; SIGKILL follows after GRACE_S */
 };
 
 struct driver {
@@ -97,6 +98,8 @@ static int64_t ms_ns(int64_t ms) { return ms * 1000000; }
 /* ==== stopping ============================================================= */
 
 static void stop_worker(struct worker *w, int sig) {
+  if (!w->stopped)
+    w->stopped_at = hvd_now_ns();
   w->stopped = true;
   if (w->p.running && w->p.pid > 0)
     (void)kill(-w->p.pid, sig);
@@ -535,6 +538,16 @@ static hvd_status discover(struct driver *d) {
   return HVD_OK;
 }
 
+/* Whether a worker that holds the state keeps a place (it becomes rank 0). */
+static bool keeps_a_worker(struct driver *d, const struct hvdrun_host *hosts,
+                           const struct hvdrun_slot *slots, int size) {
+  for (int r = 0; r < size; r++) {
+    if (find_worker(d, hosts[slots[r].host].name, slots[r].local_rank) != NULL)
+      return true;
+  }
+  return false;
+}
+
 /* Publishes the next round once every live worker left the current one. */
 static void advance(struct driver *d) {
   int64_t now = hvd_now_ns(), timeout = (int64_t)d->o->elastic_timeout_s * 1000000000;
@@ -600,6 +613,16 @@ static void advance(struct driver *d) {
     }
     return;
   }
+  if (st == HVD_OK && d->published && !keeps_a_worker(d, hosts, slots, size)) {
+    free(hosts);
+    free(slots);
+    snprintf(why, sizeof(why),
+             "no worker of round %llu has a place in the next round (its hosts are gone), so "
+             "the training state cannot be passed on; stopping the job",
+             (unsigned long long)d->round);
+    stop_job(d, 1, why);
+    return;
+  }
   if (st == HVD_OK && d->published)
     d->resets++;
   if (st == HVD_OK)
@@ -614,6 +637,11 @@ static void advance(struct driver *d) {
 
 static void tick(struct driver *d) {
   int64_t now = hvd_now_ns();
+  for (size_t i = 0; i < d->nw; i++) { /* stopped and still there: no more grace */
+    struct worker *w = &d->w[i];
+    if (w->stopped && w->p.running && now - w->stopped_at > (int64_t)GRACE_S * 1000000000)
+      stop_worker(w, SIGKILL);
+  }
   if (d->stopping)
     return;
   if (now >= d->next_discovery && discover(d) != HVD_OK) {
@@ -719,6 +747,10 @@ static hvd_status start(struct driver *d) {
     if (!hvdrun_host_is_local(d->view.hosts[h].name))
       remote[nremote++] = d->view.hosts[h].name;
   }
+  /* With --network-interface, its address even when every first host is
+   * this one: hosts found later reach the store there. */
+  if (nremote == 0 && d->o->iface != NULL)
+    remote[nremote++] = "127.0.0.1";
   st = hvdrun_make_token(d->token, sizeof(d->token));
   if (st == HVD_OK)
     st = hvdrun_store_address(d->o, remote, nremote, d->addr, sizeof(d->addr));
@@ -726,7 +758,7 @@ static hvd_status start(struct driver *d) {
   if (st != HVD_OK)
     return st;
   rdzv_server_config_default(&cfg);
-  cfg.bind_address = d->fixed != NULL && nremote == 0 ? "127.0.0.1" : NULL;
+  cfg.bind_address = d->fixed != NULL && strcmp(d->addr, "127.0.0.1") == 0 ? "127.0.0.1" : NULL;
   cfg.port = d->o->rendezvous_port;
   cfg.token = d->token;
   cfg.threads = 1;

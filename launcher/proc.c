@@ -244,7 +244,7 @@ hvd_status hvdrun_proc_start(struct hvdrun_proc *p, const struct hvdrun_options 
   if (st == HVD_OK && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))
     st = hvd_error(HVD_ERR_IO, "pipe: %s", strerror(errno));
   if (st == HVD_OK && o->verbose) {
-    fprintf(stderr, "hvdrun: rank %d on %s:", label, host);
+    fprintf(stderr, "hvdrun: [%d] on %s:", label, host);
     for (size_t i = 0; i < argv.n; i++)
       fprintf(stderr, " %s", argv.v[i]);
     fputc('\n', stderr);

@@ -440,8 +440,9 @@ typedef hvd_status (*hvd_elastic_train_fn)(hvd_elastic_state *state, void *arg);
  * resetting in between as described above: after HVD_ERR_NETWORK,
  * HVD_ERR_TIMEOUT or HVD_ERR_ABORTED it restores the last commit first,
  * after HVD_ERR_HOSTS_UPDATED it does not. Any other status is returned
- * as is, as is a reset's failure. HOROVOD_ELASTIC_RESET_LIMIT (set by
- * hvdrun --reset-limit) bounds the resets. hvd_init must have succeeded.
+ * as is, as is a reset's failure. HOROVOD_ELASTIC_RESET_LIMIT, if set,
+ * bounds this worker's resets (hvdrun --reset-limit bounds the job's on
+ * the driver's side). hvd_init must have succeeded.
  */
 HVD_API hvd_status hvd_elastic_run(hvd_elastic_state *state, hvd_elastic_train_fn train,
                                    void *arg);

@@ -140,8 +140,8 @@ hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_
                    "the store's elastic/latest says round %llu after round %llu was published",
                    (unsigned long long)latest, (unsigned long long)(leaving + 1));
   snprintf(scope, sizeof(scope), "round.%llu", (unsigned long long)latest);
-  if (st == HVD_OK)
-    st = get_number(c, "elastic", scope, 0, &out->updates);
+  if (st == HVD_OK) /* (the driver writes latest just before it) */
+    st = get_number(c, "elastic", scope, env->timeout_ms + WAIT_MARGIN_MS, &out->updates);
   snprintf(scope, sizeof(scope), "rank_and_size.%llu", (unsigned long long)latest);
   if (st == HVD_OK) {
     st = rdzv_client_get(c, scope, key, &v, NULL);
