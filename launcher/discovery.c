@@ -35,7 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "hvdrun.h"
+#include "proc.h"
 
 enum { STDOUT_MAX = 1 << 20, TAIL_MAX = 512, TICK_MS = 100 };
 
@@ -242,19 +242,7 @@ hvd_status hvdrun_run_discovery(const char *script, int64_t timeout_ms, char **o
     goto out;
   }
   if (pid == 0) {
-    sigset_t none;
-    int in = open("/dev/null", O_RDONLY);
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-      _exit(128 + SIGKILL);
-    if (in >= 0)
-      dup2(in, 0);
-    dup2(outp[1], 1);
-    dup2(errp[1], 2);
+    hvdrun_child_setup(parent, outp[1], errp[1]);
     execl("/bin/sh", "sh", "-c", script, (char *)NULL);
     child_fail("hvdrun: cannot run /bin/sh: ");
     _exit(127);

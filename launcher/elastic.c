@@ -776,7 +776,6 @@ static hvd_status start(struct driver *d) {
 int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host *hosts,
                        size_t nhosts) {
   struct driver d;
-  sigset_t mask;
   hvd_status st = HVD_OK;
   int code;
 
@@ -789,15 +788,7 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
     d.nfixed = nhosts;
   }
   hvdrun_hosts_view_init(&d.view, o->cooldown_min_s, o->cooldown_max_s);
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGCHLD);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, NULL);
-  signal(SIGPIPE, SIG_IGN);
-  if ((d.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
-    st = hvd_error(HVD_ERR_IO, "signalfd: %s", strerror(errno));
+  st = hvdrun_signal_fd(&d.sigfd);
   if (st == HVD_OK && (st = discover(&d)) != HVD_OK)
     hvd_error_prefix("host discovery");
   if (st == HVD_OK)

@@ -328,7 +328,6 @@ static int supervise(struct job *j) {
 int hvdrun_run(const struct hvdrun_options *o, const struct hvdrun_host *hosts, size_t nhosts,
                const struct hvdrun_slot *slots, int size) {
   struct job j;
-  sigset_t mask;
   hvd_status st = HVD_OK;
   int code, digits = 1;
 
@@ -349,16 +348,7 @@ int hvdrun_run(const struct hvdrun_options *o, const struct hvdrun_host *hosts, 
   }
   for (size_t h = 0; h < nhosts; h++)
     j.remote[h] = !hvdrun_host_is_local(hosts[h].name);
-  /* Signals become events of the loop; the store's threads inherit the mask. */
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGCHLD);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, NULL);
-  signal(SIGPIPE, SIG_IGN);
-  if ((j.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
-    st = hvd_error(HVD_ERR_IO, "signalfd: %s", strerror(errno));
+  st = hvdrun_signal_fd(&j.sigfd);
   if (st == HVD_OK)
     st = start_store(&j);
   for (int v = size - 1; v >= 10; v /= 10)

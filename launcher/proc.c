@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -230,6 +231,39 @@ static void child_fail(const char *what, const char *arg) {
   (void)!write(2, "\n", 1);
 }
 
+void hvdrun_child_setup(pid_t parent, int out, int err) {
+  sigset_t none;
+  int in = open("/dev/null", O_RDONLY);
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  signal(SIGPIPE, SIG_DFL);
+  setpgid(0, 0);
+  /* If hvdrun itself is killed (SIGKILL leaves it no say), the child goes
+   * too instead of running on unsupervised. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent)
+    _exit(128 + SIGKILL);
+  if (in >= 0)
+    dup2(in, 0);
+  dup2(out, 1);
+  dup2(err, 2);
+}
+
+hvd_status hvdrun_signal_fd(int *fd) {
+  sigset_t mask;
+  /* Signals become events of the loop; the store's threads inherit the mask. */
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  sigprocmask(SIG_BLOCK, &mask, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  if ((*fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
+    return hvd_error(HVD_ERR_IO, "signalfd: %s", strerror(errno));
+  return HVD_OK;
+}
+
 hvd_status hvdrun_proc_start(struct hvdrun_proc *p, const struct hvdrun_options *o,
                              const char *host, bool remote, const struct hvdrun_env *vars,
                              int label) {
@@ -254,21 +288,7 @@ hvd_status hvdrun_proc_start(struct hvdrun_proc *p, const struct hvdrun_options 
     if (pid < 0) {
       st = hvd_error(HVD_ERR_IO, "fork: %s", strerror(errno));
     } else if (pid == 0) {
-      sigset_t none;
-      int in = open("/dev/null", O_RDONLY);
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, NULL);
-      signal(SIGPIPE, SIG_DFL);
-      setpgid(0, 0);
-      /* If hvdrun itself is killed (SIGKILL leaves it no say), the rank
-       * goes too instead of running on unsupervised. */
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent)
-        _exit(128 + SIGKILL);
-      if (in >= 0)
-        dup2(in, 0);
-      dup2(out[1], 1);
-      dup2(err[1], 2);
+      hvdrun_child_setup(parent, out[1], err[1]);
       execvpe(argv.v[0], argv.v, envp);
       child_fail("cannot run ", argv.v[0]);
       _exit(127);

@@ -21,6 +21,15 @@ hvd_status hvdrun_store_address(const struct hvdrun_options *o, const char *cons
 hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int port,
                            const char *token, struct hvdrun_env *e);
 
+/* Blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP (ignoring SIGPIPE) and
+ * returns a signalfd that reads them: the loop's view of signals. */
+hvd_status hvdrun_signal_fd(int *fd);
+/* In a child between fork and exec (async-signal-safe calls only): no
+ * blocked signals, a process group of its own, death with hvdrun (exits
+ * at once if hvdrun is already gone), stdin from /dev/null, stdout and
+ * stderr to out and err. */
+void hvdrun_child_setup(pid_t parent, int out, int err);
+
 /* One started rank (or elastic worker). */
 struct hvdrun_proc {
   pid_t pid;    /* its process group too; 0 before the start */
