@@ -87,7 +87,7 @@ static char *repeat(char ch, size_t len) {
 /* ---- errors ------------------------------------------------------------- */
 
 START_TEST(test_strerror_every_status) {
-  const hvd_status first = HVD_OK, last = HVD_ERR_MISMATCH;
+  const hvd_status first = HVD_OK, last = HVD_ERR_REMOVED;
   for (int i = first; i <= (int)last; i++) {
     const char *s = hvd_strerror((hvd_status)i);
     ck_assert_ptr_nonnull(s);
@@ -96,6 +96,13 @@ START_TEST(test_strerror_every_status) {
     for (int j = first; j < i; j++)
       ck_assert_str_ne(s, hvd_strerror((hvd_status)j));
   }
+}
+END_TEST
+
+START_TEST(test_strerror_elastic_statuses) {
+  ck_assert_str_eq(hvd_strerror(HVD_ERR_HOSTS_UPDATED),
+                   "hosts were added or removed (elastic reset)");
+  ck_assert_str_eq(hvd_strerror(HVD_ERR_REMOVED), "this worker was removed from the elastic job");
 }
 END_TEST
 
@@ -1393,6 +1400,7 @@ static Suite *errors_suite(void) {
   TCase *tc = tcase_create("errors");
   tcase_add_checked_fixture(tc, hvd_error_clear, hvd_error_clear);
   tcase_add_test(tc, test_strerror_every_status);
+  tcase_add_test(tc, test_strerror_elastic_statuses);
   tcase_add_test(tc, test_strerror_unknown);
   tcase_add_test(tc, test_error_sets_status_and_message);
   tcase_add_test(tc, test_error_prefix);

@@ -1,9 +1,14 @@
 /*
  * Unit tests of the coordinator's pieces that need no peers: the message
  * codec (round trips, and every truncation or corruption rejected), the
- * response cache, fusion, validation and the configuration.
+ * response cache, fusion, validation and the configuration; the elastic
+ * state and run helper in a job of one; and the worker's side of the
+ * elastic driver's protocol against an in-process store in which the test
+ * writes the driver's keys.
  */
 #include <check.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -503,6 +508,766 @@ START_TEST(config_defaults_and_overrides) {
 }
 END_TEST
 
+/* ==== elastic: the state ========================================================= */
+
+/* Every variable hvd_init or the elastic code reads: tests start from a
+ * process that is not part of any job, and leave none behind. */
+static const char *const job_env[] = {
+    "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+    "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME", "HOROVOD_ELASTIC",
+    "HOROVOD_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_RESET_LIMIT", "HVD_ELASTIC_ROUND",
+    "HVD_ELASTIC_UPDATES", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT",
+    "HVD_TOKEN", "HOROVOD_GLOO_TIMEOUT_SECONDS", "HOROVOD_TIMELINE"};
+
+static void clear_job_env(void) {
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(job_env); i++)
+    unsetenv(job_env[i]);
+}
+
+struct hook_log {
+  int commits, restores, syncs;
+  void *commit_user, *restore_user, *sync_user;
+  hvd_status fail_with; /* what the hooks return */
+  int32_t seen_at_sync; /* values[0] when the sync hook ran */
+  int32_t *values;
+};
+
+static hvd_status commit_cb(void *user) {
+  struct hook_log *l = user;
+  l->commits++;
+  l->commit_user = user;
+  return l->fail_with;
+}
+
+static hvd_status restore_cb(void *user) {
+  struct hook_log *l = user;
+  l->restores++;
+  l->restore_user = user;
+  return l->fail_with;
+}
+
+static hvd_status sync_cb(void *user) {
+  struct hook_log *l = user;
+  l->syncs++;
+  l->sync_user = user;
+  if (l->values != NULL)
+    l->seen_at_sync = l->values[0];
+  return l->fail_with;
+}
+
+static const hvd_elastic_hooks all_hooks = {commit_cb, restore_cb, sync_cb};
+
+static void nop_cb(void *arg) { (void)arg; }
+
+START_TEST(elastic_state_bad_arguments) {
+  hvd_elastic_state *s = NULL;
+  char name[256];
+  int32_t v = 1;
+
+  ck_assert_int_eq(hvd_elastic_state_create(NULL), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_ptr_nonnull(s);
+  ck_assert_int_eq(hvd_elastic_state_add(NULL, "v", &v, sizeof(v)), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(hvd_elastic_state_add(s, NULL, &v, sizeof(v)), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "", &v, sizeof(v)), HVD_ERR_INVALID_ARGUMENT);
+  memset(name, 'n', sizeof(name));
+  name[201] = '\0';
+  ck_assert_int_eq(hvd_elastic_state_add(s, name, &v, sizeof(v)), HVD_ERR_INVALID_ARGUMENT);
+  name[200] = '\0'; /* the longest name allowed */
+  ck_assert_msg(hvd_elastic_state_add(s, name, &v, sizeof(v)) == HVD_OK, "%s",
+                hvd_last_error_message());
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", NULL, 4), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", &v, sizeof(v)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", &v, sizeof(v)), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "'v'"));
+  ck_assert_int_eq(hvd_elastic_state_set_hooks(NULL, &all_hooks, NULL), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(hvd_elastic_state_on_reset(NULL, nop_cb, NULL),
+                   HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(hvd_elastic_state_on_reset(s, NULL, NULL), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(hvd_elastic_commit(NULL), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(hvd_elastic_restore(NULL), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(hvd_elastic_sync(NULL), HVD_ERR_INVALID_ARGUMENT);
+  hvd_elastic_state_destroy(s);
+  hvd_elastic_state_destroy(NULL);
+}
+END_TEST
+
+/* Restore goes back to the last commit; before any, to the values the
+ * buffers had when they were registered. */
+START_TEST(elastic_commit_and_restore) {
+  hvd_elastic_state *s = NULL;
+  int32_t a[4] = {1, 2, 3, 4};
+  double d = 2.5;
+  unsigned char empty[1];
+
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "a", a, sizeof(a)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "d", &d, sizeof(d)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "empty", empty, 0), HVD_OK);
+  a[0] = 100;
+  a[3] = -7;
+  d = 9.0;
+  ck_assert_int_eq(hvd_elastic_restore(s), HVD_OK);
+  ck_assert_int_eq(a[0], 1);
+  ck_assert_int_eq(a[3], 4);
+  ck_assert(d == 2.5);
+
+  for (int i = 0; i < 4; i++)
+    a[i] = 10 * (i + 1);
+  d = -1.0;
+  ck_assert_int_eq(hvd_elastic_commit(s), HVD_OK); /* no hvd_init: nothing to check */
+  memset(a, 0, sizeof(a));
+  d = 0.0;
+  ck_assert_int_eq(hvd_elastic_restore(s), HVD_OK);
+  for (int i = 0; i < 4; i++)
+    ck_assert_int_eq(a[i], 10 * (i + 1));
+  ck_assert(d == -1.0);
+  /* Restoring twice gives the same values: the snapshot is not consumed. */
+  a[1] = 5;
+  ck_assert_int_eq(hvd_elastic_restore(s), HVD_OK);
+  ck_assert_int_eq(a[1], 20);
+  hvd_elastic_state_destroy(s);
+}
+END_TEST
+
+/* An empty buffer may have no address (add refuses NULL only with bytes):
+ * registering, committing, restoring and syncing it do nothing to it. */
+START_TEST(elastic_empty_buffer_without_address) {
+  hvd_elastic_state *s = NULL;
+  int32_t v = 4;
+
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "none", NULL, 0), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", &v, sizeof(v)), HVD_OK);
+  v = 5;
+  ck_assert_int_eq(hvd_elastic_commit(s), HVD_OK);
+  v = 6;
+  ck_assert_int_eq(hvd_elastic_restore(s), HVD_OK);
+  ck_assert_int_eq(v, 5);
+  ck_assert_msg(hvd_init() == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_msg(hvd_elastic_sync(s) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_int_eq(v, 5);
+  ck_assert_int_eq(hvd_shutdown(), HVD_OK);
+  hvd_elastic_state_destroy(s);
+}
+END_TEST
+
+/* Every hook gets the user pointer, once per call. */
+START_TEST(elastic_hooks_get_the_user_pointer) {
+  hvd_elastic_state *s = NULL;
+  struct hook_log log = {.fail_with = HVD_OK};
+  int32_t v = 3;
+
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", &v, sizeof(v)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_set_hooks(s, &all_hooks, &log), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_commit(s), HVD_OK);
+  ck_assert_int_eq(log.commits, 1);
+  ck_assert_ptr_eq(log.commit_user, &log);
+  ck_assert_int_eq(log.restores, 0);
+  ck_assert_int_eq(hvd_elastic_restore(s), HVD_OK);
+  ck_assert_int_eq(log.restores, 1);
+  ck_assert_ptr_eq(log.restore_user, &log);
+  ck_assert_int_eq(log.commits, 1);
+  /* NULL hooks: none is called any more. */
+  ck_assert_int_eq(hvd_elastic_state_set_hooks(s, NULL, NULL), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_commit(s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_restore(s), HVD_OK);
+  ck_assert_int_eq(log.commits, 1);
+  ck_assert_int_eq(log.restores, 1);
+  hvd_elastic_state_destroy(s);
+}
+END_TEST
+
+/* A hook that fails fails the call with the hook's status. A hook is user
+ * code: it cannot set hvd's error message, so the status it returns is
+ * all there is to go on. */
+START_TEST(elastic_failing_hook_fails_the_call) {
+  hvd_elastic_state *s = NULL;
+  struct hook_log log = {.fail_with = HVD_ERR_IO};
+  hvd_status commit, restore;
+  int32_t v = 3;
+
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", &v, sizeof(v)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_set_hooks(s, &all_hooks, &log), HVD_OK);
+  hvd_error_clear(); /* as in a thread that has not failed before */
+  commit = hvd_elastic_commit(s);
+  hvd_error_clear();
+  restore = hvd_elastic_restore(s);
+  ck_assert_int_eq(log.commits, 1);
+  ck_assert_int_eq(log.restores, 1);
+  ck_assert_msg(commit == HVD_ERR_IO && restore == HVD_ERR_IO,
+                "with hooks that return HVD_ERR_IO: commit returned %s, restore %s",
+                hvd_strerror(commit), hvd_strerror(restore));
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "hook"));
+  hvd_elastic_state_destroy(s);
+}
+END_TEST
+
+/* ==== elastic: a job of one, not elastic ============================================ */
+
+struct train_log {
+  int calls;
+  hvd_status result;  /* what train returns */
+  int syncs_at_first; /* the sync hook's count when train first ran */
+  struct hook_log *hooks;
+};
+
+static hvd_status train_cb(hvd_elastic_state *state, void *arg) {
+  struct train_log *t = arg;
+  (void)state;
+  if (t->calls++ == 0 && t->hooks != NULL)
+    t->syncs_at_first = t->hooks->syncs;
+  return t->result;
+}
+
+/* Before hvd_init: reset and run need it, commit and restore do not. */
+START_TEST(elastic_before_init) {
+  hvd_elastic_state *s = NULL;
+  struct train_log t = {.result = HVD_OK};
+  int32_t v = 3;
+
+  ck_assert_int_eq(hvd_is_initialized(), 0);
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", &v, sizeof(v)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_run(s, train_cb, &t), HVD_ERR_PRECONDITION);
+  ck_assert_int_eq(t.calls, 0);
+  ck_assert_int_eq(hvd_elastic_reset(), HVD_ERR_PRECONDITION);
+  ck_assert_int_eq(hvd_elastic_resets(), 0);
+  ck_assert_int_eq(hvd_elastic_commit(s), HVD_OK);
+  hvd_elastic_state_destroy(s);
+}
+END_TEST
+
+START_TEST(elastic_single_rank_sync_keeps_values) {
+  hvd_elastic_state *s = NULL;
+  struct hook_log log = {.fail_with = HVD_OK};
+  int32_t a[3] = {7, 8, 9};
+  double d = 0.25;
+  unsigned char empty[1];
+
+  ck_assert_msg(hvd_init() == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_int_eq(hvd_size(), 1);
+  log.values = a;
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "a", a, sizeof(a)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "d", &d, sizeof(d)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "empty", empty, 0), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_set_hooks(s, &all_hooks, &log), HVD_OK);
+  a[1] = 80; /* uncommitted: sync broadcasts the buffers, not the snapshot */
+  ck_assert_msg(hvd_elastic_sync(s) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_int_eq(a[0], 7);
+  ck_assert_int_eq(a[1], 80);
+  ck_assert_int_eq(a[2], 9);
+  ck_assert(d == 0.25);
+  ck_assert_int_eq(log.syncs, 1);
+  ck_assert_ptr_eq(log.sync_user, &log);
+  ck_assert_int_eq(log.seen_at_sync, 7); /* after the buffers were broadcast */
+  /* Twice in a row (the broadcast names are used again). */
+  ck_assert_msg(hvd_elastic_sync(s) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_int_eq(log.syncs, 2);
+  /* Not elastic: commit only snapshots. */
+  ck_assert_int_eq(hvd_elastic_commit(s), HVD_OK);
+  ck_assert_int_eq(log.commits, 1);
+  hvd_elastic_state_destroy(s);
+  ck_assert_int_eq(hvd_shutdown(), HVD_OK);
+}
+END_TEST
+
+START_TEST(elastic_failing_sync_hook_fails_sync) {
+  hvd_elastic_state *s = NULL;
+  struct hook_log log = {.fail_with = HVD_ERR_CONFLICT};
+  int32_t v = 3;
+
+  ck_assert_msg(hvd_init() == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", &v, sizeof(v)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_set_hooks(s, &all_hooks, &log), HVD_OK);
+  hvd_error_clear();
+  ck_assert_int_eq(hvd_elastic_sync(s), HVD_ERR_CONFLICT);
+  ck_assert_int_eq(log.syncs, 1);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "hook"));
+  hvd_elastic_state_destroy(s);
+  ck_assert_int_eq(hvd_shutdown(), HVD_OK);
+}
+END_TEST
+
+START_TEST(elastic_run_outside_an_elastic_job) {
+  hvd_elastic_state *s = NULL;
+  struct hook_log log = {.fail_with = HVD_OK};
+  struct train_log t = {.result = HVD_OK, .hooks = &log};
+  int32_t v[2] = {5, 6};
+
+  ck_assert_msg(hvd_init() == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", v, sizeof(v)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_set_hooks(s, &all_hooks, &log), HVD_OK);
+  ck_assert_msg(hvd_elastic_run(s, train_cb, &t) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_int_eq(t.calls, 1);
+  ck_assert_int_eq(t.syncs_at_first, 1); /* synced before training */
+
+  /* A failure that would reset an elastic job is returned as is. */
+  t = (struct train_log){.result = HVD_ERR_NETWORK};
+  ck_assert_int_eq(hvd_elastic_run(s, train_cb, &t), HVD_ERR_NETWORK);
+  ck_assert_int_eq(t.calls, 1);
+  ck_assert_int_eq(hvd_elastic_resets(), 0);
+  t = (struct train_log){.result = HVD_ERR_HOSTS_UPDATED};
+  ck_assert_int_eq(hvd_elastic_run(s, train_cb, &t), HVD_ERR_HOSTS_UPDATED);
+  ck_assert_int_eq(t.calls, 1);
+  t = (struct train_log){.result = HVD_ERR_MISMATCH};
+  ck_assert_int_eq(hvd_elastic_run(s, train_cb, &t), HVD_ERR_MISMATCH);
+  ck_assert_int_eq(t.calls, 1);
+  ck_assert_int_eq(hvd_elastic_resets(), 0);
+  ck_assert_int_eq(hvd_elastic_run(NULL, train_cb, &t), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(hvd_elastic_run(s, NULL, &t), HVD_ERR_INVALID_ARGUMENT);
+
+  ck_assert_int_eq(hvd_elastic_reset(), HVD_ERR_PRECONDITION);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "not an elastic job"));
+  ck_assert_int_eq(hvd_elastic_resets(), 0);
+  ck_assert_int_eq(hvd_is_initialized(), 1); /* the refused reset left hvd alone */
+  hvd_elastic_state_destroy(s);
+  ck_assert_int_eq(hvd_shutdown(), HVD_OK);
+  /* And after shutdown, run needs hvd again. */
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  t = (struct train_log){.result = HVD_OK};
+  ck_assert_int_eq(hvd_elastic_run(s, train_cb, &t), HVD_ERR_PRECONDITION);
+  ck_assert_int_eq(t.calls, 0);
+  hvd_elastic_state_destroy(s);
+}
+END_TEST
+
+/* ==== elastic: the driver's protocol, the driver played by the test =================== */
+
+static struct rdzv_server *esrv;
+static struct rdzv_client *ecli;
+
+static void elastic_store_setup(void) {
+  struct rdzv_server_config cfg;
+  char port[16];
+
+  clear_job_env();
+  rdzv_server_config_default(&cfg);
+  cfg.bind_address = "127.0.0.1";
+  ck_assert_msg(rdzv_server_start(&cfg, &esrv) == HVD_OK, "%s", hvd_last_error_message());
+  snprintf(port, sizeof(port), "%d", rdzv_server_port(esrv));
+  setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1", 1);
+  setenv("HOROVOD_GLOO_RENDEZVOUS_PORT", port, 1);
+  ck_assert_int_eq(rdzv_client_create("127.0.0.1", rdzv_server_port(esrv), NULL, 20000, &ecli),
+                   HVD_OK);
+}
+
+static void elastic_store_teardown(void) {
+  rdzv_client_destroy(ecli);
+  ecli = NULL;
+  rdzv_server_stop(esrv);
+  esrv = NULL;
+  clear_job_env();
+}
+
+static void put(const char *scope, const char *key, const char *value) {
+  ck_assert_int_eq(rdzv_client_set(ecli, scope, key, value, strlen(value)), HVD_OK);
+}
+
+/* Round n as the driver publishes it: the assignment, latest, round.<n>. */
+static void publish_round(unsigned n, unsigned updates, const char *slot, const char *assignment) {
+  char scope[48], value[24];
+  snprintf(scope, sizeof(scope), "rank_and_size.%u", n);
+  if (assignment != NULL)
+    put(scope, slot, assignment);
+  snprintf(value, sizeof(value), "%u", n);
+  put("elastic", "latest", value);
+  snprintf(scope, sizeof(scope), "round.%u", n);
+  snprintf(value, sizeof(value), "%u", updates);
+  put("elastic", scope, value);
+}
+
+static void expect_value(const char *scope, const char *key, const char *want) {
+  struct hvd_buf v;
+  hvd_buf_init(&v, 0);
+  ck_assert_msg(rdzv_client_get(ecli, scope, key, &v, NULL) == HVD_OK, "%s/%s: %s", scope, key,
+                hvd_last_error_message());
+  ck_assert_str_eq(v.data, want);
+  hvd_buf_fini(&v);
+}
+
+static void slot_env(struct coord_elastic_env *env) {
+  memset(env, 0, sizeof(*env));
+  env->elastic = true;
+  env->timeout_ms = 5000;
+  env->reset_limit = -1;
+  snprintf(env->host, sizeof(env->host), "nodeA");
+  env->local_rank = 1;
+}
+
+START_TEST(next_round_takes_the_assignment) {
+  struct coord_elastic_env env;
+  struct coord_round r;
+
+  slot_env(&env);
+  publish_round(3, 2, "nodeA:1", "2,4,1,2,1,2");
+  memset(&r, 0, sizeof(r));
+  ck_assert_msg(coord_elastic_next_round(&env, 2, &r) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_uint_eq(r.round, 3);
+  ck_assert_uint_eq(r.updates, 2);
+  ck_assert_int_eq(r.rank, 2);
+  ck_assert_int_eq(r.size, 4);
+  ck_assert_int_eq(r.local_rank, 1);
+  ck_assert_int_eq(r.local_size, 2);
+  ck_assert_int_eq(r.cross_rank, 1);
+  ck_assert_int_eq(r.cross_size, 2);
+  /* It told the driver which round it left. */
+  expect_value("elastic_ready", "nodeA:1", "2");
+}
+END_TEST
+
+/* Leaving round 0 when rounds 1 to 3 are out: round 3 it is, with round
+ * 3's update count (the older ones are abandoned already). */
+START_TEST(next_round_jumps_to_the_latest) {
+  struct coord_elastic_env env;
+  struct coord_round r;
+
+  slot_env(&env);
+  publish_round(1, 0, "nodeA:1", "-1,-1,-1,-1,-1,-1");
+  publish_round(2, 0, "nodeA:1", "1,2,1,2,0,1");
+  publish_round(3, 1, "nodeA:1", "0,1,0,1,0,1");
+  ck_assert_msg(coord_elastic_next_round(&env, 0, &r) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_uint_eq(r.round, 3);
+  ck_assert_uint_eq(r.updates, 1);
+  ck_assert_int_eq(r.rank, 0);
+  ck_assert_int_eq(r.size, 1);
+  expect_value("elastic_ready", "nodeA:1", "0");
+}
+END_TEST
+
+struct next_round_thread {
+  pthread_t thread;
+  struct coord_elastic_env env;
+  uint64_t leaving;
+  struct coord_round round;
+  hvd_status status;
+  char message[HVD_ERROR_MESSAGE_MAX];
+};
+
+static void *next_round_main(void *arg) {
+  struct next_round_thread *t = arg;
+  t->status = coord_elastic_next_round(&t->env, t->leaving, &t->round);
+  snprintf(t->message, sizeof(t->message), "%s", hvd_last_error_message());
+  return NULL;
+}
+
+/* The worker says it left, then waits for the driver, which publishes
+ * the round only after that. */
+START_TEST(next_round_waits_for_the_driver) {
+  struct next_round_thread t = {.leaving = 4};
+  struct hvd_buf v;
+
+  hvd_buf_init(&v, 0);
+  slot_env(&t.env);
+  pthread_create(&t.thread, NULL, next_round_main, &t);
+  ck_assert_int_eq(rdzv_client_wait(ecli, "elastic_ready", "nodeA:1", 20000, &v), HVD_OK);
+  ck_assert_str_eq(v.data, "4");
+  publish_round(5, 3, "nodeA:1", "1,3,1,3,0,1");
+  pthread_join(t.thread, NULL);
+  ck_assert_msg(t.status == HVD_OK, "%s", t.message);
+  ck_assert_uint_eq(t.round.round, 5);
+  ck_assert_uint_eq(t.round.updates, 3);
+  ck_assert_int_eq(t.round.rank, 1);
+  ck_assert_int_eq(t.round.size, 3);
+  ck_assert_int_eq(t.round.local_size, 3);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
+START_TEST(next_round_removed) {
+  struct coord_elastic_env env;
+  struct coord_round r;
+
+  slot_env(&env);
+  publish_round(1, 0, "nodeA:1", "-1,-1,-1,-1,-1,-1");
+  ck_assert_int_eq(coord_elastic_next_round(&env, 0, &r), HVD_ERR_REMOVED);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "nodeA:1"));
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "removed"));
+  /* No assignment at all for this slot is the same. */
+  publish_round(2, 0, "nodeB:0", "0,1,0,1,0,1");
+  ck_assert_int_eq(coord_elastic_next_round(&env, 1, &r), HVD_ERR_REMOVED);
+  expect_value("elastic_ready", "nodeA:1", "1");
+}
+END_TEST
+
+START_TEST(next_round_rejects_malformed_answers) {
+  static const char *const bad[] = {
+      "1,2,3",           "1,2,3,4,5,6,7", "a,b,c,d,e,f", "", "1,2,3,4,5,",
+      "4,4,0,1,0,1", /* rank not below size */
+      "0,1,1,1,0,1", /* local rank not below local size */
+      "0,1,0,1,0,0", /* no cross ranks */
+  };
+  struct coord_elastic_env env;
+  struct coord_round r;
+
+  slot_env(&env);
+  for (unsigned i = 0; i < HVD_ARRAY_SIZE(bad); i++) {
+    publish_round(i + 1, 0, "nodeA:1", bad[i]);
+    ck_assert_msg(coord_elastic_next_round(&env, i, &r) == HVD_ERR_PROTOCOL, "'%s': %s", bad[i],
+                  hvd_last_error_message());
+  }
+  /* Round numbers that are not numbers, or a latest that goes backwards. */
+  put("elastic", "round.20", "many");
+  put("elastic", "latest", "20");
+  ck_assert_int_eq(coord_elastic_next_round(&env, 19, &r), HVD_ERR_PROTOCOL);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "elastic/round.20"));
+  put("elastic", "round.31", "0");
+  put("elastic", "latest", "30");
+  ck_assert_int_eq(coord_elastic_next_round(&env, 30, &r), HVD_ERR_PROTOCOL);
+}
+END_TEST
+
+/* ---- the watch ---------------------------------------------------------------- */
+
+/* Until the watch has seen n updates, at most 20 s (a hang guard). */
+static uint64_t await_updates(struct coord_watch *w, uint64_t n) {
+  int64_t deadline = hvd_deadline_after_ms(20000);
+  while (coord_watch_updates(w) < n && hvd_now_ns() < deadline)
+    hvd_sleep_ns(5 * 1000000LL);
+  return coord_watch_updates(w);
+}
+
+static void await_parked(size_t n) {
+  struct rdzv_store_stats stats;
+  int64_t deadline = hvd_deadline_after_ms(20000);
+  do {
+    rdzv_store_get_stats(rdzv_server_store(esrv), &stats);
+    if (stats.waiters >= n)
+      return;
+    hvd_sleep_ns(5 * 1000000LL);
+  } while (hvd_now_ns() < deadline);
+  ck_assert_uint_ge(stats.waiters, n);
+}
+
+START_TEST(watch_counts_updates) {
+  struct coord_watch *w = NULL;
+
+  ck_assert_msg(coord_watch_start(0, &w) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_uint_eq(coord_watch_updates(w), 0);
+  put("elastic", "update.1", "added");
+  put("elastic", "update.2", "removed");
+  ck_assert_uint_eq(await_updates(w, 2), 2);
+  put("elastic", "update.3", "mixed");
+  ck_assert_uint_eq(await_updates(w, 3), 3);
+  coord_watch_stop(w);
+  coord_watch_stop(NULL);
+}
+END_TEST
+
+/* A watch that starts after update 4 counts on from there. */
+START_TEST(watch_starts_after_a_count) {
+  struct coord_watch *w = NULL;
+
+  ck_assert_msg(coord_watch_start(4, &w) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_uint_eq(coord_watch_updates(w), 4);
+  put("elastic", "update.5", "added");
+  ck_assert_uint_eq(await_updates(w, 5), 5);
+  coord_watch_stop(w);
+}
+END_TEST
+
+/* Stopping ends the open long-poll (up to an hour) at once; the tcase's
+ * timeout, shorter than one 30 s long-poll chunk, is the guard. */
+START_TEST(watch_stop_ends_the_long_poll) {
+  struct coord_watch *w = NULL;
+
+  ck_assert_msg(coord_watch_start(0, &w) == HVD_OK, "%s", hvd_last_error_message());
+  await_parked(1);
+  coord_watch_stop(w);
+  /* And a watch that saw updates stops the same way. */
+  ck_assert_int_eq(coord_watch_start(0, &w), HVD_OK);
+  put("elastic", "update.1", "added");
+  ck_assert_uint_eq(await_updates(w, 1), 1);
+  await_parked(1);
+  coord_watch_stop(w);
+}
+END_TEST
+
+START_TEST(watch_needs_the_store_address) {
+  struct coord_watch *w = NULL;
+  unsetenv("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  ck_assert_int_eq(coord_watch_start(0, &w), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(w);
+}
+END_TEST
+
+/* ==== elastic: a worker of one, reset by the test's driver =============================== */
+
+/* HOROVOD_ELASTIC=1 in slot nodeA:0, round 0; the store already set up. */
+static void elastic_worker_env(void) {
+  setenv("HOROVOD_ELASTIC", "1", 1);
+  setenv("HOROVOD_HOSTNAME", "nodeA", 1);
+  setenv("HOROVOD_ELASTIC_TIMEOUT", "20", 1);
+}
+
+START_TEST(elastic_commit_sees_host_updates) {
+  hvd_elastic_state *s = NULL;
+  int32_t v = 1;
+  hvd_status st = HVD_OK;
+  int64_t deadline;
+
+  elastic_worker_env();
+  ck_assert_msg(hvd_init() == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", &v, sizeof(v)), HVD_OK);
+  ck_assert_msg(hvd_elastic_commit(s) == HVD_OK, "%s", hvd_last_error_message());
+  put("elastic", "update.1", "added");
+  deadline = hvd_deadline_after_ms(20000);
+  for (v = 2; hvd_now_ns() < deadline; v++) {
+    if ((st = hvd_elastic_commit(s)) != HVD_OK)
+      break;
+    hvd_sleep_ns(5 * 1000000LL);
+  }
+  ck_assert_msg(st == HVD_ERR_HOSTS_UPDATED, "%s: %s", hvd_strerror(st), hvd_last_error_message());
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "update 1"));
+  /* The interrupted commit still took its snapshot. */
+  int32_t committed = v;
+  v = 0;
+  ck_assert_int_eq(hvd_elastic_restore(s), HVD_OK);
+  ck_assert_int_eq(v, committed);
+  hvd_elastic_state_destroy(s);
+  ck_assert_int_eq(hvd_shutdown(), HVD_OK);
+}
+END_TEST
+
+struct elastic_train {
+  int calls;
+  hvd_status fail_with; /* the first call's result */
+  int32_t *value;
+  int32_t seen[2]; /* *value when each call began */
+  int rank[2], size[2];
+  int resets_seen; /* reset callbacks so far, at the second call */
+  int callbacks;
+  int initialized_in_callback;
+};
+
+static void on_reset_cb(void *arg) {
+  struct elastic_train *t = arg;
+  t->callbacks++;
+  t->initialized_in_callback = hvd_is_initialized();
+}
+
+static hvd_status elastic_train_cb(hvd_elastic_state *state, void *arg) {
+  struct elastic_train *t = arg;
+  int call = t->calls++;
+  (void)state;
+  if (call >= 2)
+    return HVD_ERR_INTERNAL; /* a third call: the test fails below */
+  t->seen[call] = *t->value;
+  t->rank[call] = hvd_rank();
+  t->size[call] = hvd_size();
+  if (call == 1) {
+    t->resets_seen = t->callbacks;
+    return HVD_OK;
+  }
+  *t->value = 42; /* progress after the last commit */
+  return t->fail_with;
+}
+
+/* One reset after the given failure; returns the train log. */
+static void run_with_one_reset(hvd_status failure, struct elastic_train *t) {
+  hvd_elastic_state *s = NULL;
+  struct coord_round round;
+  bool elastic = false;
+  int32_t v = 7;
+
+  elastic_worker_env();
+  publish_round(1, 0, "nodeA:0", "0,1,0,1,0,1");
+  ck_assert_msg(hvd_init() == HVD_OK, "%s", hvd_last_error_message());
+  memset(t, 0, sizeof(*t));
+  t->fail_with = failure;
+  t->value = &v;
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", &v, sizeof(v)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_on_reset(s, on_reset_cb, t), HVD_OK);
+  ck_assert_msg(hvd_elastic_run(s, elastic_train_cb, t) == HVD_OK, "%s",
+                hvd_last_error_message());
+  ck_assert_int_eq(t->calls, 2);
+  ck_assert_int_eq(hvd_elastic_resets(), 1);
+  ck_assert_int_eq(t->callbacks, 1);
+  ck_assert_int_eq(t->resets_seen, 1);
+  ck_assert_int_eq(t->initialized_in_callback, 1);
+  ck_assert_int_eq(t->seen[0], 7);
+  ck_assert_int_eq(t->rank[1], 0);
+  ck_assert_int_eq(t->size[1], 1);
+  /* It left round 0 and is in round 1 now. */
+  expect_value("elastic_ready", "nodeA:0", "0");
+  ck_assert_int_eq(coord_current_round(&round, &elastic), HVD_OK);
+  ck_assert(elastic);
+  ck_assert_uint_eq(round.round, 1);
+  hvd_elastic_state_destroy(s);
+  ck_assert_int_eq(hvd_shutdown(), HVD_OK);
+}
+
+/* A failed peer: the state goes back to the last commit. */
+START_TEST(elastic_run_restores_after_a_failure) {
+  struct elastic_train t;
+  run_with_one_reset(HVD_ERR_NETWORK, &t);
+  ck_assert_int_eq(t.seen[1], 7);
+}
+END_TEST
+
+/* Hosts changed at a commit: nothing is lost, nothing restored. */
+START_TEST(elastic_run_keeps_values_after_a_host_update) {
+  struct elastic_train t;
+  run_with_one_reset(HVD_ERR_HOSTS_UPDATED, &t);
+  ck_assert_int_eq(t.seen[1], 42);
+}
+END_TEST
+
+START_TEST(elastic_run_removed_worker) {
+  hvd_elastic_state *s = NULL;
+  struct elastic_train t = {.fail_with = HVD_ERR_ABORTED};
+  int32_t v = 7;
+  int64_t shape[1] = {1};
+  float f = 1;
+  hvd_tensor tensor = {"t", HVD_FLOAT32, 1, shape, &f, &f};
+
+  elastic_worker_env();
+  publish_round(1, 0, "nodeA:0", "-1,-1,-1,-1,-1,-1");
+  ck_assert_msg(hvd_init() == HVD_OK, "%s", hvd_last_error_message());
+  t.value = &v;
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", &v, sizeof(v)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_run(s, elastic_train_cb, &t), HVD_ERR_REMOVED);
+  ck_assert_int_eq(t.calls, 1);
+  ck_assert_int_eq(hvd_is_initialized(), 0);
+  /* From now on hvd says so to every call that needs it. */
+  ck_assert_int_eq(hvd_allreduce(&tensor, NULL), HVD_ERR_REMOVED);
+  ck_assert_int_eq(hvd_init(), HVD_ERR_REMOVED);
+  ck_assert_int_eq(hvd_elastic_run(s, elastic_train_cb, &t), HVD_ERR_REMOVED);
+  ck_assert_int_eq(t.calls, 1);
+  hvd_elastic_state_destroy(s);
+  ck_assert_int_eq(hvd_shutdown(), HVD_OK);
+}
+END_TEST
+
+START_TEST(elastic_run_reset_limit) {
+  hvd_elastic_state *s = NULL;
+  struct elastic_train t = {.fail_with = HVD_ERR_TIMEOUT};
+  int32_t v = 7;
+
+  elastic_worker_env();
+  setenv("HOROVOD_ELASTIC_RESET_LIMIT", "0", 1);
+  ck_assert_msg(hvd_init() == HVD_OK, "%s", hvd_last_error_message());
+  t.value = &v;
+  ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_state_add(s, "v", &v, sizeof(v)), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_run(s, elastic_train_cb, &t), HVD_ERR_TIMEOUT);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "HOROVOD_ELASTIC_RESET_LIMIT"));
+  ck_assert_int_eq(t.calls, 1);
+  ck_assert_int_eq(hvd_elastic_resets(), 0);
+  ck_assert_int_eq(hvd_is_initialized(), 1);
+  hvd_elastic_state_destroy(s);
+  ck_assert_int_eq(hvd_shutdown(), HVD_OK);
+}
+END_TEST
+
 Suite *coord_units_suite(void) {
   Suite *s = suite_create("units");
   TCase *tc = tcase_create("units");
@@ -518,6 +1283,49 @@ Suite *coord_units_suite(void) {
   tcase_add_test(tc, fusion_groups_compatible_tensors);
   tcase_add_test(tc, validation_names_both_ranks);
   tcase_add_test(tc, config_defaults_and_overrides);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("elastic_state");
+  tcase_add_checked_fixture(tc, clear_job_env, clear_job_env);
+  tcase_add_test(tc, elastic_state_bad_arguments);
+  tcase_add_test(tc, elastic_commit_and_restore);
+  tcase_add_test(tc, elastic_empty_buffer_without_address);
+  tcase_add_test(tc, elastic_hooks_get_the_user_pointer);
+  tcase_add_test(tc, elastic_failing_hook_fails_the_call);
+  tcase_add_test(tc, elastic_before_init);
+  tcase_add_test(tc, elastic_single_rank_sync_keeps_values);
+  tcase_add_test(tc, elastic_failing_sync_hook_fails_sync);
+  tcase_add_test(tc, elastic_run_outside_an_elastic_job);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("elastic_link");
+  tcase_add_checked_fixture(tc, elastic_store_setup, elastic_store_teardown);
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, next_round_takes_the_assignment);
+  tcase_add_test(tc, next_round_jumps_to_the_latest);
+  tcase_add_test(tc, next_round_waits_for_the_driver);
+  tcase_add_test(tc, next_round_removed);
+  tcase_add_test(tc, next_round_rejects_malformed_answers);
+  suite_add_tcase(s, tc);
+
+  /* Shorter than one 30 s long-poll chunk: a stop that did not end the
+   * watch's long-poll at once would run into it. */
+  tc = tcase_create("elastic_watch");
+  tcase_add_checked_fixture(tc, elastic_store_setup, elastic_store_teardown);
+  tcase_set_timeout(tc, 25);
+  tcase_add_test(tc, watch_counts_updates);
+  tcase_add_test(tc, watch_starts_after_a_count);
+  tcase_add_test(tc, watch_stop_ends_the_long_poll);
+  tcase_add_test(tc, watch_needs_the_store_address);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("elastic_worker");
+  tcase_add_checked_fixture(tc, elastic_store_setup, elastic_store_teardown);
+  tcase_add_test(tc, elastic_commit_sees_host_updates);
+  tcase_add_test(tc, elastic_run_restores_after_a_failure);
+  tcase_add_test(tc, elastic_run_keeps_values_after_a_host_update);
+  tcase_add_test(tc, elastic_run_removed_worker);
+  tcase_add_test(tc, elastic_run_reset_limit);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1119,6 +1120,205 @@ START_TEST(http_shutdown_answers_waiters) {
 }
 END_TEST
 
+/* ---- cancelling a call through a file descriptor ------------------------------ */
+
+/* A client call in a thread of its own, on a client with a cancel fd. */
+struct cancel_thread {
+  pthread_t thread;
+  struct rdzv_client *client;
+  const char *op; /* "wait", "scope" or "set" */
+  const char *key;
+  int64_t timeout_ms;
+  hvd_status status;
+  char value[64];
+  char message[HVD_ERROR_MESSAGE_MAX];
+};
+
+static void *cancel_main(void *arg) {
+  struct cancel_thread *t = arg;
+  struct hvd_buf v;
+
+  hvd_buf_init(&v, 0);
+  if (strcmp(t->op, "wait") == 0) {
+    t->status = rdzv_client_wait(t->client, "c", t->key, t->timeout_ms, &v);
+    if (t->status == HVD_OK)
+      snprintf(t->value, sizeof(t->value), "%s", v.data);
+  } else if (strcmp(t->op, "scope") == 0) {
+    struct rdzv_scope_view view;
+    t->status = rdzv_client_get_scope(t->client, "c", 1000, t->timeout_ms, &view);
+    if (t->status == HVD_OK)
+      rdzv_scope_view_fini(&view);
+  } else {
+    t->status = rdzv_client_set(t->client, "c", t->key, S("v"));
+  }
+  /* The message lives in this thread. */
+  snprintf(t->message, sizeof(t->message), "%s", hvd_last_error_message());
+  hvd_buf_fini(&v);
+  return NULL;
+}
+
+static int cancel_eventfd(void) {
+  int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ck_assert_int_ge(fd, 0);
+  return fd;
+}
+
+static void fire(int fd) {
+  uint64_t one = 1;
+  ck_assert_int_eq(write(fd, &one, sizeof(one)), (ssize_t)sizeof(one));
+}
+
+static void drain(int fd) {
+  uint64_t n;
+  ck_assert_int_eq(read(fd, &n, sizeof(n)), (ssize_t)sizeof(n));
+}
+
+/* Until the server holds n parked long-polls (a generous deadline). */
+static void await_waiters(size_t n) {
+  struct rdzv_store_stats stats;
+  int64_t deadline = hvd_deadline_after_ms(20000);
+  do {
+    rdzv_store_get_stats(rdzv_server_store(srv), &stats);
+    if (stats.waiters == n)
+      return;
+    hvd_sleep_ns(5000000);
+  } while (hvd_now_ns() < deadline);
+  ck_assert_uint_eq(stats.waiters, n);
+}
+
+/* A long-poll that would last 30 s ends as cancelled when the fd becomes
+ * readable, and the client is usable again afterwards. */
+START_TEST(http_cancel_fd_ends_long_poll) {
+  int efd = cancel_eventfd();
+  struct cancel_thread t = {.op = "wait", .key = "never", .timeout_ms = 30000};
+  struct hvd_buf v;
+
+  hvd_buf_init(&v, 0);
+  t.client = client_for(srv, NULL, 30000);
+  ck_assert_int_eq(rdzv_client_set_cancel_fd(t.client, efd), HVD_OK);
+  pthread_create(&t.thread, NULL, cancel_main, &t);
+  await_waiters(1);
+  fire(efd);
+  pthread_join(t.thread, NULL);
+  ck_assert_msg(t.status == HVD_ERR_ABORTED, "%s: %s", hvd_strerror(t.status), t.message);
+  ck_assert_ptr_nonnull(strstr(t.message, "cancelled"));
+  ck_assert_ptr_nonnull(strstr(t.message, "/c/never"));
+
+  /* The same client, the fd drained: its connection was left mid-answer,
+   * the next calls must not trip over it. */
+  drain(efd);
+  ck_assert_int_eq(rdzv_client_set(t.client, "c", "k", S("after")), HVD_OK);
+  ck_assert_int_eq(rdzv_client_get(t.client, "c", "k", &v, NULL), HVD_OK);
+  ck_assert_str_eq(v.data, "after");
+  ck_assert_int_eq(rdzv_client_wait(t.client, "c", "k", 1000, &v), HVD_OK);
+  ck_assert_str_eq(v.data, "after");
+  rdzv_client_destroy(t.client);
+  close(efd);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
+/* While the fd is set but not readable, every kind of call works as
+ * without it (transfers run through the multi handle). */
+START_TEST(http_cancel_fd_idle_calls_work) {
+  int efd = cancel_eventfd();
+  struct rdzv_client *c = client_for(srv, NULL, 10000);
+  struct cancel_thread t = {.op = "wait", .key = "later", .timeout_ms = 20000};
+  struct rdzv_scope_view view;
+  struct hvd_buf v;
+  uint64_t version = 0, v2 = 0;
+  int64_t n = 0;
+
+  hvd_buf_init(&v, 0);
+  ck_assert_int_eq(rdzv_client_set_cancel_fd(c, efd), HVD_OK);
+  ck_assert_int_eq(rdzv_client_set(c, "c", "a", S("1")), HVD_OK);
+  ck_assert_int_eq(rdzv_client_get(c, "c", "a", &v, &version), HVD_OK);
+  ck_assert_str_eq(v.data, "1");
+  ck_assert_uint_gt(version, 0);
+  ck_assert_int_eq(rdzv_client_get(c, "c", "missing", &v, NULL), HVD_ERR_NOT_FOUND);
+  ck_assert_int_eq(rdzv_client_wait(c, "c", "a", 1000, &v), HVD_OK);
+  ck_assert_str_eq(v.data, "1");
+  /* A timeout is still a timeout, not a cancel. */
+  ck_assert_int_eq(rdzv_client_wait(c, "c", "never", 200, &v), HVD_ERR_TIMEOUT);
+  ck_assert_int_eq(rdzv_client_add(c, "c", "n", 5, &n), HVD_OK);
+  ck_assert_int_eq(n, 5);
+  ck_assert_int_eq(rdzv_client_cas(c, "c", "a", version, S("2"), &v2, NULL, NULL), HVD_OK);
+  ck_assert_uint_gt(v2, version);
+  ck_assert_int_eq(rdzv_client_get_scope(c, "c", 2, 1000, &view), HVD_OK);
+  ck_assert_uint_eq(view.count, 2);
+  ck_assert_str_eq((char *)rdzv_scope_find(&view, "a")->value, "2");
+  rdzv_scope_view_fini(&view);
+  ck_assert_int_eq(rdzv_client_delete(c, "c", "a"), HVD_OK);
+  ck_assert_int_eq(rdzv_client_get(c, "c", "a", &v, NULL), HVD_ERR_NOT_FOUND);
+
+  /* A long-poll on a client with a cancel fd is answered by another
+   * client's write. */
+  t.client = c;
+  pthread_create(&t.thread, NULL, cancel_main, &t);
+  await_waiters(1);
+  ck_assert_int_eq(rdzv_client_set(cli, "c", "later", S("arrived")), HVD_OK);
+  pthread_join(t.thread, NULL);
+  ck_assert_msg(t.status == HVD_OK, "%s: %s", hvd_strerror(t.status), t.message);
+  ck_assert_str_eq(t.value, "arrived");
+
+  /* Back to no fd: the plain path. */
+  ck_assert_int_eq(rdzv_client_set_cancel_fd(c, -1), HVD_OK);
+  fire(efd); /* no longer watched */
+  ck_assert_int_eq(rdzv_client_get(c, "c", "later", &v, NULL), HVD_OK);
+  ck_assert_str_eq(v.data, "arrived");
+  rdzv_client_destroy(c);
+  close(efd);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
+/* An fd that is readable before the call starts aborts it. */
+START_TEST(http_cancel_fd_already_readable) {
+  int efd = cancel_eventfd();
+  struct rdzv_client *c = client_for(srv, NULL, 30000);
+  struct rdzv_scope_view view;
+  const char *keys[] = {"x", "y"};
+  struct hvd_buf v;
+
+  hvd_buf_init(&v, 0);
+  ck_assert_int_eq(rdzv_client_set_cancel_fd(c, efd), HVD_OK);
+  fire(efd);
+  ck_assert_int_eq(rdzv_client_wait(c, "c", "never", 30000, &v), HVD_ERR_ABORTED);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "cancelled"));
+  ck_assert_int_eq(rdzv_client_wait(c, "c", "never", -1, &v), HVD_ERR_ABORTED);
+  ck_assert_int_eq(rdzv_client_get_scope(c, "c", 1000, 30000, &view), HVD_ERR_ABORTED);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "cancelled"));
+  ck_assert_int_eq(rdzv_client_wait_keys(c, "c", keys, 2, 30000), HVD_ERR_ABORTED);
+  /* The fd is not read: it stays readable until its owner drains it. */
+  drain(efd);
+  ck_assert_int_eq(rdzv_client_set(c, "c", "x", S("1")), HVD_OK);
+  ck_assert_int_eq(rdzv_client_wait(c, "c", "x", 1000, &v), HVD_OK);
+  ck_assert_str_eq(v.data, "1");
+  rdzv_client_destroy(c);
+  close(efd);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
+/* A call that keeps retrying a server that is not there (refused
+ * connections, backoff) also ends when the fd becomes readable. */
+START_TEST(http_cancel_fd_while_server_unreachable) {
+  int efd = cancel_eventfd();
+  struct cancel_thread t = {.op = "set", .key = "k"};
+
+  ck_assert_int_eq(rdzv_client_create("127.0.0.1", free_port(), NULL, 30000, &t.client), HVD_OK);
+  ck_assert_int_eq(rdzv_client_set_cancel_fd(t.client, efd), HVD_OK);
+  pthread_create(&t.thread, NULL, cancel_main, &t);
+  hvd_sleep_ns(300 * 1000000LL); /* some refused attempts first (not needed to pass) */
+  fire(efd);
+  pthread_join(t.thread, NULL);
+  ck_assert_msg(t.status == HVD_ERR_ABORTED, "%s: %s", hvd_strerror(t.status), t.message);
+  ck_assert_ptr_nonnull(strstr(t.message, "cancelled"));
+  rdzv_client_destroy(t.client);
+  close(efd);
+}
+END_TEST
+
 /* ==== robustness (raw sockets) =============================================== */
 
 START_TEST(raw_http10_and_keepalive) {
@@ -1846,6 +2046,10 @@ static Suite *http_suite(void) {
   tcase_add_test(tc, http_limits);
   tcase_add_test(tc, http_client_from_env);
   tcase_add_test(tc, http_shutdown_answers_waiters);
+  tcase_add_test(tc, http_cancel_fd_ends_long_poll);
+  tcase_add_test(tc, http_cancel_fd_idle_calls_work);
+  tcase_add_test(tc, http_cancel_fd_already_readable);
+  tcase_add_test(tc, http_cancel_fd_while_server_unreachable);
   suite_add_tcase(s, tc);
   return s;
 }

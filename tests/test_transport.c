@@ -834,6 +834,122 @@ START_TEST(wrong_token_rank_is_refused) {
 }
 END_TEST
 
+/* ---- rounds the elastic driver abandoned ---------------------------------------- */
+
+static hvd_status ctx_for(int rank, struct rdzv_client *store, struct net_ctx **ctx) {
+  struct net_ctx_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.rank = rank;
+  cfg.hostname = "localhost";
+  cfg.timeout_ms = 30000;
+  cfg.store = store;
+  cfg.store_host = "127.0.0.1";
+  cfg.store_port = job.port;
+  return net_ctx_create(&cfg, ctx);
+}
+
+static void put_abandoned(struct rdzv_client *c, const char *scope, const char *key) {
+  ck_assert_int_eq(rdzv_client_set(c, scope, key, RDZV_RECORD_ABANDONED,
+                                   strlen(RDZV_RECORD_ABANDONED)),
+                   HVD_OK);
+}
+
+/* The marker is already there: the communicator fails at once, naming
+ * its scope, instead of waiting for a record that will never come. */
+START_TEST(abandoned_round_fails_the_communicator) {
+  struct rdzv_client *store = NULL;
+  struct net_ctx *ctx = NULL;
+  struct net_comm *comm = NULL;
+  struct rdzv_record rec;
+  struct hvd_buf text;
+
+  ck_assert_int_eq(rdzv_client_create("127.0.0.1", job.port, NULL, 30000, &store), HVD_OK);
+  ck_assert_msg(ctx_for(0, store, &ctx) == HVD_OK, "%s", hvd_last_error_message());
+  put_abandoned(store, "round.7.global", "1");
+  ck_assert_int_eq(net_comm_create(ctx, "round.7.global", NET_COMM_GLOBAL, 0, 2, &comm),
+                   HVD_ERR_ABORTED);
+  ck_assert_ptr_null(comm);
+  ck_assert_msg(strstr(hvd_last_error_message(), "'round.7.global'") != NULL, "%s",
+                hvd_last_error_message());
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "abandoned"));
+  /* A marker between two real records counts as well. */
+  memset(&rec, 0, sizeof(rec));
+  rec.rank = rec.global_rank = 2;
+  snprintf(rec.host, sizeof(rec.host), "localhost");
+  rec.local_rank = -1;
+  rec.pid = 1;
+  rec.port = 1;
+  snprintf(rec.addrs[0], sizeof(rec.addrs[0]), "127.0.0.1");
+  rec.naddrs = 1;
+  hvd_buf_init(&text, 0);
+  ck_assert_int_eq(rdzv_record_encode(&rec, &text), HVD_OK);
+  ck_assert_int_eq(rdzv_client_set(store, "round.8.global", "2", text.data, text.len), HVD_OK);
+  put_abandoned(store, "round.8.global", "1");
+  ck_assert_int_eq(net_comm_create(ctx, "round.8.global", NET_COMM_GLOBAL, 0, 3, &comm),
+                   HVD_ERR_ABORTED);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "'round.8.global'"));
+  ck_assert_ptr_null(comm);
+  hvd_buf_fini(&text);
+  net_ctx_destroy(ctx);
+  rdzv_client_destroy(store);
+}
+END_TEST
+
+/* Two ranks of three came and wait for the third; the driver gives up on
+ * it: both fail with HVD_ERR_ABORTED rather than at their 30 s timeout. */
+static int abandoned_rank_main(int rank) {
+  struct rdzv_client *store = NULL;
+  struct net_ctx *ctx = NULL;
+  struct net_comm *comm = NULL;
+  hvd_status st;
+  int code = 0;
+
+  st = rdzv_client_create("127.0.0.1", job.port, NULL, 30000, &store);
+  if (st == HVD_OK)
+    st = ctx_for(rank, store, &ctx);
+  if (st != HVD_OK)
+    return EXIT_SETUP;
+  st = net_comm_create(ctx, "round.3.global", NET_COMM_GLOBAL, rank, 3, &comm);
+  if (st != HVD_ERR_ABORTED) {
+    code = st == HVD_OK ? EXIT_WRONG : status_exit(st);
+  } else if (strstr(hvd_last_error_message(), "'round.3.global'") == NULL) {
+    fprintf(stderr, "rank %d: %s\n", rank, hvd_last_error_message());
+    code = EXIT_WRONG;
+  }
+  net_comm_destroy(comm);
+  net_ctx_destroy(ctx);
+  rdzv_client_destroy(store);
+  return leaked() ? EXIT_LEAK : code;
+}
+
+START_TEST(abandoned_round_ends_waiting_ranks) {
+  static const char *const came[] = {"0", "1"};
+  struct rdzv_client *c = NULL;
+  pid_t pids[2];
+  int codes[2];
+
+  for (int r = 0; r < 2; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0) {
+      alarm(90); /* never outlive the test */
+      _exit(abandoned_rank_main(r));
+    }
+  }
+  /* The driver's view: ranks 0 and 1 published, rank 2 never will. */
+  ck_assert_int_eq(rdzv_client_create("127.0.0.1", job.port, NULL, 30000, &c), HVD_OK);
+  ck_assert_int_eq(rdzv_client_wait_keys(c, "round.3.global", came, 2, 30000), HVD_OK);
+  put_abandoned(c, "round.3.global", "2");
+  for (int r = 0; r < 2; r++) {
+    int status;
+    ck_assert_int_eq(waitpid(pids[r], &status, 0), pids[r]);
+    codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  expect_all(codes, 2, 0);
+  rdzv_client_destroy(c);
+}
+END_TEST
+
 /* ==== suites ======================================================================= */
 
 static Suite *wire_suite(void) {
@@ -871,6 +987,8 @@ static Suite *failure_suite(void) {
   tcase_add_test(tc, silent_peer_times_out);
   tcase_add_test(tc, stray_connections_rejected);
   tcase_add_test(tc, wrong_token_rank_is_refused);
+  tcase_add_test(tc, abandoned_round_fails_the_communicator);
+  tcase_add_test(tc, abandoned_round_ends_waiting_ranks);
   suite_add_tcase(s, tc);
   return s;
 }

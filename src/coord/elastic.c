@@ -95,7 +95,8 @@ HVD_API hvd_status hvd_elastic_state_add(hvd_elastic_state *state, const char *n
   if ((b->saved = malloc(bytes > 0 ? bytes : 1)) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the snapshot of '%s' (%zu bytes)", name,
                      bytes);
-  memcpy(b->saved, data, bytes); /* registering counts as the first commit */
+  if (bytes > 0) /* registering counts as the first commit */
+    memcpy(b->saved, data, bytes);
   state->n++;
   state->committed = true;
   return HVD_OK;
@@ -128,6 +129,11 @@ HVD_API hvd_status hvd_elastic_state_on_reset(hvd_elastic_state *state,
 
 /* ==== commit, restore, sync ===================================================== */
 
+/* A hook's failure, with its status (a hook may not have set a message). */
+static hvd_status hook_failed(const char *call, const char *hook, hvd_status st) {
+  return hvd_error(st, "%s: the %s hook failed (%s)", call, hook, hvd_strerror(st));
+}
+
 /* Rank 0's update count, the same on every rank afterwards. */
 static hvd_status agree_on_updates(uint64_t *updates) {
   unsigned char bytes[8];
@@ -149,11 +155,13 @@ HVD_API hvd_status hvd_elastic_commit(hvd_elastic_state *state) {
 
   if (state == NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_elastic_commit: no state");
-  for (size_t i = 0; i < state->n; i++)
-    memcpy(state->bufs[i].saved, state->bufs[i].data, state->bufs[i].bytes);
+  for (size_t i = 0; i < state->n; i++) {
+    if (state->bufs[i].bytes > 0)
+      memcpy(state->bufs[i].saved, state->bufs[i].data, state->bufs[i].bytes);
+  }
   state->committed = true;
   if (state->hooks.commit != NULL && (st = state->hooks.commit(state->user)) != HVD_OK)
-    return hvd_error_prefix("hvd_elastic_commit: the commit hook");
+    return hook_failed("hvd_elastic_commit", "commit", st);
   if (coord_current_round(&round, &elastic) != HVD_OK || !elastic)
     return HVD_OK; /* nothing to check outside an elastic job (or before init) */
   if ((st = agree_on_updates(&updates)) != HVD_OK)
@@ -169,10 +177,13 @@ HVD_API hvd_status hvd_elastic_commit(hvd_elastic_state *state) {
 HVD_API hvd_status hvd_elastic_restore(hvd_elastic_state *state) {
   if (state == NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_elastic_restore: no state");
-  for (size_t i = 0; i < state->n; i++)
-    memcpy(state->bufs[i].data, state->bufs[i].saved, state->bufs[i].bytes);
-  if (state->hooks.restore != NULL && state->hooks.restore(state->user) != HVD_OK)
-    return hvd_error_prefix("hvd_elastic_restore: the restore hook");
+  hvd_status st;
+  for (size_t i = 0; i < state->n; i++) {
+    if (state->bufs[i].bytes > 0)
+      memcpy(state->bufs[i].data, state->bufs[i].saved, state->bufs[i].bytes);
+  }
+  if (state->hooks.restore != NULL && (st = state->hooks.restore(state->user)) != HVD_OK)
+    return hook_failed("hvd_elastic_restore", "restore", st);
   return HVD_OK;
 }
 
@@ -210,8 +221,8 @@ HVD_API hvd_status hvd_elastic_sync(hvd_elastic_state *state) {
   free(handles);
   if (first != HVD_OK)
     return hvd_error(first, "hvd_elastic_sync: %s", first_msg);
-  if (state->hooks.sync != NULL && state->hooks.sync(state->user) != HVD_OK)
-    return hvd_error_prefix("hvd_elastic_sync: the sync hook");
+  if (state->hooks.sync != NULL && (st = state->hooks.sync(state->user)) != HVD_OK)
+    return hook_failed("hvd_elastic_sync", "sync", st);
   return HVD_OK;
 }
 

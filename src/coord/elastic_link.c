@@ -108,7 +108,8 @@ static hvd_status parse_assignment(const char *text, size_t len, struct coord_ro
 }
 
 hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_t leaving,
-                                    struct coord_round *out) {
+                                    struct coord_round *result) {
+  struct coord_round round, *out = &round;
   struct rdzv_client *c = NULL;
   char key[RDZV_RECORD_HOST_MAX + 16], scope[48], text[32];
   struct hvd_buf v;
@@ -160,6 +161,8 @@ hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_
     st = hvd_error(HVD_ERR_PROTOCOL, "the driver's assignment for %s in round %llu is inconsistent",
                    key, (unsigned long long)latest);
   out->round = latest;
+  if (st == HVD_OK)
+    *result = round;
   hvd_buf_fini(&v);
   rdzv_client_destroy(c);
   if (st != HVD_OK && st != HVD_ERR_REMOVED)
