@@ -285,14 +285,9 @@ static hvd_status start_worker(struct driver *d, const struct hvdrun_slot *s, co
   SET("HVD_ELASTIC_ROUND", "%llu", (unsigned long long)d->round);
   SET("HVD_ELASTIC_UPDATES", "%llu", (unsigned long long)d->updates);
   SET("HOROVOD_ELASTIC_TIMEOUT", "%d", d->o->elastic_timeout_s);
-  SET("HOROVOD_HOSTNAME", "%s", host);
-  SET("HOROVOD_RANK", "%d", s->rank);
-  SET("HOROVOD_SIZE", "%d", s->size);
-  SET("HOROVOD_LOCAL_RANK", "%d", s->local_rank);
-  SET("HOROVOD_LOCAL_SIZE", "%d", s->local_size);
-  SET("HOROVOD_CROSS_RANK", "%d", s->cross_rank);
-  SET("HOROVOD_CROSS_SIZE", "%d", s->cross_size);
 #undef SET
+  if (st == HVD_OK)
+    st = hvdrun_slot_vars(host, s, &vars);
   if (st == HVD_OK)
     st = hvdrun_proc_start(&w->p, d->o, host, !hvdrun_host_is_local(host), &vars, w->label);
   hvdrun_env_fini(&vars);

@@ -131,17 +131,8 @@ static hvd_status spawn(struct job *j, int r) {
   struct hvdrun_env vars = {0};
   hvd_status st = hvdrun_job_vars(j->o, j->addr, j->port, j->token, &vars);
 
-#define SET(...) \
-  if (st == HVD_OK) \
-  st = hvdrun_env_set(&vars, __VA_ARGS__)
-  SET("HOROVOD_HOSTNAME", "%s", j->hosts[s->host].name);
-  SET("HOROVOD_RANK", "%d", s->rank);
-  SET("HOROVOD_SIZE", "%d", s->size);
-  SET("HOROVOD_LOCAL_RANK", "%d", s->local_rank);
-  SET("HOROVOD_LOCAL_SIZE", "%d", s->local_size);
-  SET("HOROVOD_CROSS_RANK", "%d", s->cross_rank);
-  SET("HOROVOD_CROSS_SIZE", "%d", s->cross_size);
-#undef SET
+  if (st == HVD_OK)
+    st = hvdrun_slot_vars(j->hosts[s->host].name, s, &vars);
   if (st == HVD_OK)
     st = hvdrun_proc_start(&j->procs[r].p, j->o, j->hosts[s->host].name, j->remote[s->host],
                            &vars, r);

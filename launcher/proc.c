@@ -138,6 +138,22 @@ hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int
   return st;
 }
 
+hvd_status hvdrun_slot_vars(const char *host, const struct hvdrun_slot *s, struct hvdrun_env *e) {
+  hvd_status st = hvdrun_env_set(e, "HOROVOD_HOSTNAME", "%s", host);
+  const struct {
+    const char *name;
+    int value;
+  } ranks[] = {{"HOROVOD_RANK", s->rank},
+               {"HOROVOD_SIZE", s->size},
+               {"HOROVOD_LOCAL_RANK", s->local_rank},
+               {"HOROVOD_LOCAL_SIZE", s->local_size},
+               {"HOROVOD_CROSS_RANK", s->cross_rank},
+               {"HOROVOD_CROSS_SIZE", s->cross_size}};
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(ranks) && st == HVD_OK; i++)
+    st = hvdrun_env_set(e, ranks[i].name, "%d", ranks[i].value);
+  return st;
+}
+
 /* What to exec: argv, and env for a local rank (a remote one carries its
  * variables on its command line). */
 static hvd_status command(const struct hvdrun_options *o, const char *host, bool remote,

@@ -21,6 +21,10 @@ hvd_status hvdrun_store_address(const struct hvdrun_options *o, const char *cons
 hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int port,
                            const char *token, struct hvdrun_env *e);
 
+/* A slot's HOROVOD_HOSTNAME and HOROVOD_RANK/SIZE, LOCAL_RANK/SIZE and
+ * CROSS_RANK/SIZE. */
+hvd_status hvdrun_slot_vars(const char *host, const struct hvdrun_slot *s, struct hvdrun_env *e);
+
 /* Blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP (ignoring SIGPIPE) and
  * returns a signalfd that reads them: the loop's view of signals. */
 hvd_status hvdrun_signal_fd(int *fd);
