@@ -57,6 +57,7 @@ struct worker {
   int64_t left;   /* the last round it said it left; -1: none */
   int64_t removed_at; /* lost its place at this time (0: it has one) */
   int64_t stopped_at; /* hvdrun sent SIGTERM then; SIGKILL follows after GRACE_S */
+  bool killed;        /* SIGKILL sent */
 };
 
 struct driver {
@@ -75,7 +76,6 @@ struct driver {
   bool published;
   uint64_t round;
   struct hvdrun_host *plan_hosts; /* the latest round's hosts and slots */
-  size_t plan_nhosts;
   struct hvdrun_slot *plan;
   int plan_size;
   bool pending; /* a new round is needed */
@@ -88,7 +88,6 @@ struct driver {
   bool finishing; /* a worker succeeded */
   bool stopping;
   int exit_code;
-  int64_t kill_at;
   int last_failure; /* exit code of the latest failed worker */
   int finish_code;  /* after the first success: 0, or a later failure's code */
 };
@@ -101,9 +100,13 @@ static void stop_worker(struct worker *w, int sig) {
   if (!w->stopped)
     w->stopped_at = hvd_now_ns();
   w->stopped = true;
+  w->killed = w->killed || sig == SIGKILL;
   if (w->p.running && w->p.pid > 0)
     (void)kill(-w->p.pid, sig);
 }
+
+/* Running and not being stopped by hvdrun. */
+static bool live(const struct worker *w) { return w->p.running && !w->stopped; }
 
 static void stop_job(struct driver *d, int code, const char *why) {
   if (d->stopping)
@@ -112,7 +115,6 @@ static void stop_job(struct driver *d, int code, const char *why) {
     fprintf(stderr, "hvdrun: %s\n", why);
   d->stopping = true;
   d->exit_code = code;
-  d->kill_at = hvd_now_ns() + (int64_t)GRACE_S * 1000000000;
   for (size_t i = 0; i < d->nw; i++)
     stop_worker(&d->w[i], SIGTERM);
 }
@@ -120,14 +122,14 @@ static void stop_job(struct driver *d, int code, const char *why) {
 static size_t live_workers(const struct driver *d) {
   size_t n = 0;
   for (size_t i = 0; i < d->nw; i++)
-    n += d->w[i].p.running && !d->w[i].stopped;
+    n += live(&d->w[i]);
   return n;
 }
 
 static struct worker *find_worker(struct driver *d, const char *host, int local_rank) {
   for (size_t i = 0; i < d->nw; i++) {
     struct worker *w = &d->w[i];
-    if (w->p.running && !w->stopped && w->local_rank == local_rank && strcmp(w->host, host) == 0)
+    if (live(w) && w->local_rank == local_rank && strcmp(w->host, host) == 0)
       return w;
   }
   return NULL;
@@ -185,7 +187,7 @@ static void abandon_scope(const struct driver *d, const char *scope, size_t size
 
 static bool hosts_has_live_worker(struct driver *d, const char *host) {
   for (size_t i = 0; i < d->nw; i++) {
-    if (d->w[i].p.running && !d->w[i].stopped && strcmp(d->w[i].host, host) == 0)
+    if (live(&d->w[i]) && strcmp(d->w[i].host, host) == 0)
       return true;
   }
   return false;
@@ -318,7 +320,6 @@ static hvd_status publish(struct driver *d, struct hvdrun_host *hosts, size_t nh
   free(d->plan_hosts);
   d->plan = slots;
   d->plan_hosts = hosts;
-  d->plan_nhosts = nhosts;
   d->plan_size = size;
   d->round = n;
   snprintf(scope, sizeof(scope), "rank_and_size.%llu", (unsigned long long)n);
@@ -337,7 +338,7 @@ static hvd_status publish(struct driver *d, struct hvdrun_host *hosts, size_t nh
   }
   for (size_t i = 0; i < d->nw; i++) {
     struct worker *w = &d->w[i];
-    if (!w->p.running || w->stopped || w->assigned)
+    if (!live(w) || w->assigned)
       continue;
     w->removed_at = hvd_now_ns();
     snprintf(key, sizeof(key), "%s:%d", w->host, w->local_rank);
@@ -385,7 +386,7 @@ static void on_failure(struct driver *d, struct worker *w, const char *why, int 
           w->local_rank, why, w->host);
   hvdrun_hosts_view_blacklist(&d->view, w->host, hvd_now_ns());
   for (size_t i = 0; i < d->nw; i++) {
-    if (d->w[i].p.running && !d->w[i].stopped && strcmp(d->w[i].host, w->host) == 0)
+    if (live(&d->w[i]) && strcmp(d->w[i].host, w->host) == 0)
       stop_worker(&d->w[i], SIGTERM);
   }
   need_round(d);
@@ -556,7 +557,7 @@ static void advance(struct driver *d) {
 
   for (size_t i = 0; i < d->nw; i++) {
     struct worker *w = &d->w[i];
-    if (!w->p.running || w->stopped)
+    if (!live(w))
       continue;
     if (d->published && w->assigned && w->left >= (int64_t)d->round)
       need_round(d); /* a worker hit a failure hvdrun did not see */
@@ -567,7 +568,7 @@ static void advance(struct driver *d) {
     return;
   for (size_t i = 0; i < d->nw && d->published; i++) {
     struct worker *w = &d->w[i];
-    if (w->p.running && !w->stopped && w->assigned && w->left < (int64_t)d->round)
+    if (live(w) && w->assigned && w->left < (int64_t)d->round)
       settled = false;
   }
   if (!settled) {
@@ -575,7 +576,7 @@ static void advance(struct driver *d) {
       return;
     for (size_t i = 0; i < d->nw; i++) {
       struct worker *w = &d->w[i];
-      if (w->p.running && !w->stopped && w->assigned && w->left < (int64_t)d->round) {
+      if (live(w) && w->assigned && w->left < (int64_t)d->round) {
         snprintf(why, sizeof(why), "did not leave round %llu within --elastic-timeout (%d s)",
                  (unsigned long long)d->round, d->o->elastic_timeout_s);
         stop_worker(w, SIGTERM);
@@ -634,8 +635,12 @@ static void tick(struct driver *d) {
   int64_t now = hvd_now_ns();
   for (size_t i = 0; i < d->nw; i++) { /* stopped and still there: no more grace */
     struct worker *w = &d->w[i];
-    if (w->stopped && w->p.running && now - w->stopped_at > (int64_t)GRACE_S * 1000000000)
+    if (w->stopped && !w->killed && w->p.running &&
+        now - w->stopped_at > (int64_t)GRACE_S * 1000000000) {
+      fprintf(stderr, "hvdrun: worker %d still running %d s after SIGTERM: sending SIGKILL\n",
+              w->label, GRACE_S);
       stop_worker(w, SIGKILL);
+    }
   }
   if (d->stopping)
     return;
@@ -701,22 +706,8 @@ static int supervise(struct driver *d) {
     free(who);
     reap(d);
     tick(d);
-    if (d->stopping && hvd_now_ns() >= d->kill_at) {
-      bool killed = false;
-      for (size_t i = 0; i < d->nw; i++) {
-        if (d->w[i].p.running) {
-          stop_worker(&d->w[i], SIGKILL);
-          killed = true;
-        }
-      }
-      if (killed)
-        fprintf(stderr, "hvdrun: workers still running %d s after SIGTERM: sending SIGKILL\n",
-                GRACE_S);
-      d->kill_at = HVD_NO_DEADLINE;
-    }
     if (!d->stopping && d->finishing && live_workers(d) == 0) {
       d->stopping = true; /* what hvdrun stopped may still be on its way out */
-      d->kill_at = hvd_now_ns() + (int64_t)GRACE_S * 1000000000;
       d->exit_code = d->finish_code;
     }
   }

@@ -42,7 +42,6 @@ struct hvd_elastic_state_s {
   size_t nresets;
   hvd_elastic_hooks hooks;
   void *user;
-  bool committed; /* restore has something to go back to */
 };
 
 static atomic_int g_resets;
@@ -98,7 +97,6 @@ HVD_API hvd_status hvd_elastic_state_add(hvd_elastic_state *state, const char *n
   if (bytes > 0) /* registering counts as the first commit */
     memcpy(b->saved, data, bytes);
   state->n++;
-  state->committed = true;
   return HVD_OK;
 }
 
@@ -159,7 +157,6 @@ HVD_API hvd_status hvd_elastic_commit(hvd_elastic_state *state) {
     if (state->bufs[i].bytes > 0)
       memcpy(state->bufs[i].saved, state->bufs[i].data, state->bufs[i].bytes);
   }
-  state->committed = true;
   if (state->hooks.commit != NULL && (st = state->hooks.commit(state->user)) != HVD_OK)
     return hook_failed("hvd_elastic_commit", "commit", st);
   if (coord_current_round(&round, &elastic) != HVD_OK || !elastic)
