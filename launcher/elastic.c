@@ -675,9 +675,14 @@ static int supervise(struct driver *d) {
     }
     for (size_t i = 0; i < d->nw; i++)
       any_running = any_running || d->w[i].p.running;
-    if (!any_running && (d->stopping || d->finishing)) {
-      if (drain_until == 0)
-        drain_until = now + ms_ns(DRAIN_MS);
+    if (!any_running && (d->stopping || d->finishing) && drain_until == 0) {
+      /* Every worker has ended: nothing they started may outlive them
+       * (a remote shell's child that ignored SIGTERM, say). */
+      for (size_t i = 0; i < d->nw; i++) {
+        if (d->w[i].p.pid > 0)
+          (void)kill(-d->w[i].p.pid, SIGKILL);
+      }
+      drain_until = now + ms_ns(DRAIN_MS);
     }
     pfds[n++] = (struct pollfd){.fd = d->sigfd, .events = POLLIN};
     for (size_t i = 0; i < d->nw; i++) {

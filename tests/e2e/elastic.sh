@@ -19,6 +19,8 @@ show() { cat "$work/out" "$work/err" >&2 2>/dev/null; }
 # checks below find what belongs to this test.
 trainer="$work/$marker-train"
 ln -s "$bin/train_elastic" "$trainer"
+sleeper="$work/$marker-sleep"
+ln -s "$(command -v sleep)" "$sleeper"
 
 cat >"$work/fake-ssh" <<'SH'
 #!/bin/sh
@@ -48,6 +50,16 @@ wait_out() {
     until grep -q -- "$1" "$work/out"; do
         n=$((n + 1))
         [ $n -le 600 ] || fail "no line '$1' within 60 s"
+        [ -f "$work/rc" ] && fail "the job ended before '$1'"
+        sleep 0.1
+    done
+}
+# The same for stderr (hvdrun's own lines).
+wait_out_err() {
+    n=0
+    until grep -q -- "$1" "$work/err"; do
+        n=$((n + 1))
+        [ $n -le 600 ] || fail "no stderr line '$1' within 60 s"
         [ -f "$work/rc" ] && fail "the job ended before '$1'"
         sleep 0.1
     done
@@ -165,6 +177,19 @@ reset_limit)
     finish
     [ "$rc" != 0 ] || fail "exit code 0 past the reset limit"
     expect_err "the job has reset 1 times, the limit (--reset-limit 1)"
+    nothing_left
+    ;;
+signal)
+    # SIGTERM to hvdrun stops the job; what a worker started and what
+    # ignores SIGTERM goes too.
+    hosts h1 h2
+    start --min-np 2 -np 2 sh -c 'trap "" TERM; "$0" 100 & wait; "$0" 100' "$sleeper"
+    wait_out_err "round 0:"
+    sleep 0.5
+    pkill -TERM -f "hvdrun --host-discovery-script $work/discover"
+    finish
+    expect_rc 143
+    expect_err "got Terminated; stopping the job"
     nothing_left
     ;;
 usage)
