@@ -1,5 +1,6 @@
-# HVD_WITH_CUDA: AUTO detects nvcc and NCCL (nothing is built from cuda/ yet),
-# ON requires them, OFF skips the search.
+# HVD_WITH_CUDA: AUTO builds cuda/ when nvcc and NCCL are found, ON requires
+# them, OFF skips the search. CMAKE_CUDA_ARCHITECTURES defaults to Ampere and
+# Hopper with PTX for later GPUs.
 set(HVD_CUDA_FOUND OFF)
 if(NOT HVD_WITH_CUDA MATCHES "^(AUTO|ON|OFF)$")
   message(FATAL_ERROR "HVD_WITH_CUDA must be AUTO, ON or OFF, not '${HVD_WITH_CUDA}'")
@@ -11,7 +12,15 @@ if(NOT HVD_WITH_CUDA STREQUAL "OFF")
   find_library(HVD_NCCL_LIBRARY nccl HINTS ${_hvd_cuda_hints} PATH_SUFFIXES lib64 lib)
   if(HVD_NVCC AND HVD_NCCL_INCLUDE_DIR AND HVD_NCCL_LIBRARY)
     set(HVD_CUDA_FOUND ON)
-    message(STATUS "hvd: CUDA found (nvcc ${HVD_NVCC}, NCCL ${HVD_NCCL_LIBRARY})")
+    set(CMAKE_CUDA_COMPILER ${HVD_NVCC})
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80-real 90)
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_VISIBILITY_PRESET hidden)
+    find_package(CUDAToolkit REQUIRED)
+    message(STATUS "hvd: CUDA found (nvcc ${HVD_NVCC}, NCCL ${HVD_NCCL_LIBRARY}); building cuda/")
   elseif(HVD_WITH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "HVD_WITH_CUDA=ON but the CUDA toolkit or NCCL was not found "
                         "(nvcc: ${HVD_NVCC}, nccl.h: ${HVD_NCCL_INCLUDE_DIR}, libnccl: ${HVD_NCCL_LIBRARY}); "

@@ -16,5 +16,12 @@ endforeach()
 if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
   set(HVD_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
 endif()
+# A static link of the CUDA build also needs the CUDA runtime, NCCL and the
+# C++ runtime the kernels' object uses.
+set(HVD_PC_GPU_LIBS "")
+if(HVD_CUDA_FOUND)
+  get_filename_component(_hvd_nccl_dir "${HVD_NCCL_LIBRARY}" DIRECTORY)
+  set(HVD_PC_GPU_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -lcudart -L${_hvd_nccl_dir} -lnccl -lstdc++")
+endif()
 configure_file(cmake/hvd.pc.in ${CMAKE_BINARY_DIR}/hvd.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/hvd.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -9,7 +9,9 @@ if(HVD_SANITIZE)
   if("thread" IN_LIST _hvd_sanitizers AND "address" IN_LIST _hvd_sanitizers)
     message(FATAL_ERROR "HVD_SANITIZE: thread cannot be combined with address")
   endif()
-  add_compile_options(-fsanitize=${HVD_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_compile_options($<$<COMPILE_LANGUAGE:C>:-fsanitize=${HVD_SANITIZE}>
+                      $<$<COMPILE_LANGUAGE:C>:-fno-omit-frame-pointer>
+                      $<$<COMPILE_LANGUAGE:C>:-fno-sanitize-recover=all>)
   add_link_options(-fsanitize=${HVD_SANITIZE})
   message(STATUS "hvd: sanitizers ${HVD_SANITIZE}")
 endif()

@@ -187,7 +187,14 @@ typedef void (*hvd_callback)(hvd_handle handle, hvd_status status, void *arg);
  *   Not for HVD_BOOL.
  * - process_set: an id from hvd_process_set_add, or HVD_PROCESS_SET_GLOBAL.
  * - root: broadcast only, the root's rank within the process set.
- * - device: HVD_DEVICE_CPU (GPU tensors come with the CUDA build).
+ * - device: HVD_DEVICE_CPU, or the CUDA ordinal of the GPU whose memory
+ *   holds input and output (a build with CUDA: see hvd_cuda_built). Every
+ *   GPU tensor of a rank is on one device, and ranks must agree on CPU
+ *   versus GPU per operation (else HVD_ERR_MISMATCH), not on the ordinal.
+ * - ready_event: GPU only, a cudaEvent_t recorded after the work that
+ *   produces input, or NULL when input is ready now. hvd's stream waits
+ *   for it; no host thread blocks on it.
+ * A GPU operation's outputs are complete when its handle completes.
  */
 typedef struct hvd_options {
   hvd_reduce_op op;
@@ -198,9 +205,11 @@ typedef struct hvd_options {
   int device;
   hvd_callback callback;
   void *callback_arg;
+  void *ready_event;
 } hvd_options;
 
-#define HVD_OPTIONS_INIT {HVD_SUM, 1.0, 1.0, HVD_PROCESS_SET_GLOBAL, 0, HVD_DEVICE_CPU, NULL, NULL}
+#define HVD_OPTIONS_INIT \
+  {HVD_SUM, 1.0, 1.0, HVD_PROCESS_SET_GLOBAL, 0, HVD_DEVICE_CPU, NULL, NULL, NULL}
 
 /*
  * Asynchronous collectives. Each checks its arguments at once (a bad one is
@@ -310,7 +319,8 @@ HVD_API hvd_status hvd_handle_wait(hvd_handle handle);
 HVD_API hvd_status hvd_handle_wait_for(hvd_handle handle, int64_t timeout_ms);
 
 /*
- * The output hvd allocated for an allgather or alltoall that succeeded:
+ * The output hvd allocated for an allgather or alltoall that succeeded
+ * (in the device memory of the input's GPU for a GPU tensor):
  * *data (valid until the handle is released), its size in bytes, and its
  * shape (ndims entries written to shape if not NULL: the input's shape with
  * the first dimension replaced). HVD_ERR_PRECONDITION if the operation has
@@ -327,6 +337,24 @@ HVD_API hvd_status hvd_handle_received_splits(hvd_handle handle, const int32_t *
 /* Frees the handle and the outputs hvd allocated for it. A pending
  * operation is waited for first. NULL is a no-op. */
 HVD_API void hvd_handle_release(hvd_handle handle);
+
+/* ==== GPUs =====================================================================
+ *
+ * GPU tensors (hvd_options.device) are reduced with NCCL on a stream of
+ * hvd's own; NCCL's unique ids travel through the rendezvous store.
+ * HVD_GPU_COLLECTIVES=host runs them through host memory and the TCP
+ * collectives instead (ranks that share one GPU need that). A build
+ * without CUDA compiles these too: they report that it has none.
+ */
+
+/* 1 when this build has the CUDA path, else 0. */
+HVD_API int hvd_cuda_built(void);
+/* The NCCL version this build uses (e.g. 22809 for 2.28.9), 0 without. */
+HVD_API int hvd_nccl_built(void);
+/* The number of GPUs this process can use in *count: HVD_ERR_UNSUPPORTED
+ * in a build without CUDA, HVD_ERR_NOT_FOUND (naming why) when the
+ * driver or a device is missing. */
+HVD_API hvd_status hvd_cuda_device_count(int *count);
 
 /* ==== process sets ============================================================
  *

@@ -59,6 +59,10 @@ static void state_destroy(struct coord_state *s) {
   if (s == NULL)
     return;
   coord_loop_join(s);
+  /* NCCL communicators of a failed job are aborted: a dead peer would
+   * hold a clean destroy forever. */
+  if (s->gpu != NULL)
+    s->gpu_backend->close(s->gpu, !s->clean_stop);
   coord_watch_stop(s->watch);
   coord_timeline_destroy(s->timeline);
   coord_controller_destroy(s->controller);
@@ -79,13 +83,14 @@ static void state_destroy(struct coord_state *s) {
 }
 
 /* Settings every rank must share, as rank 0 answers the hello. */
-enum { SETTINGS_BYTES = 32, HIER_ALLREDUCE = 1, HIER_ALLGATHER = 2 };
+enum { SETTINGS_BYTES = 32, HIER_ALLREDUCE = 1, HIER_ALLGATHER = 2, GPU_HOST_STAGED = 4 };
 
 static void put_settings(const struct coord_config *c, unsigned char *out) {
   hvd_put_le64(out, c->cache_capacity);
   hvd_put_le64(out + 8, c->fusion_inplace_bytes);
   hvd_put_le64(out + 16, (c->hierarchical_allreduce ? HIER_ALLREDUCE : 0) |
-                             (c->hierarchical_allgather ? HIER_ALLGATHER : 0));
+                             (c->hierarchical_allgather ? HIER_ALLGATHER : 0) |
+                             (c->gpu_host_staged ? GPU_HOST_STAGED : 0));
   hvd_put_le64(out + 24, c->inline_bytes);
 }
 
@@ -115,6 +120,9 @@ static void take_settings(struct coord_config *c, const unsigned char *in) {
   adopt("HOROVOD_HIERARCHICAL_ALLGATHER", my_flags & HIER_ALLGATHER ? 1 : 0,
         flags & HIER_ALLGATHER ? 1 : 0, &v);
   c->hierarchical_allgather = v != 0;
+  adopt("HVD_GPU_COLLECTIVES=host", my_flags & GPU_HOST_STAGED ? 1 : 0,
+        flags & GPU_HOST_STAGED ? 1 : 0, &v);
+  c->gpu_host_staged = v != 0;
   adopt("HVD_INLINE_BYTES", hvd_get_le64(mine + 24), hvd_get_le64(in + 24), &v);
   c->inline_bytes = v <= COORD_INLINE_MAX ? (size_t)v : 0;
 }
@@ -182,6 +190,7 @@ static hvd_status state_create(const struct coord_round *given, struct coord_sta
   atomic_init(&s->queued, false);
   atomic_init(&s->sleeping, false);
   atomic_init(&s->closing, false);
+  atomic_init(&s->gpu_device, -1);
 
   st = net_world_config_from_env(&wcfg);
   if (st == HVD_OK)
@@ -223,6 +232,7 @@ static hvd_status state_create(const struct coord_round *given, struct coord_sta
     goto fail;
   net_comm_isolate_failures(s->control, true);
   st = coord_config_from_env(s->world->local_rank, s->world->local_size, &s->cfg);
+  s->gpu_backend = coord_gpu_backend();
   if (st == HVD_OK)
     st = ops_ctx_create(&s->ops);
   if (st == HVD_OK)

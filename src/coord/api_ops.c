@@ -47,6 +47,42 @@ struct target {
   int set, set_size, set_rank;
 };
 
+/* A rank's GPU tensors are all on one device: the first one's. */
+static hvd_status check_device(struct coord_state *s, const char *what, const hvd_options *o) {
+  int n = 0, current = atomic_load(&s->gpu_device);
+  if (o->device == HVD_DEVICE_CPU) {
+    if (o->ready_event != NULL)
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                       "%s: a ready event is for GPU tensors, and this one is on the CPU", what);
+    return HVD_OK;
+  }
+  if (o->device < 0)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "%s: device %d is neither HVD_DEVICE_CPU (-1) nor a GPU ordinal", what,
+                     o->device);
+  if (s->gpu_backend == NULL)
+    return hvd_error(HVD_ERR_UNSUPPORTED,
+                     "%s: the tensor is on GPU %d, and this build of hvd has no GPU support "
+                     "(configure with -DHVD_WITH_CUDA=ON)",
+                     what, o->device);
+  if (o->device == current)
+    return HVD_OK;
+  if (s->gpu_backend->device_count(&n) != HVD_OK)
+    return hvd_error_prefix("%s: GPU %d", what, o->device);
+  if (o->device >= n)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: GPU %d does not exist (this process sees %d)",
+                     what, o->device, n);
+  /* Only the first GPU tensor chooses (-1: none yet); current gets the choice that stands. */
+  current = -1;
+  if (!atomic_compare_exchange_strong(&s->gpu_device, &current, o->device) &&
+      current != o->device)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "%s: the tensor is on GPU %d, but this rank's GPU tensors are on GPU %d "
+                     "(hvd uses one GPU per rank)",
+                     what, o->device, current);
+  return HVD_OK;
+}
+
 static hvd_status check_options(struct coord_state *s, const char *what, const hvd_options *o,
                                 struct target *t) {
   t->set = o->process_set;
@@ -57,11 +93,8 @@ static hvd_status check_options(struct coord_state *s, const char *what, const h
   if (t->set_rank < 0)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: rank %d is not a member of process set %d",
                      what, s->rank, o->process_set);
-  if (o->device != HVD_DEVICE_CPU)
-    return hvd_error(HVD_ERR_UNSUPPORTED,
-                     "%s: device %d: this build of hvd handles CPU tensors only "
-                     "(HVD_DEVICE_CPU)",
-                     what, o->device);
+  if (check_device(s, what, o) != HVD_OK)
+    return hvd_error_status();
   if ((int)o->op < HVD_SUM || (int)o->op > HVD_PRODUCT)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: %d is not a reduce op", what, (int)o->op);
   if (isnan(o->prescale) || isnan(o->postscale))
@@ -106,6 +139,7 @@ static struct coord_entry *entry_new(int type, const hvd_tensor *t, const hvd_op
   e->req.set = o->process_set;
   e->req.root = o->root;
   e->req.device = o->device;
+  e->ready_event = o->ready_event;
   e->req.op = (uint8_t)o->op;
   e->req.prescale = o->prescale;
   e->req.postscale = o->postscale;

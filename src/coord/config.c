@@ -68,6 +68,8 @@ hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_co
   if (st == HVD_OK)
     st = hvd_env_bool("HOROVOD_HIERARCHICAL_ALLGATHER", false, &c.hierarchical_allgather);
   if (st == HVD_OK)
+    st = coord_gpu_mode_from_env(&c.gpu_host_staged);
+  if (st == HVD_OK)
     st = hvd_env_bool("HOROVOD_TIMELINE_MARK_CYCLES", false, &c.timeline_mark_cycles);
   if (st == HVD_OK)
     st = hvd_env_int("HVD_SPIN_US", 50, 0, 1000000, &spin_us);

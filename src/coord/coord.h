@@ -179,6 +179,7 @@ struct coord_config {
   int64_t stall_shutdown_ns;    /* HOROVOD_STALL_SHUTDOWN_TIME_SECONDS; 0: never */
   bool hierarchical_allreduce;  /* HOROVOD_HIERARCHICAL_ALLREDUCE */
   bool hierarchical_allgather;  /* HOROVOD_HIERARCHICAL_ALLGATHER */
+  bool gpu_host_staged;         /* HVD_GPU_COLLECTIVES=host */
   char timeline[1024];          /* HOROVOD_TIMELINE: a path, "DYNAMIC" or "" */
   bool timeline_mark_cycles;    /* HOROVOD_TIMELINE_MARK_CYCLES */
   int affinity_core;            /* HOROVOD_THREAD_AFFINITY's entry for this local rank; -1 */
@@ -204,6 +205,7 @@ struct hvd_handle_s {
   /* results, written by the background thread before done */
   void *output; /* allgather, alltoall: allocated by hvd */
   size_t output_bytes;
+  void (*output_free)(void *); /* how output is freed: free(), or a GPU backend's */
   int ndims;
   int64_t shape[HVD_MAX_DIMS];
   int32_t *recv_splits; /* alltoall */
@@ -225,6 +227,7 @@ struct coord_entry {
   struct coord_request req;
   const void *input;
   void *output;
+  void *ready_event; /* GPU: the user's event that marks the input ready, or NULL */
   int32_t *splits; /* alltoall: rows to each set rank (set size entries) */
   struct hvd_handle_s *handle;
   int64_t enqueued_ns;
@@ -242,6 +245,7 @@ struct coord_set {
   int rank;              /* this rank's place, -1: not a member */
   struct net_comm *comm; /* members only; the global set uses the world's */
   bool owns_comm;
+  uint32_t comm_id; /* unique per registration in this generation */
 };
 
 struct coord_sets {
@@ -350,6 +354,12 @@ void coord_controller_fail_set(struct coord_controller *c, int set, const char *
  * HVD_ERR_TIMEOUT with a message when one passed the shutdown time. */
 hvd_status coord_controller_check_stalls(struct coord_controller *c, int64_t now);
 
+/* Whether two devices are both the CPU or both GPUs: ranks must agree on
+ * that, each rank uses its own GPU. */
+static inline bool coord_same_device_kind(int a, int b) {
+  return (a == HVD_DEVICE_CPU) == (b == HVD_DEVICE_CPU);
+}
+
 /* Checks a request against the first one submitted for its name; writes a
  * message ("mismatched shapes: ...") and returns false on a mismatch. */
 bool coord_validate(const struct coord_request *first, const struct coord_request *req,
@@ -362,6 +372,13 @@ hvd_status coord_fuse(struct coord_response *in, const size_t *bytes, size_t n, 
                       struct coord_response **out, size_t *nout);
 
 /* ==== running responses (execute.c) ================================================ */
+
+/* Ends the tensors' current timeline phase and begins `phase` (NULL: none). */
+void coord_execute_phase(struct coord_state *s, const struct coord_response *r,
+                         const char *phase);
+/* Sets a gathered output's size and shape in the entry's handle: total
+ * elements, the input's shape with the first dimension to match. */
+void coord_output_shape(struct coord_entry *e, int64_t total, size_t esize);
 
 /* Runs one response on this rank and finishes the entries it covers.
  * Returns a failure of the job (a communicator failed); a failed operation
@@ -383,6 +400,62 @@ void coord_timeline_begin(struct coord_timeline *t, const char *tensor, const ch
 void coord_timeline_end(struct coord_timeline *t, const char *tensor);
 void coord_timeline_mark(struct coord_timeline *t, const char *tensor, const char *what);
 void coord_timeline_cycle(struct coord_timeline *t);
+
+/* ==== GPU tensors (gpu.c; the CUDA backend in cuda/) ============================== */
+
+struct coord_gpu; /* a backend's per-process state: its device, streams, communicators */
+struct coord_set;
+
+/*
+ * What a GPU backend provides. coord runs every GPU response through
+ * coord_gpu_execute: the backend's own collectives where it has them
+ * (NCCL), else the host-staged path (inputs copied to host memory, the
+ * CPU collectives over TCP, outputs copied back). Device pointers are
+ * opaque here. Every function but device_count and free runs on the
+ * thread that runs the loop (or tears the state down, for close).
+ */
+struct coord_gpu_backend {
+  const char *name;
+  int nccl_version; /* NCCL_VERSION_CODE, 0: no NCCL */
+  /* GPUs this process sees; HVD_ERR_NOT_FOUND with a reason when none. */
+  hvd_status (*device_count)(int *n);
+  /* Opens `device` for this process's state (on its first GPU response). */
+  hvd_status (*open)(struct coord_state *s, int device, struct coord_gpu **out);
+  /* abort: the job failed; communicators are aborted, not waited for. */
+  void (*close)(struct coord_gpu *g, bool abort);
+  /* Runs a response and leaves the outputs complete (entries[i] NULL where
+   * this rank has none: it joined). HVD_ERR_UNSUPPORTED, with nothing
+   * done, sends it through host staging instead. May be NULL. */
+  hvd_status (*execute)(struct coord_gpu *g, const struct coord_set *set,
+                        const struct coord_response *r, struct coord_entry **entries);
+  /* Makes the stream wait for an input's ready event (the user's). */
+  hvd_status (*wait_event)(struct coord_gpu *g, void *event);
+  /* Synchronous copies between device memory and host memory. */
+  hvd_status (*to_host)(struct coord_gpu *g, void *dst, const void *src, size_t bytes);
+  hvd_status (*to_device)(struct coord_gpu *g, void *dst, const void *src, size_t bytes);
+  /* Device memory for outputs hvd allocates (allgather, alltoall); free
+   * may run on any thread (hvd_handle_release). */
+  hvd_status (*alloc)(struct coord_gpu *g, size_t bytes, void **out);
+  void (*free)(void *p);
+};
+
+/* The backend this build has (cuda/), or NULL when it has none. */
+const struct coord_gpu_backend *coord_gpu_builtin(void);
+/* Tests: the backend later hvd_inits use instead (NULL: the built-in). */
+void coord_gpu_override(const struct coord_gpu_backend *b);
+/* The backend hvd_init picks: the override, else the built-in. */
+const struct coord_gpu_backend *coord_gpu_backend(void);
+/* HVD_GPU_COLLECTIVES: "nccl" (the backend's own, default) or "host". */
+hvd_status coord_gpu_mode_from_env(bool *host_staged);
+
+/* Runs a GPU response (execute.c calls it for device != CPU). */
+hvd_status coord_gpu_execute(struct coord_state *s, const struct coord_set *set,
+                             const struct coord_response *r, struct coord_entry **entries);
+/* The CPU collectives of execute.c on the given entries (host staging). */
+hvd_status coord_execute_cpu(struct coord_state *s, const struct coord_set *set,
+                             const struct coord_response *r, struct coord_entry **entries);
+/* Scope and key under which a group's NCCL unique id travels (cuda/). */
+void coord_gpu_id_scope(const struct coord_state *s, char *out, size_t size);
 
 /* ==== the state of an initialized process (api.c, loop.c) ========================= */
 
@@ -479,6 +552,14 @@ struct coord_state {
   void *identity; /* a joined rank's contribution */
   size_t identity_cap;
   struct coord_loop *loop;
+
+  /* GPU tensors: the backend (NULL: none), its state once a GPU response
+   * ran (the loop's driver), and the one device this rank's GPU tensors
+   * use (-1 until the first; any thread, atomically). */
+  const struct coord_gpu_backend *gpu_backend;
+  struct coord_gpu *gpu;
+  bool clean_stop;      /* the loop's driver: stopped by a shutdown all ranks agreed on */
+  atomic_int gpu_device;
 };
 
 /* Starts and stops the background thread (loop.c). */

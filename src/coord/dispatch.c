@@ -97,7 +97,9 @@ static hvd_status build_single(struct coord_controller *c, struct pending *p,
   r->op = q->op;
   r->set = q->set;
   r->root = q->root;
-  r->device = q->device;
+  /* Any GPU is GPU 0 here: ranks use their own ordinals, and responses
+   * fuse and cache alike whichever rank submitted first. */
+  r->device = q->device == HVD_DEVICE_CPU ? HVD_DEVICE_CPU : 0;
   r->prescale = q->prescale;
   r->postscale = q->postscale;
   r->last_joined = -1;

@@ -16,8 +16,8 @@
 
 #include "coord.h"
 
-static void timeline_phase(struct coord_state *s, const struct coord_response *r,
-                           const char *phase) {
+void coord_execute_phase(struct coord_state *s, const struct coord_response *r,
+                         const char *phase) {
   if (!coord_timeline_active(s->timeline))
     return;
   for (uint32_t i = 0; i < r->ntensors; i++) {
@@ -101,7 +101,7 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
       return hvd_error(HVD_ERR_PROTOCOL,
                        "rank 0 sent an inline result of %u bytes for allreduce '%s'",
                        r->data_len, r->ntensors > 0 ? r->names[0] : "");
-    timeline_phase(s, r, "INLINE_ALLREDUCE");
+    coord_execute_phase(s, r, "INLINE_ALLREDUCE");
     if (entries[0] != NULL)
       memcpy(entries[0]->output, r->data, r->data_len);
     return HVD_OK;
@@ -112,7 +112,7 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
     void *buf = e != NULL ? e->output : identity(s, r, count);
     if (buf == NULL)
       return hvd_error_status();
-    timeline_phase(s, r, "ALLREDUCE");
+    coord_execute_phase(s, r, "ALLREDUCE");
     return reduce(s, set, r, e != NULL ? e->input : buf, buf, count, e == NULL);
   }
   /* The small tensors go through the fusion buffer, in order. */
@@ -126,7 +126,7 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
     size_t off = 0;
     if ((fb = grow(&s->fusion, &s->fusion_cap, packed)) == NULL)
       return hvd_error_status();
-    timeline_phase(s, r, "MEMCPY_IN_FUSION_BUFFER");
+    coord_execute_phase(s, r, "MEMCPY_IN_FUSION_BUFFER");
     for (uint32_t i = 0; i < r->ntensors; i++) {
       size_t count = (size_t)r->counts[i], bytes = count * esize;
       if (bytes >= inplace && inplace != 0)
@@ -137,11 +137,11 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
         ops_fill_identity(fb + off, count, r->dtype, r->op);
       off += bytes;
     }
-    timeline_phase(s, r, "ALLREDUCE");
+    coord_execute_phase(s, r, "ALLREDUCE");
     st = reduce(s, set, r, fb, fb, packed / esize, entries[0] == NULL);
     if (st != HVD_OK)
       return st;
-    timeline_phase(s, r, "MEMCPY_OUT_FUSION_BUFFER");
+    coord_execute_phase(s, r, "MEMCPY_OUT_FUSION_BUFFER");
     off = 0;
     for (uint32_t i = 0; i < r->ntensors; i++) {
       size_t bytes = (size_t)r->counts[i] * esize;
@@ -153,7 +153,7 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
     }
   }
   if (packed < total)
-    timeline_phase(s, r, "ALLREDUCE"); /* the tensors reduced in place */
+    coord_execute_phase(s, r, "ALLREDUCE"); /* the tensors reduced in place */
   for (uint32_t i = 0; i < r->ntensors && st == HVD_OK; i++) {
     size_t count = (size_t)r->counts[i];
     struct coord_entry *e = entries[i];
@@ -179,20 +179,26 @@ static hvd_status gather(struct coord_state *s, const struct coord_set *set, con
   return ops_allgatherv(s->ops, set->comm, in, out, counts, dtype);
 }
 
-/* Allocates a tensor's gathered output in its handle. */
-static hvd_status gathered_output(struct coord_entry *e, int64_t total, size_t esize) {
+void coord_output_shape(struct coord_entry *e, int64_t total, size_t esize) {
   struct hvd_handle_s *h = e->handle;
   int64_t row = 1;
 
   coord_shape_elements(e->req.shape + 1, e->req.ndims - 1, &row);
   h->output_bytes = (size_t)total * esize;
+  h->ndims = e->req.ndims;
+  memcpy(h->shape, e->req.shape, (size_t)e->req.ndims * sizeof(h->shape[0]));
+  h->shape[0] = row > 0 ? total / row : 0;
+}
+
+/* Allocates a tensor's gathered output in its handle. */
+static hvd_status gathered_output(struct coord_entry *e, int64_t total, size_t esize) {
+  struct hvd_handle_s *h = e->handle;
+
+  coord_output_shape(e, total, esize);
   h->output = malloc(h->output_bytes ? h->output_bytes : 1);
   if (h->output == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate %zu bytes for allgather '%s'",
                      h->output_bytes, e->req.name);
-  h->ndims = e->req.ndims;
-  memcpy(h->shape, e->req.shape, (size_t)e->req.ndims * sizeof(h->shape[0]));
-  h->shape[0] = row > 0 ? total / row : 0;
   return HVD_OK;
 }
 
@@ -225,7 +231,7 @@ static hvd_status run_allgather(struct coord_state *s, const struct coord_set *s
       goto out;
   }
   if (r->ntensors == 1) {
-    timeline_phase(s, r, "ALLGATHER");
+    coord_execute_phase(s, r, "ALLGATHER");
     st = gather(s, set, entries[0]->input, entries[0]->handle->output, counts, r->dtype);
     goto out;
   }
@@ -238,18 +244,18 @@ static hvd_status run_allgather(struct coord_state *s, const struct coord_set *s
     goto out;
   }
   /* This rank's block: its tensors, one after the other. */
-  timeline_phase(s, r, "MEMCPY_IN_FUSION_BUFFER");
+  coord_execute_phase(s, r, "MEMCPY_IN_FUSION_BUFFER");
   off = offsets[set->rank] * esize;
   for (uint32_t t = 0; t < r->ntensors; t++) {
     size_t bytes = (size_t)r->counts[t * (uint32_t)n + (uint32_t)set->rank] * esize;
     memcpy(fb + off, entries[t]->input, bytes);
     off += bytes;
   }
-  timeline_phase(s, r, "ALLGATHER");
+  coord_execute_phase(s, r, "ALLGATHER");
   st = gather(s, set, fb + offsets[set->rank] * esize, fb, counts, r->dtype);
   if (st != HVD_OK)
     goto out;
-  timeline_phase(s, r, "MEMCPY_OUT_FUSION_BUFFER");
+  coord_execute_phase(s, r, "MEMCPY_OUT_FUSION_BUFFER");
   for (int i = 0; i < n; i++) {
     size_t src = offsets[i] * esize;
     for (uint32_t t = 0; t < r->ntensors; t++) {
@@ -276,7 +282,7 @@ static hvd_status run_broadcast(struct coord_state *s, const struct coord_set *s
                      r->names[0]);
   if (set->rank == r->root && e->output != e->input)
     memcpy(e->output, e->input, count * hvd_dtype_size(r->dtype));
-  timeline_phase(s, r, "BROADCAST");
+  coord_execute_phase(s, r, "BROADCAST");
   return ops_broadcast(s->ops, set->comm, e->output, count, r->dtype, r->root);
 }
 
@@ -306,7 +312,7 @@ static hvd_status run_alltoall(struct coord_state *s, const struct coord_set *se
   for (int i = 0; i < n; i++)
     ones[i] = 1;
   /* Every rank learns how many rows it receives from each. */
-  timeline_phase(s, r, "ALLTOALL");
+  coord_execute_phase(s, r, "ALLTOALL");
   st = ops_alltoallv(s->ops, set->comm, e->splits, ones, recv_splits, ones, HVD_INT32);
   if (st != HVD_OK)
     goto out;
@@ -360,7 +366,7 @@ static hvd_status run_reducescatter(struct coord_state *s, const struct coord_se
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate reducescatter counts");
   for (int i = 0; i < n; i++)
     counts[i] = ops_share_count((size_t)rows, n, i) * (size_t)row;
-  timeline_phase(s, r, "REDUCESCATTER");
+  coord_execute_phase(s, r, "REDUCESCATTER");
   st = ops_reducescatterv(s->ops, set->comm, e->input, e->output, counts, r->dtype, r->op,
                           r->prescale, r->postscale);
   free(counts);
@@ -368,6 +374,22 @@ static hvd_status run_reducescatter(struct coord_state *s, const struct coord_se
 }
 
 /* ==== dispatch ========================================================================== */
+
+hvd_status coord_execute_cpu(struct coord_state *s, const struct coord_set *set,
+                             const struct coord_response *r, struct coord_entry **entries) {
+  switch (r->type) {
+  case COORD_ALLREDUCE: return run_allreduce(s, set, r, entries);
+  case COORD_ALLGATHER: return run_allgather(s, set, r, entries);
+  case COORD_BROADCAST: return run_broadcast(s, set, r, entries[0]);
+  case COORD_ALLTOALL: return run_alltoall(s, set, r, entries[0]);
+  case COORD_REDUCESCATTER: return run_reducescatter(s, set, r, entries[0]);
+  case COORD_BARRIER:
+    coord_execute_phase(s, r, "BARRIER");
+    return ops_barrier(s->ops, set->comm);
+  default:
+    return hvd_error(HVD_ERR_PROTOCOL, "unexpected response type %d", r->type);
+  }
+}
 
 hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) {
   struct coord_entry *one[1], **entries = r->ntensors <= 1 ? one : NULL;
@@ -412,20 +434,10 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
     }
     if (set->rank < 0) /* not a member */
       goto out;
-    switch (r->type) {
-    case COORD_ALLREDUCE: st = run_allreduce(s, set, r, entries); break;
-    case COORD_ALLGATHER: st = run_allgather(s, set, r, entries); break;
-    case COORD_BROADCAST: st = run_broadcast(s, set, r, entries[0]); break;
-    case COORD_ALLTOALL: st = run_alltoall(s, set, r, entries[0]); break;
-    case COORD_REDUCESCATTER: st = run_reducescatter(s, set, r, entries[0]); break;
-    case COORD_BARRIER:
-      timeline_phase(s, r, "BARRIER");
-      st = ops_barrier(s->ops, set->comm);
-      break;
-    default:
-      st = hvd_error(HVD_ERR_PROTOCOL, "unexpected response type %d", r->type);
-      break;
-    }
+    if (r->device != HVD_DEVICE_CPU)
+      st = coord_gpu_execute(s, set, r, entries);
+    else
+      st = coord_execute_cpu(s, set, r, entries);
     /* A failed collective means a failed communicator: the job stops. */
     if (st != HVD_OK)
       failure = st;
@@ -433,7 +445,7 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
   }
   finish_all(s, r, entries, st, NULL);
 out:
-  timeline_phase(s, r, NULL);
+  coord_execute_phase(s, r, NULL);
   if (entries != one)
     free(entries);
   return failure;

@@ -104,7 +104,10 @@ void coord_handle_destroy(struct hvd_handle_s *h) {
    * holds mu: taking it once waits until that thread has let go. */
   pthread_mutex_lock(&h->mu);
   pthread_mutex_unlock(&h->mu);
-  free(h->output);
+  if (h->output_free != NULL)
+    h->output_free(h->output);
+  else
+    free(h->output);
   free(h->recv_splits);
   free(h->message);
   pthread_cond_destroy(&h->cv);

@@ -450,9 +450,11 @@ static hvd_status apply(struct coord_loop *l, struct coord_response_list *list) 
       coord_cache_drop(&s->cache, list->retired[i]);
   }
   s->applied_seq = list->seq;
-  if (list->flags & COORD_FLAG_SHUTDOWN)
+  if (list->flags & COORD_FLAG_SHUTDOWN) {
+    s->clean_stop = true;
     coord_stop(s, HVD_ERR_ABORTED,
                "hvd was shut down (a rank called hvd_shutdown; operations after that fail)");
+  }
   return HVD_OK;
 }
 

@@ -39,6 +39,7 @@ hvd_status coord_sets_init(struct coord_sets *s, struct net_comm *global, int si
   for (int r = 0; r < size; r++)
     g->ranks[r] = r;
   g->id = HVD_PROCESS_SET_GLOBAL;
+  g->comm_id = NET_COMM_GLOBAL;
   g->size = size;
   g->rank = net_comm_rank(global);
   g->comm = global;
@@ -104,6 +105,7 @@ hvd_status coord_sets_add(struct coord_sets *s, struct net_comm *global, int id,
   }
   memcpy(set->ranks, ranks, n * sizeof(*ranks));
   set->id = id;
+  set->comm_id = comm_id;
   set->size = (int)n;
   set->rank = -1;
   for (uint32_t i = 0; i < n; i++) {

@@ -84,7 +84,7 @@ bool coord_validate(const struct coord_request *first, const struct coord_reques
              hvd_dtype_name(first->dtype), b, hvd_dtype_name(req->dtype));
     return false;
   }
-  if (first->device != req->device) {
+  if (!coord_same_device_kind(first->device, req->device)) {
     format_device(first->device, x, sizeof(x));
     format_device(req->device, y, sizeof(y));
     snprintf(msg, size, "mismatched devices: rank %d's tensor is on %s, rank %d's on %s", a, x, b,

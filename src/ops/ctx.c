@@ -139,6 +139,8 @@ size_t ops_share_offset(size_t count, int n, int r) {
 }
 
 void ops_copy_scaled(void *dst, const void *src, size_t count, hvd_dtype dtype, double factor) {
+  if (count == 0) /* an empty share's buffers may be NULL */
+    return;
   if (factor != 1.0)
     ops_scale(dst, src, count, dtype, factor);
   else if (dst != src)

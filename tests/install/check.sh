@@ -15,10 +15,12 @@ libdir=$(pkg-config --variable=libdir hvd)
 cc -std=c11 -Wall -Wextra -Werror "$here/example.c" -o "$prefix/example" \
     $(pkg-config --cflags --libs hvd) -Wl,-rpath,"$libdir"
 env -u HOROVOD_RANK -u HOROVOD_SIZE "$prefix/example"
-# The static library, with its dependencies (the system's shared ones).
-# shellcheck disable=SC2046
+# The static library, with its dependencies: the system's shared libraries
+# and hvd.pc's own Libs.private (the CUDA runtime and NCCL in a CUDA build).
+private=$(sed -n 's/^Libs.private: //p' "$pc/hvd.pc")
+# shellcheck disable=SC2046,SC2086
 cc -std=c11 "$here/example.c" -o "$prefix/example-static" \
     $(pkg-config --cflags hvd) "$libdir/libhvd.a" \
-    $(pkg-config --libs libcurl libmicrohttpd libcjson) -lpthread -lm
+    $(pkg-config --libs libcurl libmicrohttpd libcjson) $private
 env -u HOROVOD_RANK -u HOROVOD_SIZE "$prefix/example-static"
 echo "install check: ok"

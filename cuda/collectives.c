@@ -1,0 +1,500 @@
+/*
+ * GPU collectives with NCCL on hvd's stream: one response at a time, the
+ * outputs complete when it returns.
+ *
+ * DESIGN. A fused allreduce packs its tensors into the device fusion
+ * buffer with one batched-copy launch, scales and reduces the buffer as
+ * one, and unpacks it with another launch; prescale, postscale and
+ * average are kernels on the buffer (average folded into postscale, as
+ * on the CPU, so integer results match). Data movement without
+ * arithmetic (allgather, broadcast, alltoall) goes as bytes, so every
+ * dtype works; reductions need NCCL's type, and what NCCL lacks (int16,
+ * uint16) is returned as HVD_ERR_UNSUPPORTED for coord to stage through
+ * host memory. Uneven allgathers are grouped broadcasts and uneven
+ * reduce-scatters grouped reduces, one per rank, as NCCL's own
+ * collectives need equal counts.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+
+bool gpu_nccl_type(hvd_dtype dtype, ncclDataType_t *out) {
+  switch (dtype) {
+  case HVD_UINT8:
+  case HVD_BOOL: *out = ncclUint8; return true;
+  case HVD_INT8: *out = ncclInt8; return true;
+  case HVD_INT32: *out = ncclInt32; return true;
+  case HVD_INT64: *out = ncclInt64; return true;
+  case HVD_FLOAT16: *out = ncclFloat16; return true;
+  case HVD_BFLOAT16: *out = ncclBfloat16; return true;
+  case HVD_FLOAT32: *out = ncclFloat32; return true;
+  case HVD_FLOAT64: *out = ncclFloat64; return true;
+  default: return false;
+  }
+}
+
+bool gpu_nccl_op(hvd_dtype dtype, hvd_reduce_op op, ncclRedOp_t *out) {
+  if (dtype == HVD_BOOL) { /* or and and on bytes that are 0 or 1 */
+    *out = op == HVD_SUM || op == HVD_MAX ? ncclMax : ncclMin;
+    return op != HVD_AVERAGE;
+  }
+  switch (op) {
+  case HVD_SUM:
+  case HVD_AVERAGE: *out = ncclSum; return true;
+  case HVD_MIN: *out = ncclMin; return true;
+  case HVD_MAX: *out = ncclMax; return true;
+  case HVD_PRODUCT: *out = ncclProd; return true;
+  default: return false;
+  }
+}
+
+static size_t elements(const struct coord_entry *e) {
+  int64_t n = 0;
+  coord_shape_elements(e->req.shape, e->req.ndims, &n);
+  return (size_t)n;
+}
+
+static hvd_status cuda_ok(cudaError_t err, const char *call) {
+  return err == cudaSuccess ? HVD_OK : gpu_cuda_error(err, call);
+}
+
+static hvd_status scale(struct coord_gpu *g, void *buf, size_t count, hvd_dtype dtype,
+                        double factor) {
+  if (factor == 1.0 || count == 0)
+    return HVD_OK;
+  return gpu_scale(buf, count, dtype, factor, g->stream);
+}
+
+static hvd_status group_end(struct coord_gpu *g) {
+  return gpu_nccl_check(g, ncclGroupEnd(), "ncclGroupEnd");
+}
+
+/* A joined rank's contribution: count identities of the op, in buf. */
+static hvd_status fill_identity(struct coord_gpu *g, void *buf, size_t count, hvd_dtype dtype,
+                                hvd_reduce_op op) {
+  size_t bytes = count * hvd_dtype_size(dtype);
+  void *host;
+  hvd_status st = gpu_host_buffer(g, bytes, &host);
+  if (st != HVD_OK)
+    return st;
+  ops_fill_identity(host, count, dtype, op);
+  if ((st = cuda_ok(cudaMemcpyAsync(buf, host, bytes, cudaMemcpyHostToDevice, g->stream),
+                    "cudaMemcpyAsync")) != HVD_OK)
+    return st;
+  return gpu_wait(g, NULL, "filling a joined rank's identity");
+}
+
+/* ==== allreduce ========================================================================== */
+
+struct reduction {
+  const struct coord_set *set;
+  const struct coord_response *r;
+  struct gpu_comm *comm; /* NULL: hierarchical */
+  ncclDataType_t type;
+  ncclRedOp_t op;
+};
+
+static hvd_status reduce(struct coord_gpu *g, const struct reduction *x, const void *in,
+                         void *out, size_t count) {
+  const struct coord_response *r = x->r;
+  hvd_status st;
+  if (x->comm != NULL)
+    return gpu_nccl_check(g,
+                          ncclAllReduce(in, out, count, x->type, x->op, x->comm->nccl, g->stream),
+                          "ncclAllReduce");
+  if (in != out &&
+      (st = cuda_ok(cudaMemcpyAsync(out, in, count * hvd_dtype_size(r->dtype),
+                                    cudaMemcpyDeviceToDevice, g->stream),
+                    "cudaMemcpyAsync")) != HVD_OK)
+    return st;
+  return gpu_allreduce_hierarchical(g, out, count, r->dtype, r->op);
+}
+
+static hvd_status allreduce_one(struct coord_gpu *g, const struct reduction *x,
+                                struct coord_entry *e, double postscale) {
+  const struct coord_response *r = x->r;
+  size_t count = (size_t)r->counts[0], bytes = count * hvd_dtype_size(r->dtype);
+  const void *in;
+  void *out;
+  hvd_status st;
+
+  if (e == NULL) { /* joined */
+    if ((st = gpu_fusion_buffer(g, bytes, &out)) != HVD_OK ||
+        (st = fill_identity(g, out, count, r->dtype, r->op)) != HVD_OK)
+      return st;
+    in = out;
+  } else {
+    in = e->input;
+    out = e->output;
+    if (r->prescale != 1.0) {
+      if (in != out && (st = cuda_ok(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice,
+                                                     g->stream),
+                                     "cudaMemcpyAsync")) != HVD_OK)
+        return st;
+      if ((st = scale(g, out, count, r->dtype, r->prescale)) != HVD_OK)
+        return st;
+      in = out;
+    }
+  }
+  if ((st = reduce(g, x, in, out, count)) != HVD_OK)
+    return st;
+  return scale(g, out, count, r->dtype, postscale);
+}
+
+/* The tensors in the fusion buffer: in (pack) or out (unpack). */
+static hvd_status batch(struct coord_gpu *g, const struct coord_response *r,
+                        struct coord_entry **entries, char *fb, bool pack) {
+  size_t esize = hvd_dtype_size(r->dtype), off = 0, n = 0;
+  struct gpu_copy *copies = calloc(r->ntensors, sizeof(*copies));
+  hvd_status st;
+  if (copies == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot plan a fusion buffer copy");
+  for (uint32_t i = 0; i < r->ntensors; i++) {
+    size_t bytes = (size_t)r->counts[i] * esize;
+    if (entries[i] != NULL && bytes > 0) {
+      copies[n].src = pack ? entries[i]->input : fb + off;
+      copies[n].dst = pack ? (void *)(fb + off) : entries[i]->output;
+      copies[n].bytes = bytes;
+      n++;
+    }
+    off += bytes;
+  }
+  st = gpu_batched_copy(copies, n, g->stream);
+  free(copies);
+  return st;
+}
+
+static hvd_status run_allreduce(struct coord_gpu *g, const struct coord_set *set,
+                                const struct coord_response *r, struct coord_entry **entries) {
+  struct coord_state *s = g->s;
+  struct reduction x = {set, r, NULL, ncclUint8, ncclSum};
+  double postscale = r->postscale;
+  size_t total = 0;
+  void *fb;
+  bool joined = true;
+  hvd_status st;
+
+  if (!gpu_nccl_type(r->dtype, &x.type) || !gpu_nccl_op(r->dtype, r->op, &x.op))
+    return hvd_error(HVD_ERR_UNSUPPORTED, "NCCL cannot %s %s", hvd_reduce_op_name(r->op),
+                     hvd_dtype_name(r->dtype));
+  if (!gpu_hierarchical_applies(g, set) && (st = gpu_comm_for_set(g, set, &x.comm)) != HVD_OK)
+    return st;
+  if (r->op == HVD_AVERAGE)
+    postscale /= set->size;
+  coord_execute_phase(s, r, x.comm != NULL ? "NCCL_ALLREDUCE" : "NCCL_HIERARCHICAL_ALLREDUCE");
+  if (r->ntensors == 1) {
+    st = allreduce_one(g, &x, entries[0], postscale);
+    return st == HVD_OK ? gpu_wait(g, x.comm, "allreduce") : st;
+  }
+  for (uint32_t i = 0; i < r->ntensors; i++) {
+    total += (size_t)r->counts[i];
+    joined = joined && entries[i] == NULL;
+  }
+  if ((st = gpu_fusion_buffer(g, total * hvd_dtype_size(r->dtype), &fb)) != HVD_OK)
+    return st;
+  coord_execute_phase(s, r, "MEMCPY_IN_FUSION_BUFFER");
+  st = joined ? fill_identity(g, fb, total, r->dtype, r->op) : batch(g, r, entries, fb, true);
+  if (st == HVD_OK && !joined)
+    st = scale(g, fb, total, r->dtype, r->prescale);
+  coord_execute_phase(s, r, x.comm != NULL ? "NCCL_ALLREDUCE" : "NCCL_HIERARCHICAL_ALLREDUCE");
+  if (st == HVD_OK)
+    st = reduce(g, &x, fb, fb, total);
+  if (st == HVD_OK)
+    st = scale(g, fb, total, r->dtype, postscale);
+  coord_execute_phase(s, r, "MEMCPY_OUT_FUSION_BUFFER");
+  if (st == HVD_OK && !joined)
+    st = batch(g, r, entries, fb, false);
+  return st == HVD_OK ? gpu_wait(g, x.comm, "allreduce") : st;
+}
+
+/* ==== allgather ============================================================================ */
+
+/* Every rank's block of bytes[i] at offsets[i] of buf (this rank's is in
+ * place, or at `mine` if not NULL). */
+static hvd_status gather_blocks(struct coord_gpu *g, struct gpu_comm *c, const void *mine,
+                                char *buf, const size_t *bytes, const size_t *offsets) {
+  bool even = true;
+  hvd_status st = HVD_OK;
+  for (int i = 1; i < c->size; i++)
+    even = even && bytes[i] == bytes[0];
+  if (mine == NULL)
+    mine = buf + offsets[c->rank];
+  if (even)
+    return gpu_nccl_check(g, ncclAllGather(mine, buf, bytes[0], ncclChar, c->nccl, g->stream),
+                          "ncclAllGather");
+  if ((st = gpu_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
+    return st;
+  for (int i = 0; i < c->size && st == HVD_OK; i++) {
+    const void *send = i == c->rank ? mine : buf + offsets[i];
+    st = gpu_nccl_check(
+        g, ncclBroadcast(send, buf + offsets[i], bytes[i], ncclChar, i, c->nccl, g->stream),
+        "ncclBroadcast");
+  }
+  return st == HVD_OK ? group_end(g) : st;
+}
+
+static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set,
+                                const struct coord_response *r, struct coord_entry **entries) {
+  const struct coord_gpu_backend *b = coord_gpu_builtin();
+  int n = set->size;
+  size_t esize = hvd_dtype_size(r->dtype), total = 0;
+  size_t *bytes = calloc((size_t)n, sizeof(*bytes)), *offsets = calloc((size_t)n, sizeof(*offsets));
+  struct gpu_copy *copies = NULL;
+  struct gpu_comm *c = NULL;
+  char *fb = NULL;
+  hvd_status st = HVD_OK;
+
+  if (bytes == NULL || offsets == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate allgather counts");
+    goto out;
+  }
+  if ((st = gpu_comm_for_set(g, set, &c)) != HVD_OK)
+    goto out;
+  for (uint32_t t = 0; t < r->ntensors && st == HVD_OK; t++) {
+    struct coord_entry *e = entries[t];
+    int64_t sum = 0;
+    if (e == NULL) {
+      st = hvd_error(HVD_ERR_PROTOCOL, "allgather '%s' reached a rank that did not submit it",
+                     r->names[t]);
+      goto out;
+    }
+    for (int i = 0; i < n; i++) {
+      int64_t count = r->counts[t * (uint32_t)n + (uint32_t)i];
+      bytes[i] += (size_t)count * esize;
+      sum += count;
+    }
+    coord_output_shape(e, sum, esize);
+    if ((st = b->alloc(g, e->handle->output_bytes, &e->handle->output)) == HVD_OK)
+      e->handle->output_free = b->free;
+  }
+  if (st != HVD_OK)
+    goto out;
+  for (int i = 0; i < n; i++) {
+    offsets[i] = total;
+    total += bytes[i];
+  }
+  coord_execute_phase(g->s, r, "NCCL_ALLGATHER");
+  if (r->ntensors == 1) {
+    st = gather_blocks(g, c, entries[0]->input, entries[0]->handle->output, bytes, offsets);
+    goto wait;
+  }
+  /* Fused: this rank's tensors one after the other in its block, the
+   * blocks gathered in place, then every tensor's rows from every block. */
+  if ((st = gpu_fusion_buffer(g, total, (void **)&fb)) != HVD_OK)
+    goto out;
+  if ((copies = calloc((size_t)n * r->ntensors, sizeof(*copies))) == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot plan a fused allgather");
+    goto out;
+  }
+  {
+    size_t off = offsets[set->rank], k = 0;
+    for (uint32_t t = 0; t < r->ntensors; t++) {
+      size_t len = (size_t)r->counts[t * (uint32_t)n + (uint32_t)set->rank] * esize;
+      copies[k++] = (struct gpu_copy){entries[t]->input, fb + off, len};
+      off += len;
+    }
+    if ((st = gpu_batched_copy(copies, k, g->stream)) != HVD_OK)
+      goto out;
+  }
+  if ((st = gather_blocks(g, c, NULL, fb, bytes, offsets)) != HVD_OK)
+    goto out;
+  {
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+      size_t src = offsets[i];
+      for (uint32_t t = 0; t < r->ntensors; t++) {
+        size_t len = (size_t)r->counts[t * (uint32_t)n + (uint32_t)i] * esize, dst = 0;
+        for (int j = 0; j < i; j++)
+          dst += (size_t)r->counts[t * (uint32_t)n + (uint32_t)j] * esize;
+        copies[k++] = (struct gpu_copy){fb + src, (char *)entries[t]->handle->output + dst, len};
+        src += len;
+      }
+    }
+    st = gpu_batched_copy(copies, k, g->stream);
+  }
+wait:
+  if (st == HVD_OK)
+    st = gpu_wait(g, c, "allgather");
+out:
+  free(bytes);
+  free(offsets);
+  free(copies);
+  return st;
+}
+
+/* ==== broadcast, alltoall, reducescatter ===================================================== */
+
+static hvd_status run_broadcast(struct coord_gpu *g, const struct coord_set *set,
+                                const struct coord_response *r, struct coord_entry *e) {
+  size_t bytes = (size_t)r->counts[0] * hvd_dtype_size(r->dtype);
+  struct gpu_comm *c;
+  hvd_status st;
+  if (e == NULL)
+    return hvd_error(HVD_ERR_PROTOCOL, "broadcast '%s' reached a rank that did not submit it",
+                     r->names[0]);
+  if ((st = gpu_comm_for_set(g, set, &c)) != HVD_OK)
+    return st;
+  coord_execute_phase(g->s, r, "NCCL_BROADCAST");
+  st = gpu_nccl_check(
+      g, ncclBroadcast(e->input, e->output, bytes, ncclChar, r->root, c->nccl, g->stream),
+      "ncclBroadcast");
+  return st == HVD_OK ? gpu_wait(g, c, "broadcast") : st;
+}
+
+static hvd_status run_alltoall(struct coord_gpu *g, const struct coord_set *set,
+                               const struct coord_response *r, struct coord_entry *e) {
+  const struct coord_gpu_backend *b = coord_gpu_builtin();
+  int n = set->size;
+  size_t esize = hvd_dtype_size(r->dtype), *ones = NULL;
+  int32_t *recv = NULL;
+  int64_t row = 1, rows = 0;
+  struct gpu_comm *c;
+  hvd_status st;
+
+  if (e == NULL)
+    return hvd_error(HVD_ERR_PROTOCOL, "alltoall '%s' reached a rank that did not submit it",
+                     r->names[0]);
+  if ((st = gpu_comm_for_set(g, set, &c)) != HVD_OK)
+    return st;
+  recv = calloc((size_t)n, sizeof(*recv));
+  ones = calloc((size_t)n, sizeof(*ones));
+  if (recv == NULL || ones == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate alltoall splits");
+    goto out;
+  }
+  for (int i = 0; i < n; i++)
+    ones[i] = 1;
+  coord_execute_phase(g->s, r, "NCCL_ALLTOALL");
+  /* The splits are host data: they go over the set's TCP communicator. */
+  if ((st = ops_alltoallv(g->s->ops, set->comm, e->splits, ones, recv, ones, HVD_INT32)) != HVD_OK)
+    goto out;
+  coord_shape_elements(e->req.shape + 1, e->req.ndims - 1, &row);
+  for (int i = 0; i < n; i++) {
+    if (recv[i] < 0) {
+      st = hvd_error(HVD_ERR_PROTOCOL, "alltoall '%s': set rank %d sends %d rows", r->names[0], i,
+                     recv[i]);
+      goto out;
+    }
+    rows += recv[i];
+  }
+  coord_output_shape(e, rows * row, esize);
+  e->handle->shape[0] = rows;
+  if ((st = b->alloc(g, e->handle->output_bytes, &e->handle->output)) != HVD_OK)
+    goto out;
+  e->handle->output_free = b->free;
+  if ((st = gpu_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
+    goto out;
+  {
+    size_t row_bytes = (size_t)row * esize, send_off = 0, recv_off = 0;
+    for (int i = 0; i < n && st == HVD_OK; i++) {
+      size_t out_len = (size_t)e->splits[i] * row_bytes, in_len = (size_t)recv[i] * row_bytes;
+      st = gpu_nccl_check(g,
+                          ncclSend((const char *)e->input + send_off, out_len, ncclChar, i,
+                                   c->nccl, g->stream),
+                          "ncclSend");
+      if (st == HVD_OK)
+        st = gpu_nccl_check(g,
+                            ncclRecv((char *)e->handle->output + recv_off, in_len, ncclChar, i,
+                                     c->nccl, g->stream),
+                            "ncclRecv");
+      send_off += out_len;
+      recv_off += in_len;
+    }
+  }
+  if (st == HVD_OK)
+    st = group_end(g);
+  if (st == HVD_OK)
+    st = gpu_wait(g, c, "alltoall");
+  if (st == HVD_OK) {
+    e->handle->recv_splits = recv;
+    e->handle->nsplits = (size_t)n;
+    recv = NULL;
+  }
+out:
+  free(recv);
+  free(ones);
+  return st;
+}
+
+static hvd_status run_reducescatter(struct coord_gpu *g, const struct coord_set *set,
+                                    const struct coord_response *r, struct coord_entry *e) {
+  int n = set->size;
+  size_t esize = hvd_dtype_size(r->dtype), total, off = 0;
+  int64_t rows, row;
+  double postscale = r->postscale;
+  ncclDataType_t type;
+  ncclRedOp_t op;
+  struct gpu_comm *c;
+  const void *in;
+  bool even = true;
+  hvd_status st;
+
+  if (e == NULL)
+    return hvd_error(HVD_ERR_PROTOCOL,
+                     "reducescatter '%s' reached a rank that did not submit it", r->names[0]);
+  if (!gpu_nccl_type(r->dtype, &type) || !gpu_nccl_op(r->dtype, r->op, &op))
+    return hvd_error(HVD_ERR_UNSUPPORTED, "NCCL cannot %s %s", hvd_reduce_op_name(r->op),
+                     hvd_dtype_name(r->dtype));
+  if ((st = gpu_comm_for_set(g, set, &c)) != HVD_OK)
+    return st;
+  total = elements(e);
+  rows = e->req.shape[0];
+  row = rows > 0 ? (int64_t)total / rows : 0;
+  in = e->input;
+  coord_execute_phase(g->s, r, "NCCL_REDUCESCATTER");
+  if (r->prescale != 1.0) { /* the input is the caller's: scale a copy */
+    void *fb;
+    if ((st = gpu_fusion_buffer(g, total * esize, &fb)) != HVD_OK ||
+        (st = cuda_ok(cudaMemcpyAsync(fb, in, total * esize, cudaMemcpyDeviceToDevice, g->stream),
+                      "cudaMemcpyAsync")) != HVD_OK ||
+        (st = scale(g, fb, total, r->dtype, r->prescale)) != HVD_OK)
+      return st;
+    in = fb;
+  }
+  for (int i = 1; i < n; i++)
+    even = even && ops_share_count((size_t)rows, n, i) == ops_share_count((size_t)rows, n, 0);
+  if (even) {
+    st = gpu_nccl_check(g,
+                        ncclReduceScatter(in, e->output,
+                                          ops_share_count((size_t)rows, n, 0) * (size_t)row, type,
+                                          op, c->nccl, g->stream),
+                        "ncclReduceScatter");
+  } else if ((st = gpu_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) == HVD_OK) {
+    for (int i = 0; i < n && st == HVD_OK; i++) {
+      size_t count = ops_share_count((size_t)rows, n, i) * (size_t)row;
+      st = gpu_nccl_check(g,
+                          ncclReduce((const char *)in + off * esize, e->output, count, type, op, i,
+                                     c->nccl, g->stream),
+                          "ncclReduce");
+      off += count;
+    }
+    if (st == HVD_OK)
+      st = group_end(g);
+  }
+  if (r->op == HVD_AVERAGE)
+    postscale /= n;
+  if (st == HVD_OK)
+    st = scale(g, e->output, ops_share_count((size_t)rows, n, set->rank) * (size_t)row, r->dtype,
+               postscale);
+  return st == HVD_OK ? gpu_wait(g, c, "reducescatter") : st;
+}
+
+/* ==== dispatch ================================================================================ */
+
+hvd_status gpu_execute(struct coord_gpu *g, const struct coord_set *set,
+                       const struct coord_response *r, struct coord_entry **entries) {
+  hvd_status st = gpu_use_device(g);
+  if (st != HVD_OK)
+    return st;
+  switch (r->type) {
+  case COORD_ALLREDUCE: return run_allreduce(g, set, r, entries);
+  case COORD_ALLGATHER: return run_allgather(g, set, r, entries);
+  case COORD_BROADCAST: return run_broadcast(g, set, r, entries[0]);
+  case COORD_ALLTOALL: return run_alltoall(g, set, r, entries[0]);
+  case COORD_REDUCESCATTER: return run_reducescatter(g, set, r, entries[0]);
+  default:
+    return hvd_error(HVD_ERR_UNSUPPORTED, "%s has no GPU implementation",
+                     coord_type_name(r->type));
+  }
+}

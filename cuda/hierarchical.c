@@ -1,0 +1,102 @@
+/*
+ * Hierarchical GPU allreduce (HOROVOD_HIERARCHICAL_ALLREDUCE): NCCL within
+ * the host, hvd's TCP cross ring between hosts.
+ *
+ * DESIGN. The buffer is split into local_size equal chunks (the remainder
+ * rides with local rank 0): an NCCL reduce-scatter leaves each local rank
+ * its chunk reduced over the host; the chunk goes to pinned host memory
+ * and is allreduced over the cross communicator of that local rank (every
+ * local rank's cross ring runs at once, so hosts exchange local_size
+ * streams in parallel); it comes back and an NCCL allgather within the
+ * host assembles the result. Only the 1/local_size share of the data
+ * crosses hosts and PCIe per rank. Hosts must have the same number of
+ * ranks, as chunks must line up across hosts.
+ */
+#include "gpu.h"
+
+bool gpu_hierarchical_applies(const struct coord_gpu *g, const struct coord_set *set) {
+  const struct coord_state *s = g->s;
+  const struct net_world *w = s->world;
+  return set->id == HVD_PROCESS_SET_GLOBAL && s->cfg.hierarchical_allreduce &&
+         w->local_size < s->size && w->local_size * w->cross_size == s->size;
+}
+
+static hvd_status copy(struct coord_gpu *g, void *dst, const void *src, size_t bytes,
+                       enum cudaMemcpyKind kind) {
+  cudaError_t err;
+  if (bytes == 0)
+    return HVD_OK;
+  err = cudaMemcpyAsync(dst, src, bytes, kind, g->stream);
+  return err == cudaSuccess ? HVD_OK : gpu_cuda_error(err, "cudaMemcpyAsync");
+}
+
+hvd_status gpu_allreduce_hierarchical(struct coord_gpu *g, void *buf, size_t count,
+                                      hvd_dtype dtype, hvd_reduce_op op) {
+  struct coord_state *s = g->s;
+  struct net_world *w = s->world;
+  int ls = w->local_size, lr = w->local_rank;
+  size_t esize = hvd_dtype_size(dtype), chunk = count / (size_t)ls, rem = count % (size_t)ls;
+  size_t mine = chunk + (lr == 0 ? rem : 0);
+  char *b = buf, *tail = b + chunk * (size_t)ls * esize, *host;
+  char name[RDZV_RECORD_HOST_MAX + 16];
+  struct gpu_comm *local;
+  ncclDataType_t type;
+  ncclRedOp_t nop;
+  hvd_status st;
+
+  if (!gpu_nccl_type(dtype, &type) || !gpu_nccl_op(dtype, op, &nop))
+    return hvd_error(HVD_ERR_UNSUPPORTED, "NCCL cannot %s %s", hvd_reduce_op_name(op),
+                     hvd_dtype_name(dtype));
+  snprintf(name, sizeof(name), "local_%s", net_comm_hostname(w->global, s->rank));
+  if ((st = gpu_comm_get(g, name, lr, ls, &local)) != HVD_OK ||
+      (st = gpu_host_buffer(g, mine * esize, (void **)&host)) != HVD_OK)
+    return st;
+
+  /* Within the host: chunk lr to local rank lr, the remainder to local rank 0. */
+  if ((st = gpu_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
+    return st;
+  if (chunk > 0)
+    st = gpu_nccl_check(g,
+                        ncclReduceScatter(b, b + (size_t)lr * chunk * esize, chunk, type, nop,
+                                          local->nccl, g->stream),
+                        "ncclReduceScatter");
+  if (st == HVD_OK && rem > 0)
+    st = gpu_nccl_check(g, ncclReduce(tail, tail, rem, type, nop, 0, local->nccl, g->stream),
+                        "ncclReduce");
+  if (st == HVD_OK)
+    st = gpu_nccl_check(g, ncclGroupEnd(), "ncclGroupEnd");
+  if (st == HVD_OK)
+    st = copy(g, host, b + (size_t)lr * chunk * esize, chunk * esize, cudaMemcpyDeviceToHost);
+  if (st == HVD_OK && mine > chunk)
+    st = copy(g, host + chunk * esize, tail, rem * esize, cudaMemcpyDeviceToHost);
+  if (st == HVD_OK)
+    st = gpu_wait(g, local, "hierarchical allreduce: reduce-scatter within the host");
+  if (st != HVD_OK)
+    return st;
+
+  /* Across hosts: the average's division is the caller's. */
+  if (mine > 0 && (st = ops_allreduce(s->ops, w->cross, host, host, mine, dtype,
+                                      op == HVD_AVERAGE ? HVD_SUM : op, 1.0, 1.0)) != HVD_OK)
+    return hvd_error_prefix("hierarchical allreduce across hosts");
+
+  /* Within the host again: every rank gets every chunk. */
+  st = copy(g, b + (size_t)lr * chunk * esize, host, chunk * esize, cudaMemcpyHostToDevice);
+  if (st == HVD_OK && mine > chunk)
+    st = copy(g, tail, host + chunk * esize, rem * esize, cudaMemcpyHostToDevice);
+  if (st == HVD_OK)
+    st = gpu_nccl_check(g, ncclGroupStart(), "ncclGroupStart");
+  if (st != HVD_OK)
+    return st;
+  if (chunk > 0)
+    st = gpu_nccl_check(g,
+                        ncclAllGather(b + (size_t)lr * chunk * esize, b, chunk, type, local->nccl,
+                                      g->stream),
+                        "ncclAllGather");
+  if (st == HVD_OK && rem > 0)
+    st = gpu_nccl_check(g, ncclBroadcast(tail, tail, rem, type, 0, local->nccl, g->stream),
+                        "ncclBroadcast");
+  if (st == HVD_OK)
+    st = gpu_nccl_check(g, ncclGroupEnd(), "ncclGroupEnd");
+  return st == HVD_OK ? gpu_wait(g, local, "hierarchical allreduce: allgather within the host")
+                      : st;
+}

@@ -1,0 +1,193 @@
+/*
+ * GPU tensors on the coordinator's side: which backend runs them, and the
+ * host-staged path every backend gets for free.
+ *
+ * DESIGN. Negotiation, fusion decisions and ordering are the same for GPU
+ * tensors as for CPU ones; only running a response differs. The backend
+ * (cuda/, NCCL) runs what it can on the device. What it cannot (int16,
+ * whose type NCCL lacks) and everything under HVD_GPU_COLLECTIVES=host
+ * (ranks sharing one GPU, which NCCL refuses) is staged: inputs are copied
+ * to host memory, the CPU collectives of execute.c run over TCP, outputs
+ * are copied back. Staging works on copies of the entries, so execute.c's
+ * code runs unchanged, and the outputs hvd allocates (allgather, alltoall)
+ * move to device memory at the end.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord.h"
+
+static _Atomic(const struct coord_gpu_backend *) g_override;
+
+void coord_gpu_override(const struct coord_gpu_backend *b) { atomic_store(&g_override, b); }
+
+const struct coord_gpu_backend *coord_gpu_backend(void) {
+  const struct coord_gpu_backend *b = atomic_load(&g_override);
+  return b != NULL ? b : coord_gpu_builtin();
+}
+
+hvd_status coord_gpu_mode_from_env(bool *host_staged) {
+  const char *v = hvd_env_str("HVD_GPU_COLLECTIVES");
+  *host_staged = false;
+  if (v == NULL || strcmp(v, "nccl") == 0)
+    return HVD_OK;
+  if (strcmp(v, "host") == 0) {
+    *host_staged = true;
+    return HVD_OK;
+  }
+  return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                   "HVD_GPU_COLLECTIVES is '%s'; expected 'nccl' or 'host'", v);
+}
+
+void coord_gpu_id_scope(const struct coord_state *s, char *out, size_t size) {
+  if (s->round.round > 0)
+    snprintf(out, size, "g%llu.nccl", (unsigned long long)s->round.round);
+  else
+    snprintf(out, size, "nccl");
+}
+
+/* ==== the public queries ================================================================ */
+
+HVD_API int hvd_cuda_built(void) { return coord_gpu_builtin() != NULL; }
+
+HVD_API int hvd_nccl_built(void) {
+  const struct coord_gpu_backend *b = coord_gpu_builtin();
+  return b != NULL ? b->nccl_version : 0;
+}
+
+HVD_API hvd_status hvd_cuda_device_count(int *count) {
+  const struct coord_gpu_backend *b = coord_gpu_backend();
+  hvd_error_clear();
+  if (count == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_cuda_device_count: count is NULL");
+  *count = 0;
+  if (b == NULL)
+    return hvd_error(HVD_ERR_UNSUPPORTED,
+                     "this build of hvd has no GPU support (configure with -DHVD_WITH_CUDA=ON)");
+  return b->device_count(count);
+}
+
+/* ==== host staging ======================================================================= */
+
+/* Bytes of an entry's output that the caller provided (0: hvd allocates it). */
+static size_t given_output_bytes(const struct coord_set *set, const struct coord_response *r,
+                                 const struct coord_entry *e, size_t in_bytes) {
+  switch (r->type) {
+  case COORD_ALLREDUCE:
+  case COORD_BROADCAST:
+    return in_bytes;
+  case COORD_REDUCESCATTER: {
+    int64_t rows = e->req.ndims > 0 ? e->req.shape[0] : 0;
+    size_t row_bytes = rows > 0 ? in_bytes / (size_t)rows : 0;
+    return ops_share_count((size_t)rows, set->size, set->rank) * row_bytes;
+  }
+  default:
+    return 0;
+  }
+}
+
+/* Moves an output hvd allocated in host memory to device memory. */
+static hvd_status move_output(struct coord_state *s, struct hvd_handle_s *h) {
+  const struct coord_gpu_backend *b = s->gpu_backend;
+  void *dev = NULL;
+  hvd_status st = b->alloc(s->gpu, h->output_bytes, &dev);
+  if (st == HVD_OK && h->output_bytes > 0)
+    st = b->to_device(s->gpu, dev, h->output, h->output_bytes);
+  if (st != HVD_OK) {
+    if (dev != NULL)
+      b->free(dev);
+    return st;
+  }
+  free(h->output);
+  h->output = dev;
+  h->output_free = b->free;
+  return HVD_OK;
+}
+
+static hvd_status run_staged(struct coord_state *s, const struct coord_set *set,
+                             const struct coord_response *r, struct coord_entry **entries) {
+  const struct coord_gpu_backend *b = s->gpu_backend;
+  size_t esize = hvd_dtype_size(r->dtype), n = r->ntensors;
+  struct coord_entry *copies = calloc(n, sizeof(*copies));
+  struct coord_entry **staged = calloc(n, sizeof(*staged));
+  size_t *out_bytes = calloc(n, sizeof(*out_bytes));
+  hvd_status st = HVD_OK;
+
+  if (copies == NULL || staged == NULL || out_bytes == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot stage %zu GPU tensors", n);
+    goto out;
+  }
+  for (size_t i = 0; i < n && st == HVD_OK; i++) {
+    struct coord_entry *e = entries[i], *c = &copies[i];
+    int64_t elements = 0;
+    size_t in_bytes;
+    if (e == NULL)
+      continue;
+    *c = *e;
+    c->input = c->output = NULL;
+    staged[i] = c;
+    coord_shape_elements(e->req.shape, e->req.ndims, &elements);
+    in_bytes = (size_t)elements * esize;
+    out_bytes[i] = given_output_bytes(set, r, e, in_bytes);
+    c->input = malloc(in_bytes > 0 ? in_bytes : 1);
+    /* Never NULL, even for a reducescatter share of 0 rows: the CPU
+     * collectives copy 0 bytes to it, and memcpy to NULL is undefined. */
+    c->output = malloc(out_bytes[i] > 0 ? out_bytes[i] : 1);
+    if (c->input == NULL || c->output == NULL)
+      st = hvd_error(HVD_ERR_NO_MEMORY, "cannot stage %s '%s' in host memory (%zu bytes)",
+                     coord_type_name(r->type), e->req.name, in_bytes + out_bytes[i]);
+    else if (in_bytes > 0)
+      st = b->to_host(s->gpu, (void *)c->input, e->input, in_bytes);
+  }
+  if (st == HVD_OK)
+    st = coord_execute_cpu(s, set, r, staged);
+  for (size_t i = 0; i < n && st == HVD_OK; i++) {
+    struct coord_entry *e = entries[i];
+    if (e == NULL)
+      continue;
+    if (out_bytes[i] > 0)
+      st = b->to_device(s->gpu, e->output, copies[i].output, out_bytes[i]);
+    else if (r->type == COORD_ALLGATHER || r->type == COORD_ALLTOALL)
+      st = move_output(s, e->handle);
+  }
+out:
+  for (size_t i = 0; copies != NULL && i < n; i++) {
+    free((void *)copies[i].input);
+    free(copies[i].output);
+  }
+  free(copies);
+  free(staged);
+  free(out_bytes);
+  return st;
+}
+
+/* ==== running a GPU response ============================================================== */
+
+hvd_status coord_gpu_execute(struct coord_state *s, const struct coord_set *set,
+                             const struct coord_response *r, struct coord_entry **entries) {
+  const struct coord_gpu_backend *b = s->gpu_backend;
+  hvd_status st;
+
+  if (b == NULL)
+    return hvd_error(HVD_ERR_UNSUPPORTED,
+                     "%s '%s' is on a GPU, and this build of hvd has no GPU support",
+                     coord_type_name(r->type), r->names[0]);
+  if (s->gpu == NULL) {
+    /* A rank that joined may meet GPU tensors before it ever had one. */
+    int device = atomic_load(&s->gpu_device);
+    if ((st = b->open(s, device >= 0 ? device : 0, &s->gpu)) != HVD_OK)
+      return st;
+  }
+  for (uint32_t i = 0; i < r->ntensors; i++) {
+    if (entries[i] != NULL && entries[i]->ready_event != NULL &&
+        (st = b->wait_event(s->gpu, entries[i]->ready_event)) != HVD_OK)
+      return st;
+  }
+  if (!s->cfg.gpu_host_staged && b->execute != NULL) {
+    st = b->execute(s->gpu, set, r, entries);
+    if (st != HVD_ERR_UNSUPPORTED)
+      return st;
+    hvd_error_clear();
+  }
+  return run_staged(s, set, r, entries);
+}
