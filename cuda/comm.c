@@ -47,9 +47,23 @@ void gpu_comms_close(struct coord_gpu *g, bool abort) {
   g->comms = NULL;
 }
 
+static hvd_status settle(struct coord_gpu *g, struct gpu_comm *c, const char *what,
+                         int64_t started, int64_t deadline);
+
+/* A call that returned ncclInProgress is settled before anything else
+ * goes on the stream, as NCCL asks of non-blocking communicators. */
 hvd_status gpu_nccl_check(struct coord_gpu *g, ncclResult_t r, const char *call) {
-  if (r == ncclSuccess || r == ncclInProgress)
+  if (r == ncclSuccess)
     return HVD_OK;
+  if (r == ncclInProgress) {
+    int64_t now = hvd_now_ns();
+    for (struct gpu_comm *c = g->comms; c != NULL; c = c->next) {
+      hvd_status st = c->nccl != NULL ? settle(g, c, call, now, now + g->timeout_ns) : HVD_OK;
+      if (st != HVD_OK)
+        return st;
+    }
+    return HVD_OK;
+  }
   gpu_nccl_error(r, call);
   abort_all(g);
   return hvd_error_status();
@@ -190,9 +204,7 @@ hvd_status gpu_comm_get(struct coord_gpu *g, const char *name, int rank, int siz
   r = ncclCommInitRankConfig(&c->nccl, size, id, rank, &config);
   c->next = g->comms; /* listed first, so that a failure aborts it too */
   g->comms = c;
-  if ((st = gpu_nccl_check(g, r, "ncclCommInitRankConfig")) != HVD_OK ||
-      (st = settle(g, c, "ncclCommInitRankConfig", hvd_now_ns(), hvd_now_ns() + g->timeout_ns)) !=
-          HVD_OK)
+  if ((st = gpu_nccl_check(g, r, "ncclCommInitRankConfig")) != HVD_OK)
     return hvd_error_prefix("NCCL communicator %s (rank %d of %d) on GPU %d", name, rank, size,
                             g->device);
   HVD_LOG_DEBUG("NCCL communicator %s: rank %d of %d on GPU %d", name, rank, size, g->device);

@@ -67,8 +67,9 @@ void gpu_comms_close(struct coord_gpu *g, bool abort);
  * done: polls the stream and c's asynchronous error until the deadline.
  * A failure aborts every communicator. what names the operation. */
 hvd_status gpu_wait(struct coord_gpu *g, struct gpu_comm *c, const char *what);
-/* Checks an NCCL call's result on a non-blocking communicator:
- * ncclInProgress is fine (gpu_wait finishes it). */
+/* Checks an NCCL call's result on a non-blocking communicator: a failure
+ * aborts every communicator; ncclInProgress is waited out (with the
+ * deadline) before the call returns. */
 hvd_status gpu_nccl_check(struct coord_gpu *g, ncclResult_t r, const char *call);
 
 /* ==== collectives (collectives.c, hierarchical.c) ================================= */
