@@ -13,6 +13,14 @@
  * With -c 1 every rank checks its result after the timed loop against a
  * serial reference built from every rank's input (small integers, so every
  * reduction order gives the same bits); wrong elements are counted.
+ * With -g 1 (a build with CUDA) the buffers are device memory, rank r on
+ * GPU local_rank % GPUs, and each operation goes through hvd's public API
+ * (hvd_init, negotiation, then NCCL, or host staging under
+ * HVD_GPU_COLLECTIVES=host) with a fixed name per size, so the response
+ * cache hits as in training; an operation's time ends when its handle
+ * completes, which is when its outputs are complete on the device. An
+ * allgather's or alltoall's output is hvd's (device memory it allocates):
+ * each timed operation also releases the previous one's.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -25,6 +33,10 @@
 #include <unistd.h>
 
 #include "ops/ops.h"
+
+#ifdef HVD_BENCH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 enum { EXIT_FAIL = 1, EXIT_USAGE = 2, MAX_LOCAL_RANKS = 64, MAX_ITERS = 10000000 };
 
@@ -45,6 +57,7 @@ struct options {
   int np;    /* local mode: ranks to fork */
   int hosts; /* local mode: fake hosts to spread them over */
   bool hierarchical;
+  bool gpu;    /* -g: device buffers through hvd's API */
   bool per_op; /* -I: per-operation time percentiles */
   double target_s; /* -T: time each size this long instead of -n iterations */
   size_t sizes[32]; /* --sizes: explicit list instead of -b/-e/-f */
@@ -69,6 +82,9 @@ static const char usage_text[] =
     "  -o, --op OP         sum avg min max prod (default sum)\n"
     "  -r, --root R        broadcast root (default 0)\n"
     "  -I, --per-op 0|1    also print rank 0's per-operation min/median/p99/max\n"
+    "  -g, --gpu 0|1       1: buffers in GPU memory (rank r on GPU local_rank % GPUs),\n"
+    "                      each operation through hvd's API: NCCL, or host staging with\n"
+    "                      HVD_GPU_COLLECTIVES=host (needs a build with CUDA)\n"
     "  -T, --time S        time each size for about S seconds (iterations calibrated\n"
     "                      by doubling a batch, as bench/peers does) instead of -n\n"
     "      --sizes LIST    comma list of sizes instead of -b/-e/-f (e.g. 8,4K,1M,64M)\n"
@@ -162,7 +178,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"iters", required_argument, NULL, 'n'},    {"warmup", required_argument, NULL, 'w'},
       {"check", required_argument, NULL, 'c'},    {"datatype", required_argument, NULL, 'd'},
       {"op", required_argument, NULL, 'o'},       {"root", required_argument, NULL, 'r'},
-      {"per-op", required_argument, NULL, 'I'},
+      {"per-op", required_argument, NULL, 'I'},   {"gpu", required_argument, NULL, 'g'},
       {"time", required_argument, NULL, 'T'},
       {"sizes", required_argument, NULL, OPT_SIZES},
       {"np", required_argument, NULL, OPT_NP},    {"hosts", required_argument, NULL, OPT_HOSTS},
@@ -193,7 +209,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
   }
   opterr = 0;
   optind = first;
-  while ((opt = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:r:I:T:h", longopts, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:r:I:g:T:h", longopts, NULL)) != -1) {
     switch (opt) {
     case 'b':
       if (!parse_size(optarg, &o->min_bytes))
@@ -241,6 +257,11 @@ static int parse_args(int argc, char **argv, struct options *o) {
       if (!parse_int(optarg, 0, 1, &flag))
         return usage_error("-I '%s' must be 0 or 1", optarg);
       o->per_op = flag == 1;
+      break;
+    case 'g':
+      if (!parse_int(optarg, 0, 1, &flag))
+        return usage_error("-g '%s' must be 0 or 1", optarg);
+      o->gpu = flag == 1;
       break;
     case 'T':
       if (!hvd_parse_double(optarg, &o->target_s) || o->target_s <= 0 || o->target_s > 3600)
@@ -298,6 +319,14 @@ static int parse_args(int argc, char **argv, struct options *o) {
   }
   if (o->np > 0 && o->np % o->hosts != 0)
     return usage_error("--np %d does not spread evenly over --hosts %d", o->np, o->hosts);
+#ifndef HVD_BENCH_CUDA
+  if (o->gpu) {
+    fprintf(stderr, "hvd-bench: -g 1 needs a build with CUDA, and this one has none "
+                    "(configure with -DHVD_WITH_CUDA=ON, with the CUDA toolkit and NCCL "
+                    "installed)\n");
+    return EXIT_USAGE;
+  }
+#endif
   return -1;
 }
 
@@ -306,12 +335,67 @@ static int parse_args(int argc, char **argv, struct options *o) {
 struct bench {
   const struct options *o;
   int64_t *samples; /* -I: per-operation end times, then durations */
-  struct net_world *w;
+  struct net_world *w; /* NULL with -g 1 */
   struct ops_ctx *ops;
   int n, rank;
-  char *in, *out, *ref, *tmp;
+  char *in, *out, *ref, *tmp; /* -g 1: in and out are device memory */
   size_t *counts, *splits;
+  /* -g 1 */
+  int device;
+  char *host_out;  /* the result, copied back for the check */
+  hvd_handle last; /* the last allgather or alltoall: hvd owns its output */
+  char name[64];   /* the operation's name: one per size */
 };
+
+/* ==== device memory (-g 1) ============================================================ */
+
+#ifdef HVD_BENCH_CUDA
+static int cuda_failed(cudaError_t err, const char *call) {
+  fprintf(stderr, "hvd-bench: %s failed: %s (%s)\n", call, cudaGetErrorString(err),
+          cudaGetErrorName(err));
+  return EXIT_FAIL;
+}
+
+/* This rank's GPU and its two device buffers of cap bytes. */
+static int gpu_setup(struct bench *b, size_t cap) {
+  int count = 0;
+  cudaError_t err;
+  if (hvd_cuda_device_count(&count) != HVD_OK) {
+    fprintf(stderr, "hvd-bench: rank %d: %s\n", b->rank, hvd_last_error_message());
+    return EXIT_FAIL;
+  }
+  b->device = hvd_local_rank() % count;
+  if ((err = cudaSetDevice(b->device)) != cudaSuccess)
+    return cuda_failed(err, "cudaSetDevice");
+  if ((err = cudaMalloc((void **)&b->in, cap)) != cudaSuccess ||
+      (err = cudaMalloc((void **)&b->out, cap)) != cudaSuccess)
+    return cuda_failed(err, "cudaMalloc");
+  return 0;
+}
+
+/* Synchronous: a copy from pageable memory may return before its DMA is
+ * done, and hvd's stream does not wait for the default stream. */
+static int gpu_copy(void *dst, const void *src, size_t bytes, bool to_device) {
+  cudaError_t err = cudaMemcpy(dst, src, bytes,
+                               to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+  if (err != cudaSuccess)
+    return cuda_failed(err, "cudaMemcpy");
+  if (to_device && (err = cudaDeviceSynchronize()) != cudaSuccess)
+    return cuda_failed(err, "cudaDeviceSynchronize");
+  return 0;
+}
+
+static void gpu_free(struct bench *b) {
+  cudaFree(b->in);
+  cudaFree(b->out);
+}
+#else /* parse_args refuses -g 1 in a build without CUDA */
+static int gpu_setup(struct bench *b, size_t cap) { return EXIT_USAGE; }
+static int gpu_copy(void *dst, const void *src, size_t bytes, bool to_device) {
+  return EXIT_FAIL;
+}
+static void gpu_free(struct bench *b) {}
+#endif
 
 static int compare_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -353,12 +437,53 @@ static size_t count_for(const struct bench *b, size_t bytes) {
   return count;
 }
 
+/* -g 1: one operation through hvd's API on the device buffers. */
+static hvd_status run_once_api(struct bench *b, size_t count) {
+  const struct options *o = b->o;
+  int64_t shape[1] = {(int64_t)count};
+  hvd_tensor t = {b->name, o->dtype, 1, shape, b->in, b->out};
+  hvd_options opt = HVD_OPTIONS_INIT;
+  hvd_handle h = NULL;
+  hvd_status st = HVD_ERR_INTERNAL;
+
+  opt.device = b->device;
+  switch (o->coll) {
+  case ALLREDUCE:
+    opt.op = o->op;
+    return hvd_allreduce(&t, &opt);
+  case BROADCAST: /* in place, in the buffer check() reads */
+    opt.root = o->root;
+    t.input = t.output = b->rank == o->root ? b->in : b->out;
+    return hvd_broadcast(&t, &opt);
+  case REDUCESCATTER:
+    opt.op = o->op;
+    shape[0] = (int64_t)(count * (size_t)b->n);
+    return hvd_reducescatter(&t, &opt);
+  case ALLGATHER:
+    st = hvd_allgather_async(&t, &opt, &h);
+    break;
+  case ALLTOALL:
+    shape[0] = (int64_t)(count * (size_t)b->n);
+    st = hvd_alltoall_async(&t, NULL, &opt, &h);
+    break;
+  }
+  if (st == HVD_OK)
+    st = hvd_handle_wait(h);
+  hvd_handle_release(b->last);
+  b->last = h;
+  return st;
+}
+
 static hvd_status run_once(struct bench *b, size_t count) {
   const struct options *o = b->o;
-  struct ops_layout l = {b->w->global, b->w->local, b->w->cross};
-  struct net_comm *c = b->w->global;
+  struct ops_layout l;
+  struct net_comm *c;
   hvd_dtype dt = o->dtype;
 
+  if (o->gpu)
+    return run_once_api(b, count);
+  l = (struct ops_layout){b->w->global, b->w->local, b->w->cross};
+  c = b->w->global;
   switch (o->coll) {
   case ALLREDUCE:
     if (o->hierarchical)
@@ -382,11 +507,30 @@ static hvd_status run_once(struct bench *b, size_t count) {
   return HVD_ERR_INTERNAL;
 }
 
+/* This rank's len elements of result in host memory (-g 1: copied from
+ * the device); NULL if that failed. */
+static const char *result(struct bench *b, size_t len) {
+  const struct options *o = b->o;
+  size_t bytes = len * hvd_dtype_size(o->dtype);
+  const char *got = o->coll == BROADCAST && b->rank == o->root ? b->in : b->out;
+  void *dev = (void *)got;
+  size_t have = bytes;
+
+  if (!o->gpu)
+    return got;
+  if ((o->coll == ALLGATHER || o->coll == ALLTOALL) &&
+      (b->last == NULL || hvd_handle_output(b->last, &dev, &have, NULL) != HVD_OK))
+    return NULL;
+  if (have != bytes || (bytes > 0 && gpu_copy(b->host_out, dev, bytes, false) != 0))
+    return NULL;
+  return b->host_out;
+}
+
 /* Elements of this rank's result that differ from the reference. */
 static size_t check(struct bench *b, size_t count) {
   const struct options *o = b->o;
   size_t es = hvd_dtype_size(o->dtype), wrong = 0, n = (size_t)b->n;
-  const char *got = b->out;
+  const char *got;
   size_t len = count;
   double post = o->op == HVD_AVERAGE ? 1.0 / b->n : 1.0;
 
@@ -412,7 +556,6 @@ static size_t check(struct bench *b, size_t count) {
     break;
   case BROADCAST:
     fill(b, b->ref, count, o->root);
-    got = b->rank == o->root ? b->in : b->out;
     break;
   case ALLTOALL:
     /* Block p of rank r's input is what rank p receives from r. */
@@ -423,16 +566,34 @@ static size_t check(struct bench *b, size_t count) {
     len = count * n;
     break;
   }
+  if ((got = result(b, len)) == NULL) {
+    fprintf(stderr, "hvd-bench: rank %d: cannot read the result back; counting it all wrong\n",
+            b->rank);
+    return len;
+  }
   for (size_t i = 0; i < len; i++)
     wrong += memcmp(got + i * es, b->ref + i * es, es) != 0;
   return wrong;
 }
 
 
+/* A float64 reduced over every rank, on the CPU (-g 1: through hvd's API). */
+static hvd_status reduce_double(struct bench *b, double v, hvd_reduce_op op, double *out) {
+  if (b->o->gpu) {
+    int64_t one = 1;
+    hvd_tensor t = {op == HVD_MAX ? "hvd-bench.max" : "hvd-bench.sum", HVD_FLOAT64, 1, &one,
+                    &v, out};
+    hvd_options opt = HVD_OPTIONS_INIT;
+    opt.op = op;
+    return hvd_allreduce(&t, &opt);
+  }
+  return ops_allreduce(b->ops, b->w->global, &v, out, 1, HVD_FLOAT64, op, 1.0, 1.0);
+}
+
 /* The slowest rank's time, as the peers' benchmarks report it. */
 static double max_over_ranks(struct bench *b, double v) {
   double max = v;
-  if (ops_allreduce(b->ops, b->w->global, &v, &max, 1, HVD_FLOAT64, HVD_MAX, 1.0, 1.0) != HVD_OK)
+  if (reduce_double(b, v, HVD_MAX, &max) != HVD_OK)
     return v;
   return max;
 }
@@ -462,8 +623,11 @@ static hvd_status calibrate(struct bench *b, size_t count, int *iters) {
   return st;
 }
 
+/* Runs the sizes on this rank: over w's communicators, or (w NULL, -g 1)
+ * through hvd's API, which hvd_init has set up. */
 static int bench_rank(const struct options *o, struct net_world *w) {
-  struct bench b = {.o = o, .w = w, .n = w->size, .rank = w->rank};
+  struct bench b = {.o = o, .w = w, .n = w != NULL ? w->size : hvd_size(),
+                    .rank = w != NULL ? w->rank : hvd_rank()};
   size_t es = hvd_dtype_size(o->dtype);
   size_t largest = 0;
   for (size_t k = 0; k < o->nsizes; k++)
@@ -478,18 +642,24 @@ static int bench_rank(const struct options *o, struct net_world *w) {
     fprintf(stderr, "hvd-bench: root %d is not a rank of %d\n", o->root, b.n);
     return EXIT_USAGE;
   }
-  if (ops_ctx_create(&b.ops) != HVD_OK) {
+  if (!o->gpu && ops_ctx_create(&b.ops) != HVD_OK) {
     fprintf(stderr, "hvd-bench: %s\n", hvd_last_error_message());
     return EXIT_FAIL;
   }
-  b.in = malloc(cap);
-  b.out = malloc(cap);
+  if (o->gpu) {
+    if ((code = gpu_setup(&b, cap)) != 0)
+      return code;
+    b.host_out = malloc(cap);
+  } else {
+    b.in = malloc(cap);
+    b.out = malloc(cap);
+  }
   b.ref = malloc(cap);
   b.tmp = malloc(cap);
   b.counts = calloc((size_t)b.n, sizeof(size_t));
   if (o->per_op)
     b.samples = calloc(MAX_ITERS, sizeof(int64_t));
-  if (!b.in || !b.out || !b.ref || !b.tmp || !b.counts) {
+  if (!b.in || !b.out || !b.ref || !b.tmp || !b.counts || (o->gpu && !b.host_out)) {
     fprintf(stderr, "hvd-bench: cannot allocate 4 x %zu bytes\n", cap);
     return EXIT_FAIL;
   }
@@ -502,6 +672,16 @@ static int bench_rank(const struct options *o, struct net_world *w) {
     printf("# hvd-bench %s: %d ranks, %s, op %s, %s, %d warmup, check %d%s\n",
            coll_names[o->coll], b.n, hvd_dtype_name(o->dtype), hvd_reduce_op_name(o->op),
            iter_text, o->warmup, o->check, o->hierarchical ? ", hierarchical" : "");
+    if (o->gpu) {
+      const char *mode = hvd_env_str("HVD_GPU_COLLECTIVES");
+      int gpus = 0;
+      hvd_cuda_device_count(&gpus);
+      printf("# gpu: device memory, rank 0 on GPU %d of %d; hvd's API (negotiation included), "
+             "%s\n",
+             b.device, gpus,
+             mode != NULL && strcmp(mode, "host") == 0 ? "staged through host memory and TCP"
+                                                        : "NCCL");
+    }
     printf("# time: mean per operation on the slowest rank; GB = 1e9 bytes\n#\n");
     printf("# %10s %12s %8s %6s %6s %10s %8s %8s %6s\n", "size", "count", "type", "redop", "root",
            "time", "algbw", "busbw", "#wrong");
@@ -519,14 +699,22 @@ static int bench_rank(const struct options *o, struct net_world *w) {
     int64_t t0;
     hvd_status st = HVD_OK;
 
-    fill(&b, b.in, o->coll == ALLTOALL || o->coll == REDUCESCATTER ? count * (size_t)b.n : count,
-         b.rank);
+    size_t in_count =
+        o->coll == ALLTOALL || o->coll == REDUCESCATTER ? count * (size_t)b.n : count;
+    snprintf(b.name, sizeof(b.name), "hvd-bench.%s.%zu", coll_names[o->coll], bytes);
+    if (o->gpu) {
+      fill(&b, b.tmp, in_count, b.rank);
+      if ((code = gpu_copy(b.in, b.tmp, in_count * es, true)) != 0)
+        break;
+    } else {
+      fill(&b, b.in, in_count, b.rank);
+    }
     for (int i = 0; i < o->warmup && st == HVD_OK; i++)
       st = run_once(&b, count);
     if (st == HVD_OK && o->target_s > 0)
       st = calibrate(&b, count, &iters);
     if (st == HVD_OK)
-      st = ops_barrier(b.ops, w->global);
+      st = o->gpu ? hvd_barrier(HVD_PROCESS_SET_GLOBAL) : ops_barrier(b.ops, w->global);
     t0 = hvd_now_ns();
     for (int i = 0; i < iters && st == HVD_OK; i++) {
       st = run_once(&b, count);
@@ -544,8 +732,8 @@ static int bench_rank(const struct options *o, struct net_world *w) {
       wrong = check(&b, count);
     if (o->check) {
       /* Everybody's wrong count, so rank 0 prints the job's. */
-      double w_local = (double)wrong, w_all = w_local;
-      ops_allreduce(b.ops, w->global, &w_local, &w_all, 1, HVD_FLOAT64, HVD_SUM, 1.0, 1.0);
+      double w_all = (double)wrong;
+      reduce_double(&b, (double)wrong, HVD_SUM, &w_all);
       wrong = (size_t)w_all;
     }
     switch (o->coll) {
@@ -585,8 +773,14 @@ static int bench_rank(const struct options *o, struct net_world *w) {
   if (total_wrong > 0)
     code = EXIT_FAIL;
   ops_ctx_destroy(b.ops);
-  free(b.in);
-  free(b.out);
+  if (o->gpu) {
+    hvd_handle_release(b.last);
+    gpu_free(&b);
+    free(b.host_out);
+  } else {
+    free(b.in);
+    free(b.out);
+  }
   free(b.ref);
   free(b.tmp);
   free(b.counts);
@@ -595,6 +789,29 @@ static int bench_rank(const struct options *o, struct net_world *w) {
 }
 
 /* ==== launching ============================================================================ */
+
+/* -g 1: hvd_init reads the rank's environment (hvdrun's, or run_local's). */
+static int run_api(const struct options *o) {
+  int rc;
+  if (o->hierarchical) {
+    setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", "1", 1);
+    setenv("HOROVOD_HIERARCHICAL_ALLGATHER", "1", 1);
+  }
+  if (hvd_init() != HVD_OK) {
+    fprintf(stderr, "hvd-bench: hvd_init: %s\n", hvd_last_error_message());
+    return EXIT_FAIL;
+  }
+  rc = bench_rank(o, NULL);
+  fflush(stdout);
+  hvd_shutdown();
+  return rc;
+}
+
+static void set_int_env(const char *name, int v) {
+  char text[16];
+  snprintf(text, sizeof(text), "%d", v);
+  setenv(name, text, 1);
+}
 
 /* Local mode: a process serves the store; n rank processes meet in it. */
 static int run_local(const struct options *o) {
@@ -623,7 +840,20 @@ static int run_local(const struct options *o) {
       int rc;
       close(server.ctl);
       hvd_log_set_rank(r);
-
+      if (o->gpu) { /* the environment hvdrun would give the rank */
+        set_int_env("HOROVOD_RANK", r);
+        set_int_env("HOROVOD_SIZE", o->np);
+        setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1", 1);
+        set_int_env("HOROVOD_GLOO_RENDEZVOUS_PORT", port);
+        setenv("HOROVOD_HOSTNAME", o->hosts > 1 ? hosts[r] : "localhost", 1);
+        /* Derived from the hostnames, as below; the local store has no token. */
+        unsetenv("HOROVOD_LOCAL_RANK");
+        unsetenv("HOROVOD_LOCAL_SIZE");
+        unsetenv("HOROVOD_CROSS_RANK");
+        unsetenv("HOROVOD_CROSS_SIZE");
+        unsetenv("HVD_TOKEN");
+        _exit(run_api(o));
+      }
       if (net_world_config_from_env(&cfg) != HVD_OK ||
           rdzv_client_create("127.0.0.1", port, NULL, 60000, &store) != HVD_OK) {
         fprintf(stderr, "hvd-bench: rank %d: %s\n", r, hvd_last_error_message());
@@ -706,5 +936,5 @@ int main(int argc, char **argv) {
       o.np = 1;
     return run_local(&o);
   }
-  return run_env(&o);
+  return o.gpu ? run_api(&o) : run_env(&o);
 }

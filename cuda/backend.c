@@ -60,13 +60,15 @@ static hvd_status grow(void **buf, size_t *cap, size_t bytes, bool host) {
 
 hvd_status gpu_fusion_buffer(struct coord_gpu *g, size_t bytes, void **out) {
   hvd_status st = grow(&g->fusion, &g->fusion_cap, bytes, false);
-  *out = g->fusion;
+  if (st == HVD_OK)
+    *out = g->fusion;
   return st;
 }
 
 hvd_status gpu_host_buffer(struct coord_gpu *g, size_t bytes, void **out) {
   hvd_status st = grow(&g->host, &g->host_cap, bytes, true);
-  *out = g->host;
+  if (st == HVD_OK)
+    *out = g->host;
   return st;
 }
 
@@ -87,8 +89,12 @@ static hvd_status device_count(int *n) {
 }
 
 static void close_gpu(struct coord_gpu *g, bool abort) {
+  int previous = -1;
   if (g == NULL)
     return;
+  /* The caller's thread (hvd_shutdown's) keeps its own current device. */
+  if (cudaGetDevice(&previous) != cudaSuccess)
+    previous = -1;
   cudaSetDevice(g->device);
   gpu_comms_close(g, abort || g->failed);
   if (g->stream != NULL) {
@@ -99,6 +105,8 @@ static void close_gpu(struct coord_gpu *g, bool abort) {
   cudaFree(g->fusion);
   cudaFreeHost(g->host);
   free(g);
+  if (previous >= 0)
+    cudaSetDevice(previous);
 }
 
 static hvd_status open_gpu(struct coord_state *s, int device, struct coord_gpu **out) {
@@ -165,14 +173,20 @@ static hvd_status alloc(struct coord_gpu *g, size_t bytes, void **out) {
   return HVD_OK;
 }
 
-/* Any thread: the pointer's own device is made current first. */
+/* Any thread (hvd_handle_release): the pointer's own device is made
+ * current for the free, then the thread's own is restored. */
 static void release(void *p) {
   struct cudaPointerAttributes attr;
+  int previous = -1;
   if (p == NULL)
     return;
+  if (cudaGetDevice(&previous) != cudaSuccess)
+    previous = -1;
   if (cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.device >= 0)
     cudaSetDevice(attr.device);
   cudaFree(p);
+  if (previous >= 0)
+    cudaSetDevice(previous);
 }
 
 static const struct coord_gpu_backend cuda_backend = {

@@ -509,8 +509,9 @@ START_TEST(hierarchical_two_hosts) {
       {"hostA", "hostA", "hostB", "hostB"},
       {"hostA", "hostA", "hostA", "hostB", "hostB", "hostB"},
       {"hostA", "hostA", "hostA", "hostB"}, /* uneven: must fall back to flat */
+      {"hostA", "hostB"},                   /* one rank per host: local rings of one */
   };
-  static const int sizes[] = {4, 6, 4};
+  static const int sizes[] = {4, 6, 4, 2};
   for (size_t i = 0; i < HVD_ARRAY_SIZE(sizes); i++) {
     memcpy(job.hosts, layouts[i], sizeof(layouts[i]));
     run(sizes[i], hierarchical_fn);

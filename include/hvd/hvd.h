@@ -192,8 +192,10 @@ typedef void (*hvd_callback)(hvd_handle handle, hvd_status status, void *arg);
  *   GPU tensor of a rank is on one device, and ranks must agree on CPU
  *   versus GPU per operation (else HVD_ERR_MISMATCH), not on the ordinal.
  * - ready_event: GPU only, a cudaEvent_t recorded after the work that
- *   produces input, or NULL when input is ready now. hvd's stream waits
- *   for it; no host thread blocks on it.
+ *   produces input; hvd's stream waits for it, no host thread blocks on
+ *   it. NULL: the input must already be complete on the device (hvd's
+ *   stream does not wait for other streams, the legacy default one
+ *   included).
  * A GPU operation's outputs are complete when its handle completes.
  */
 typedef struct hvd_options {

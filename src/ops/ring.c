@@ -149,8 +149,13 @@ hvd_status ops_ring(struct ops_ctx *o, struct net_comm *c, const struct ring_arg
                        .send_ready = send_ready};
   hvd_status st;
 
-  if (net_comm_size(c) == 1)
+  if (net_comm_size(c) == 1) { /* the result is this rank's own data */
+    size_t esize = hvd_dtype_size(a->dtype);
+    if (a->in != NULL && a->in != a->work && a->counts[0] > 0)
+      memcpy((char *)a->work + a->offsets[0] * esize,
+             (const char *)a->in + a->offsets[0] * esize, a->counts[0] * esize);
     return HVD_OK;
+  }
   st = setup(o, c, a, &g);
   if (st != HVD_OK)
     return st;
