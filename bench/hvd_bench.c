@@ -9,7 +9,8 @@
  * of one operation on the slowest rank (the peers' benchmarks in
  * bench/peers report the same). With --np N the benchmark forks N
  * local ranks that meet through a store it serves itself; under hvdrun
- * (HOROVOD_RANK set) it reads the job's environment instead.
+ * (HOROVOD_RANK set), or as a pod (HVD_POD=1, see docs/pods.md), it reads
+ * the job's environment instead.
  * With -c 1 every rank checks its result after the timed loop against a
  * serial reference built from every rank's input (small integers, so every
  * reduction order gives the same bits); wrong elements are counted.
@@ -914,6 +915,7 @@ static int run_env(const struct options *o) {
     rdzv_client_destroy(store);
     return EXIT_FAIL;
   }
+  hvd_log_set_rank(w->rank); /* a pod learns it in net_world_create */
   rc = bench_rank(o, w);
   net_world_destroy(w);
   rdzv_client_destroy(store);
@@ -931,7 +933,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "hvd-bench: %s\n", hvd_last_error_message());
     return EXIT_USAGE;
   }
-  if (o.np > 0 || hvd_env_str("HOROVOD_RANK") == NULL) {
+  /* A rank of a job: started by hvdrun (HOROVOD_RANK), or a pod that
+   * learns its rank from the store (HVD_POD=1). */
+  if (o.np > 0 || (hvd_env_str("HOROVOD_RANK") == NULL && hvd_env_str("HVD_POD") == NULL)) {
     if (o.np == 0)
       o.np = 1;
     return run_local(&o);

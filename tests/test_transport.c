@@ -950,6 +950,24 @@ START_TEST(abandoned_round_ends_waiting_ranks) {
 }
 END_TEST
 
+/* Pod mode orders names as StatefulSet ordinals: by a trailing number
+ * where only it differs, else as strings. */
+START_TEST(pod_order) {
+  static const char *sorted[] = {"a",       "b-1",     "train-0", "train-1", "train-2",
+                                 "train-10", "train-10:0", "train-10:1", "train-x", "worker"};
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(sorted); i++) {
+    ck_assert_int_eq(net_pod_compare(sorted[i], sorted[i]), 0);
+    for (size_t j = i + 1; j < HVD_ARRAY_SIZE(sorted); j++) {
+      ck_assert_msg(net_pod_compare(sorted[i], sorted[j]) < 0, "%s < %s", sorted[i], sorted[j]);
+      ck_assert_msg(net_pod_compare(sorted[j], sorted[i]) > 0, "%s > %s", sorted[j], sorted[i]);
+    }
+  }
+  ck_assert_int_lt(net_pod_compare("node9", "node10"), 0);
+  ck_assert_int_lt(net_pod_compare("node007", "node10"), 0);
+  ck_assert_int_ne(net_pod_compare("node07", "node7"), 0); /* distinct names stay distinct */
+}
+END_TEST
+
 /* ==== suites ======================================================================= */
 
 static Suite *wire_suite(void) {
@@ -957,6 +975,7 @@ static Suite *wire_suite(void) {
   TCase *tc = tcase_create("wire");
   tcase_add_test(tc, hello_roundtrip);
   tcase_add_test(tc, ack_roundtrip);
+  tcase_add_test(tc, pod_order);
   suite_add_tcase(s, tc);
   return s;
 }

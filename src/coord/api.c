@@ -211,6 +211,7 @@ static hvd_status state_create(const struct coord_round *given, struct coord_sta
     goto fail;
   s->rank = s->world->rank;
   s->size = s->world->size;
+  hvd_log_set_rank(s->rank); /* pod mode learns it only now */
   s->round.rank = s->rank;
   s->round.size = s->size;
   s->round.local_rank = s->world->local_rank;

@@ -240,6 +240,7 @@ hvd_status net_sendrecv(struct net_comm *comm, int to, const void *sbuf, size_t 
 struct net_world_config {
   struct net_ctx_config ctx;
   int size;
+  bool rank_from_store; /* HVD_POD=1: ctx.rank is the caller's to find (pod mode) */
   /* -1: derive from the hostnames every rank published in `global` */
   int local_rank, local_size, cross_rank, cross_size;
 };
@@ -248,11 +249,21 @@ struct net_world_config {
  * Reads HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK/SIZE,
  * HOROVOD_CROSS_RANK/SIZE, HOROVOD_HOSTNAME (default: this host's name),
  * HOROVOD_GLOO_IFACE, HVD_PORT_RANGE, HVD_TOKEN and
- * HOROVOD_GLOO_TIMEOUT_SECONDS. Missing local/cross values are left at -1;
+ * HOROVOD_GLOO_TIMEOUT_SECONDS, and HVD_POD (HOROVOD_SIZE without
+ * HOROVOD_RANK: rank_from_store). Missing local/cross values are left at -1;
  * a local rank without its size (or the like) is an error naming both.
  * The store fields are left for the caller.
  */
 hvd_status net_world_config_from_env(struct net_world_config *cfg);
+
+/* Pod mode (pod.c): registers `name` in the store's pod scope of this
+ * generation, waits for `size` names and returns this one's place in their
+ * order as *rank. net_world_create calls it for rank_from_store. */
+hvd_status net_pod_rank(struct rdzv_client *store, uint64_t generation, const char *name,
+                        int size, int *rank);
+/* The pod order: strings, except that names differing only in a trailing
+ * number compare by it (StatefulSet ordinals: train-2 before train-10). */
+int net_pod_compare(const char *a, const char *b);
 
 struct net_world {
   struct net_ctx *ctx;

@@ -37,6 +37,23 @@ static hvd_status env_pair(const char *rank_name, const char *size_name, int *ra
   return HVD_OK;
 }
 
+/* Pod mode: the size is given, the rank comes from the store. */
+static hvd_status pod_size(int *rank, int *size) {
+  int64_t s;
+  hvd_status st = hvd_env_int("HOROVOD_SIZE", -1, 1, 1 << 24, &s);
+  if (st != HVD_OK)
+    return st;
+  if (s < 0)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "HVD_POD=1 needs HOROVOD_SIZE, the number of ranks to wait for");
+  if (hvd_env_str("HOROVOD_RANK") != NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "HVD_POD=1 takes the rank from the store: unset HOROVOD_RANK");
+  *rank = 0;
+  *size = (int)s;
+  return HVD_OK;
+}
+
 hvd_status net_world_config_from_env(struct net_world_config *cfg) {
   const char *host = hvd_env_str("HOROVOD_HOSTNAME");
   const char *token = hvd_env_str("HVD_TOKEN");
@@ -45,7 +62,11 @@ hvd_status net_world_config_from_env(struct net_world_config *cfg) {
   hvd_status st;
 
   memset(cfg, 0, sizeof(*cfg));
-  st = env_pair("HOROVOD_RANK", "HOROVOD_SIZE", &rank, &size);
+  st = hvd_env_bool("HVD_POD", false, &cfg->rank_from_store);
+  if (st == HVD_OK && cfg->rank_from_store)
+    st = pod_size(&rank, &size);
+  else if (st == HVD_OK)
+    st = env_pair("HOROVOD_RANK", "HOROVOD_SIZE", &rank, &size);
   if (st == HVD_OK)
     st = env_pair("HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", &cfg->local_rank, &cfg->local_size);
   if (st == HVD_OK)
@@ -107,6 +128,7 @@ static hvd_status derive(struct net_world *w) {
 hvd_status net_world_create(const struct net_world_config *cfg, struct net_world **out) {
   struct net_world *w = calloc(1, sizeof(*w));
   char scope[RDZV_RECORD_HOST_MAX + 64], prefix[32] = "";
+  struct net_ctx_config ctx;
   hvd_status st;
 
   if (w == NULL)
@@ -117,7 +139,25 @@ hvd_status net_world_create(const struct net_world_config *cfg, struct net_world
    * earlier ones stay in the store. */
   if (cfg->ctx.generation > 0)
     snprintf(prefix, sizeof(prefix), "g%llu.", (unsigned long long)cfg->ctx.generation);
-  st = net_ctx_create(&cfg->ctx, &w->ctx);
+  ctx = cfg->ctx;
+  if (cfg->rank_from_store && cfg->size > 1) {
+    char name[RDZV_RECORD_HOST_MAX + 16];
+    if (cfg->local_rank >= 0)
+      snprintf(name, sizeof(name), "%s:%d", ctx.hostname, cfg->local_rank);
+    else
+      snprintf(name, sizeof(name), "%s", ctx.hostname);
+    if (ctx.store == NULL)
+      st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "HVD_POD=1 needs the store (HOROVOD_GLOO_RENDEZVOUS_ADDR and _PORT)");
+    else
+      st = net_pod_rank(ctx.store, ctx.generation, name, cfg->size, &w->rank);
+    if (st != HVD_OK) {
+      free(w);
+      return st;
+    }
+    ctx.rank = w->rank;
+  }
+  st = net_ctx_create(&ctx, &w->ctx);
   snprintf(scope, sizeof(scope), "%sglobal", prefix);
   if (st == HVD_OK)
     st = net_comm_create(w->ctx, scope, NET_COMM_GLOBAL, w->rank, w->size, &w->global);
