@@ -78,36 +78,50 @@ static void pause_poll(int64_t started) {
   }
 }
 
+/* c's asynchronous state: ncclSuccess, ncclInProgress, or a failure that
+ * aborted every communicator (*st says so). */
+static ncclResult_t async_state(struct coord_gpu *g, struct gpu_comm *c, const char *what,
+                                hvd_status *st) {
+  ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(c->nccl, &async);
+  if (r != ncclSuccess)
+    async = r;
+  if (async != ncclSuccess && async != ncclInProgress) {
+    gpu_nccl_error(async, "NCCL");
+    abort_all(g);
+    *st = hvd_error_prefix("%s on communicator %s", what, c->name);
+  }
+  return async;
+}
+
+/* The deadline passed: every communicator is aborted. */
+static hvd_status timed_out(struct coord_gpu *g, const char *what, const char *where) {
+  abort_all(g);
+  return hvd_error(HVD_ERR_TIMEOUT,
+                   "%s on %s did not complete within %lld s (HOROVOD_GLOO_TIMEOUT_SECONDS); "
+                   "a peer may have failed",
+                   what, where, (long long)(g->timeout_ns / 1000000000));
+}
+
 /* Polls c's asynchronous state until it is no longer in progress. */
 static hvd_status settle(struct coord_gpu *g, struct gpu_comm *c, const char *what,
                          int64_t started, int64_t deadline) {
   for (;;) {
-    ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(c->nccl, &async);
-    if (r != ncclSuccess)
-      async = r;
-    if (async == ncclSuccess)
-      return HVD_OK;
-    if (async != ncclInProgress) {
-      gpu_nccl_error(async, "NCCL");
-      abort_all(g);
-      return hvd_error_prefix("%s on communicator %s", what, c->name);
-    }
-    if (hvd_now_ns() >= deadline) {
-      abort_all(g);
-      return hvd_error(HVD_ERR_TIMEOUT,
-                       "%s on NCCL communicator %s did not complete within %lld s "
-                       "(HOROVOD_GLOO_TIMEOUT_SECONDS); a peer may have failed",
-                       what, c->name, (long long)(g->timeout_ns / 1000000000));
-    }
+    hvd_status st = HVD_OK;
+    ncclResult_t async = async_state(g, c, what, &st);
+    if (async != ncclInProgress)
+      return st;
+    if (hvd_now_ns() >= deadline)
+      return timed_out(g, what, c->name);
     pause_poll(started);
   }
 }
 
 hvd_status gpu_wait(struct coord_gpu *g, struct gpu_comm *c, const char *what) {
   int64_t started = hvd_now_ns(), deadline = started + g->timeout_ns;
-  hvd_status st;
+  bool nccl = c != NULL && c->nccl != NULL;
+  hvd_status st = HVD_OK;
 
-  if (c != NULL && c->nccl != NULL && (st = settle(g, c, what, started, deadline)) != HVD_OK)
+  if (nccl && (st = settle(g, c, what, started, deadline)) != HVD_OK)
     return st;
   for (;;) {
     cudaError_t err = cudaStreamQuery(g->stream);
@@ -118,22 +132,10 @@ hvd_status gpu_wait(struct coord_gpu *g, struct gpu_comm *c, const char *what) {
       abort_all(g);
       return hvd_error_prefix("%s on GPU %d", what, g->device);
     }
-    if (c != NULL && c->nccl != NULL) {
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(c->nccl, &async);
-      if (async != ncclSuccess && async != ncclInProgress) {
-        gpu_nccl_error(async, "NCCL");
-        abort_all(g);
-        return hvd_error_prefix("%s on communicator %s", what, c->name);
-      }
-    }
-    if (hvd_now_ns() >= deadline) {
-      abort_all(g);
-      return hvd_error(HVD_ERR_TIMEOUT,
-                       "%s on GPU %d did not complete within %lld s "
-                       "(HOROVOD_GLOO_TIMEOUT_SECONDS); a peer may have failed",
-                       what, g->device, (long long)(g->timeout_ns / 1000000000));
-    }
+    if (nccl && (async_state(g, c, what, &st), st != HVD_OK))
+      return st;
+    if (hvd_now_ns() >= deadline)
+      return timed_out(g, what, nccl ? c->name : "the GPU");
     pause_poll(started);
   }
 }
