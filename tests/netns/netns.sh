@@ -216,6 +216,37 @@ host_kill)
     expect_exits 6
     if grep -q "^node1 " "$work/exits"; then fail "node1's killed ranks recorded an exit"; fi
     ;;
+pod)
+    # Pod mode: no hvdrun. The standalone store runs on ctl; one rank per
+    # host starts with only the store's address, the size and the token
+    # (HVD_POD=1), in an order that is not the ranks', and takes its rank
+    # from the store by host name.
+    echo "netns-pod-$$" >"$work/token"
+    B exec ctl "$bin/hvd-rendezvous" --bind 10.77.0.100 --port 29400 \
+        --token-file "$work/token" >"$work/store" 2>&1 &
+    store=$!
+    for h in node3 node1 node4 node2; do
+        (timeout 60 "$bedsh" -b "$bed" exec $h env -u HOROVOD_RANK HVD_POD=1 HOROVOD_SIZE=4 \
+            HOROVOD_GLOO_RENDEZVOUS_ADDR=10.77.0.100 HOROVOD_GLOO_RENDEZVOUS_PORT=29400 \
+            HVD_TOKEN="netns-pod-$$" HOROVOD_GLOO_TIMEOUT_SECONDS=20 HOROVOD_LOG_LEVEL=info \
+            "$bin/hvd-bench" allreduce -b 8 -e 4M -f 8 -c 1 -n 3 -w 1 >"$work/$h" 2>&1
+         echo $? >"$work/$h.rc") &
+    done
+    n=0
+    while [ $n -lt 600 ]; do
+        [ -f "$work/node1.rc" ] && [ -f "$work/node2.rc" ] && [ -f "$work/node3.rc" ] &&
+            [ -f "$work/node4.rc" ] && break
+        sleep 0.1
+        n=$((n + 1))
+    done
+    kill "$store" 2>/dev/null
+    cat "$work"/node? >"$work/out"
+    for h in 1 2 3 4; do
+        [ "$(cat "$work/node$h.rc" 2>/dev/null)" = 0 ] || fail "the pod on node$h did not exit 0"
+        grep -q "'node$h' is rank $((h - 1)) of 4" "$work/node$h" || fail "node$h is not rank $((h - 1))"
+    done
+    grep -q "^# Out of bounds values : 0 OK$" "$work/node1" || fail "rank 0 reports wrong results"
+    ;;
 *)
     fail "unknown case"
     ;;
