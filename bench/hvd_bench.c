@@ -9,7 +9,7 @@
  * of one operation on the slowest rank (the peers' benchmarks in
  * bench/peers report the same). With --np N the benchmark forks N
  * local ranks that meet through a store it serves itself; under hvdrun
- * (HOROVOD_RANK set), or as a pod (HVD_POD=1, see docs/pods.md), it reads
+ * (HOROVOD_RANK set), or as a pod (HVD_POD=1, see docs/running.md), it reads
  * the job's environment instead.
  * With -c 1 every rank checks its result after the timed loop against a
  * serial reference built from every rank's input (small integers, so every
