@@ -138,15 +138,22 @@ static hvd_status wait_event(struct coord_gpu *g, void *event) {
   return err == cudaSuccess ? HVD_OK : gpu_cuda_error(err, "cudaStreamWaitEvent (ready event)");
 }
 
+hvd_status gpu_copy_async(struct coord_gpu *g, void *dst, const void *src, size_t bytes,
+                          enum cudaMemcpyKind kind) {
+  cudaError_t err;
+  if (bytes == 0)
+    return HVD_OK;
+  err = cudaMemcpyAsync(dst, src, bytes, kind, g->stream);
+  return err == cudaSuccess ? HVD_OK : gpu_cuda_error(err, "cudaMemcpyAsync");
+}
+
 static hvd_status copy(struct coord_gpu *g, void *dst, const void *src, size_t bytes,
                        enum cudaMemcpyKind kind) {
   hvd_status st = gpu_use_device(g);
-  cudaError_t err;
+  if (st == HVD_OK)
+    st = gpu_copy_async(g, dst, src, bytes, kind);
   if (st != HVD_OK)
     return st;
-  err = cudaMemcpyAsync(dst, src, bytes, kind, g->stream);
-  if (err != cudaSuccess)
-    return gpu_cuda_error(err, "cudaMemcpyAsync");
   return gpu_wait(g, NULL, kind == cudaMemcpyDeviceToHost ? "a copy to the host"
                                                           : "a copy to the GPU");
 }

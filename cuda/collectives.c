@@ -55,10 +55,6 @@ static size_t elements(const struct coord_entry *e) {
   return (size_t)n;
 }
 
-static hvd_status cuda_ok(cudaError_t err, const char *call) {
-  return err == cudaSuccess ? HVD_OK : gpu_cuda_error(err, call);
-}
-
 static hvd_status scale(struct coord_gpu *g, void *buf, size_t count, hvd_dtype dtype,
                         double factor) {
   if (factor == 1.0 || count == 0)
@@ -79,8 +75,7 @@ static hvd_status fill_identity(struct coord_gpu *g, void *buf, size_t count, hv
   if (st != HVD_OK)
     return st;
   ops_fill_identity(host, count, dtype, op);
-  if ((st = cuda_ok(cudaMemcpyAsync(buf, host, bytes, cudaMemcpyHostToDevice, g->stream),
-                    "cudaMemcpyAsync")) != HVD_OK)
+  if ((st = gpu_copy_async(g, buf, host, bytes, cudaMemcpyHostToDevice)) != HVD_OK)
     return st;
   return gpu_wait(g, NULL, "filling a joined rank's identity");
 }
@@ -103,10 +98,8 @@ static hvd_status reduce(struct coord_gpu *g, const struct reduction *x, const v
     return gpu_nccl_check(g,
                           ncclAllReduce(in, out, count, x->type, x->op, x->comm->nccl, g->stream),
                           "ncclAllReduce");
-  if (in != out &&
-      (st = cuda_ok(cudaMemcpyAsync(out, in, count * hvd_dtype_size(r->dtype),
-                                    cudaMemcpyDeviceToDevice, g->stream),
-                    "cudaMemcpyAsync")) != HVD_OK)
+  if (in != out && (st = gpu_copy_async(g, out, in, count * hvd_dtype_size(r->dtype),
+                                        cudaMemcpyDeviceToDevice)) != HVD_OK)
     return st;
   return gpu_allreduce_hierarchical(g, out, count, r->dtype, r->op);
 }
@@ -128,9 +121,8 @@ static hvd_status allreduce_one(struct coord_gpu *g, const struct reduction *x,
     in = e->input;
     out = e->output;
     if (r->prescale != 1.0) {
-      if (in != out && (st = cuda_ok(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice,
-                                                     g->stream),
-                                     "cudaMemcpyAsync")) != HVD_OK)
+      if (in != out &&
+          (st = gpu_copy_async(g, out, in, bytes, cudaMemcpyDeviceToDevice)) != HVD_OK)
         return st;
       if ((st = scale(g, out, count, r->dtype, r->prescale)) != HVD_OK)
         return st;
@@ -446,8 +438,7 @@ static hvd_status run_reducescatter(struct coord_gpu *g, const struct coord_set 
   if (r->prescale != 1.0) { /* the input is the caller's: scale a copy */
     void *fb;
     if ((st = gpu_fusion_buffer(g, total * esize, &fb)) != HVD_OK ||
-        (st = cuda_ok(cudaMemcpyAsync(fb, in, total * esize, cudaMemcpyDeviceToDevice, g->stream),
-                      "cudaMemcpyAsync")) != HVD_OK ||
+        (st = gpu_copy_async(g, fb, in, total * esize, cudaMemcpyDeviceToDevice)) != HVD_OK ||
         (st = scale(g, fb, total, r->dtype, r->prescale)) != HVD_OK)
       return st;
     in = fb;

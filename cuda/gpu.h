@@ -47,6 +47,9 @@ hvd_status gpu_nccl_error(ncclResult_t r, const char *call);
 /* Makes the device current on the calling thread (the loop's driver may
  * be any thread). */
 hvd_status gpu_use_device(struct coord_gpu *g);
+/* Queues a copy of bytes on hvd's stream (0 bytes: nothing). */
+hvd_status gpu_copy_async(struct coord_gpu *g, void *dst, const void *src, size_t bytes,
+                          enum cudaMemcpyKind kind);
 /* Device and pinned host scratch buffers that grow as needed. */
 hvd_status gpu_fusion_buffer(struct coord_gpu *g, size_t bytes, void **out);
 hvd_status gpu_host_buffer(struct coord_gpu *g, size_t bytes, void **out);

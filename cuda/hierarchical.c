@@ -21,15 +21,6 @@ bool gpu_hierarchical_applies(const struct coord_gpu *g, const struct coord_set 
          w->local_size < s->size && w->local_size * w->cross_size == s->size;
 }
 
-static hvd_status copy(struct coord_gpu *g, void *dst, const void *src, size_t bytes,
-                       enum cudaMemcpyKind kind) {
-  cudaError_t err;
-  if (bytes == 0)
-    return HVD_OK;
-  err = cudaMemcpyAsync(dst, src, bytes, kind, g->stream);
-  return err == cudaSuccess ? HVD_OK : gpu_cuda_error(err, "cudaMemcpyAsync");
-}
-
 hvd_status gpu_allreduce_hierarchical(struct coord_gpu *g, void *buf, size_t count,
                                       hvd_dtype dtype, hvd_reduce_op op) {
   struct coord_state *s = g->s;
@@ -66,9 +57,9 @@ hvd_status gpu_allreduce_hierarchical(struct coord_gpu *g, void *buf, size_t cou
   if (st == HVD_OK)
     st = gpu_nccl_check(g, ncclGroupEnd(), "ncclGroupEnd");
   if (st == HVD_OK)
-    st = copy(g, host, b + (size_t)lr * chunk * esize, chunk * esize, cudaMemcpyDeviceToHost);
+    st = gpu_copy_async(g, host, b + (size_t)lr * chunk * esize, chunk * esize, cudaMemcpyDeviceToHost);
   if (st == HVD_OK && mine > chunk)
-    st = copy(g, host + chunk * esize, tail, rem * esize, cudaMemcpyDeviceToHost);
+    st = gpu_copy_async(g, host + chunk * esize, tail, rem * esize, cudaMemcpyDeviceToHost);
   if (st == HVD_OK)
     st = gpu_wait(g, local, "hierarchical allreduce: reduce-scatter within the host");
   if (st != HVD_OK)
@@ -80,9 +71,9 @@ hvd_status gpu_allreduce_hierarchical(struct coord_gpu *g, void *buf, size_t cou
     return hvd_error_prefix("hierarchical allreduce across hosts");
 
   /* Within the host again: every rank gets every chunk. */
-  st = copy(g, b + (size_t)lr * chunk * esize, host, chunk * esize, cudaMemcpyHostToDevice);
+  st = gpu_copy_async(g, b + (size_t)lr * chunk * esize, host, chunk * esize, cudaMemcpyHostToDevice);
   if (st == HVD_OK && mine > chunk)
-    st = copy(g, tail, host + chunk * esize, rem * esize, cudaMemcpyHostToDevice);
+    st = gpu_copy_async(g, tail, host + chunk * esize, rem * esize, cudaMemcpyHostToDevice);
   if (st == HVD_OK)
     st = gpu_nccl_check(g, ncclGroupStart(), "ncclGroupStart");
   if (st != HVD_OK)
