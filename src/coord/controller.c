@@ -292,7 +292,8 @@ static void keep_inline(struct pending *p, const struct coord_request *req, int 
 static bool same_params(const struct coord_request *a, const struct coord_request *b) {
   int from = a->type == COORD_ALLGATHER ? 1 : 0;
   if (a->type != b->type || a->dtype != b->dtype || a->op != b->op || a->root != b->root ||
-      !coord_same_device_kind(a->device, b->device) || a->ndims != b->ndims || a->group_size != b->group_size ||
+      !coord_same_device_kind(a->device, b->device) || a->ndims != b->ndims ||
+      a->group_size != b->group_size ||
       memcmp(&a->prescale, &b->prescale, sizeof(double)) != 0 ||
       memcmp(&a->postscale, &b->postscale, sizeof(double)) != 0)
     return false;

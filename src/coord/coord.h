@@ -454,7 +454,7 @@ hvd_status coord_gpu_execute(struct coord_state *s, const struct coord_set *set,
 /* The CPU collectives of execute.c on the given entries (host staging). */
 hvd_status coord_execute_cpu(struct coord_state *s, const struct coord_set *set,
                              const struct coord_response *r, struct coord_entry **entries);
-/* Scope and key under which a group's NCCL unique id travels (cuda/). */
+/* The store scope in which NCCL unique ids travel in this generation (cuda/). */
 void coord_gpu_id_scope(const struct coord_state *s, char *out, size_t size);
 
 /* ==== the state of an initialized process (api.c, loop.c) ========================= */

@@ -40,10 +40,9 @@ hvd_status coord_gpu_mode_from_env(bool *host_staged) {
 }
 
 void coord_gpu_id_scope(const struct coord_state *s, char *out, size_t size) {
-  if (s->round.round > 0)
-    snprintf(out, size, "g%llu.nccl", (unsigned long long)s->round.round);
-  else
-    snprintf(out, size, "nccl");
+  char prefix[24];
+  net_generation_prefix(s->round.round, prefix, sizeof(prefix));
+  snprintf(out, size, "%snccl", prefix);
 }
 
 /* ==== the public queries ================================================================ */

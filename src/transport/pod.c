@@ -70,19 +70,21 @@ int net_pod_compare(const char *a, const char *b) {
 
 static int compare_entries(const void *x, const void *y) {
   return net_pod_compare(((const struct rdzv_entry *)x)->key,
-                           ((const struct rdzv_entry *)y)->key);
+                         ((const struct rdzv_entry *)y)->key);
 }
 
-hvd_status net_pod_rank(struct rdzv_client *store, uint64_t generation, const char *name,
-                          int size, int *rank) {
+hvd_status net_pod_rank(struct rdzv_client *store, uint64_t generation, const char *host,
+                        int local_rank, int size, int *rank) {
   struct rdzv_scope_view view;
-  char scope[32];
+  char scope[32], prefix[24], name[RDZV_RECORD_HOST_MAX + 16];
   hvd_status st;
 
-  if (generation > 0)
-    snprintf(scope, sizeof(scope), "g%llu.pods", (unsigned long long)generation);
+  net_generation_prefix(generation, prefix, sizeof(prefix));
+  snprintf(scope, sizeof(scope), "%spods", prefix);
+  if (local_rank >= 0)
+    snprintf(name, sizeof(name), "%s:%d", host, local_rank);
   else
-    snprintf(scope, sizeof(scope), "pods");
+    snprintf(name, sizeof(name), "%s", host);
   if ((st = rdzv_client_set(store, scope, name, name, strlen(name))) != HVD_OK)
     return hvd_error_prefix("pod mode: registering '%s' in scope %s", name, scope);
   memset(&view, 0, sizeof(view));

@@ -256,11 +256,17 @@ struct net_world_config {
  */
 hvd_status net_world_config_from_env(struct net_world_config *cfg);
 
-/* Pod mode (pod.c): registers `name` in the store's pod scope of this
- * generation, waits for `size` names and returns this one's place in their
- * order as *rank. net_world_create calls it for rank_from_store. */
-hvd_status net_pod_rank(struct rdzv_client *store, uint64_t generation, const char *name,
-                        int size, int *rank);
+/* The prefix of a generation's store scopes: "" for generation 0, else
+ * "g<N>." (a later hvd_init or elastic round meets away from the records
+ * of earlier ones). size >= 24 holds any. */
+void net_generation_prefix(uint64_t generation, char *out, size_t size);
+
+/* Pod mode (pod.c): registers this rank's name ("<host>", or
+ * "<host>:<local rank>" when local_rank >= 0) in the store's pod scope of
+ * this generation, waits for `size` names and returns this one's place in
+ * their order as *rank. net_world_create calls it for rank_from_store. */
+hvd_status net_pod_rank(struct rdzv_client *store, uint64_t generation, const char *host,
+                        int local_rank, int size, int *rank);
 /* The pod order: strings, except that names differing only in a trailing
  * number compare by it (StatefulSet ordinals: train-2 before train-10). */
 int net_pod_compare(const char *a, const char *b);

@@ -125,9 +125,16 @@ static hvd_status derive(struct net_world *w) {
   return HVD_OK;
 }
 
+void net_generation_prefix(uint64_t generation, char *out, size_t size) {
+  if (generation > 0)
+    snprintf(out, size, "g%llu.", (unsigned long long)generation);
+  else if (size > 0)
+    out[0] = '\0';
+}
+
 hvd_status net_world_create(const struct net_world_config *cfg, struct net_world **out) {
   struct net_world *w = calloc(1, sizeof(*w));
-  char scope[RDZV_RECORD_HOST_MAX + 64], prefix[32] = "";
+  char scope[RDZV_RECORD_HOST_MAX + 64], prefix[24];
   struct net_ctx_config ctx;
   hvd_status st;
 
@@ -135,22 +142,15 @@ hvd_status net_world_create(const struct net_world_config *cfg, struct net_world
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the communicators");
   w->rank = cfg->ctx.rank;
   w->size = cfg->size;
-  /* Later generations meet in scopes of their own: the records of
-   * earlier ones stay in the store. */
-  if (cfg->ctx.generation > 0)
-    snprintf(prefix, sizeof(prefix), "g%llu.", (unsigned long long)cfg->ctx.generation);
+  net_generation_prefix(cfg->ctx.generation, prefix, sizeof(prefix));
   ctx = cfg->ctx;
   if (cfg->rank_from_store && cfg->size > 1) {
-    char name[RDZV_RECORD_HOST_MAX + 16];
-    if (cfg->local_rank >= 0)
-      snprintf(name, sizeof(name), "%s:%d", ctx.hostname, cfg->local_rank);
-    else
-      snprintf(name, sizeof(name), "%s", ctx.hostname);
     if (ctx.store == NULL)
       st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "HVD_POD=1 needs the store (HOROVOD_GLOO_RENDEZVOUS_ADDR and _PORT)");
     else
-      st = net_pod_rank(ctx.store, ctx.generation, name, cfg->size, &w->rank);
+      st = net_pod_rank(ctx.store, ctx.generation, ctx.hostname, cfg->local_rank, cfg->size,
+                        &w->rank);
     if (st != HVD_OK) {
       free(w);
       return st;
