@@ -122,3 +122,38 @@ void run_ok(int size, rank_fn fn, void *arg) {
   for (int r = 0; r < size; r++)
     ck_assert_msg(codes[r] == 0, "size %d: rank %d exited with %d", size, r, codes[r]);
 }
+
+/* ==== tensor elements ===================================================================== */
+
+double element_get(hvd_dtype t, const void *buf, size_t i) {
+  switch (t) {
+  case HVD_UINT8: return ((const uint8_t *)buf)[i];
+  case HVD_INT8: return ((const int8_t *)buf)[i];
+  case HVD_UINT16: return ((const uint16_t *)buf)[i];
+  case HVD_INT16: return ((const int16_t *)buf)[i];
+  case HVD_INT32: return ((const int32_t *)buf)[i];
+  case HVD_INT64: return (double)((const int64_t *)buf)[i];
+  case HVD_FLOAT16: return ops_half_to_float(((const uint16_t *)buf)[i]);
+  case HVD_BFLOAT16: return ops_bf16_to_float(((const uint16_t *)buf)[i]);
+  case HVD_FLOAT32: return ((const float *)buf)[i];
+  case HVD_FLOAT64: return ((const double *)buf)[i];
+  case HVD_BOOL: return ((const uint8_t *)buf)[i];
+  }
+  return -1;
+}
+
+void element_put(hvd_dtype t, void *buf, size_t i, double v) {
+  switch (t) {
+  case HVD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case HVD_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+  case HVD_UINT16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
+  case HVD_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
+  case HVD_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case HVD_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case HVD_FLOAT16: ((uint16_t *)buf)[i] = ops_float_to_half((float)v); break;
+  case HVD_BFLOAT16: ((uint16_t *)buf)[i] = ops_float_to_bf16((float)v); break;
+  case HVD_FLOAT32: ((float *)buf)[i] = (float)v; break;
+  case HVD_FLOAT64: ((double *)buf)[i] = v; break;
+  case HVD_BOOL: ((uint8_t *)buf)[i] = v != 0; break;
+  }
+}

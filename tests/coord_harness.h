@@ -46,6 +46,11 @@ void run_ranks(int size, rank_fn fn, void *arg, int *codes, int deadline_s);
 /* The same, and every rank must exit 0. */
 void run_ok(int size, rank_fn fn, void *arg);
 
+/* Element i of a tensor of dtype t as a double, and back (float16 and
+ * bfloat16 through float, bool as 0 or 1). */
+double element_get(hvd_dtype t, const void *buf, size_t i);
+void element_put(hvd_dtype t, void *buf, size_t i, double v);
+
 /* A child reports why it fails; returns code. */
 int report(int code, const char *fmt, ...) HVD_PRINTF(2, 3);
 #define EXPECT(cond, ...)                                                                          \

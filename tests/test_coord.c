@@ -26,39 +26,6 @@ static bool is_float(hvd_dtype t) {
   return t == HVD_FLOAT16 || t == HVD_BFLOAT16 || t == HVD_FLOAT32 || t == HVD_FLOAT64;
 }
 
-static double get(hvd_dtype t, const void *buf, size_t i) {
-  switch (t) {
-  case HVD_UINT8: return ((const uint8_t *)buf)[i];
-  case HVD_INT8: return ((const int8_t *)buf)[i];
-  case HVD_UINT16: return ((const uint16_t *)buf)[i];
-  case HVD_INT16: return ((const int16_t *)buf)[i];
-  case HVD_INT32: return ((const int32_t *)buf)[i];
-  case HVD_INT64: return (double)((const int64_t *)buf)[i];
-  case HVD_FLOAT16: return ops_half_to_float(((const uint16_t *)buf)[i]);
-  case HVD_BFLOAT16: return ops_bf16_to_float(((const uint16_t *)buf)[i]);
-  case HVD_FLOAT32: return ((const float *)buf)[i];
-  case HVD_FLOAT64: return ((const double *)buf)[i];
-  case HVD_BOOL: return ((const uint8_t *)buf)[i];
-  }
-  return -1;
-}
-
-static void put(hvd_dtype t, void *buf, size_t i, double v) {
-  switch (t) {
-  case HVD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-  case HVD_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-  case HVD_UINT16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
-  case HVD_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
-  case HVD_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case HVD_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  case HVD_FLOAT16: ((uint16_t *)buf)[i] = ops_float_to_half((float)v); break;
-  case HVD_BFLOAT16: ((uint16_t *)buf)[i] = ops_float_to_bf16((float)v); break;
-  case HVD_FLOAT32: ((float *)buf)[i] = (float)v; break;
-  case HVD_FLOAT64: ((double *)buf)[i] = v; break;
-  case HVD_BOOL: ((uint8_t *)buf)[i] = v != 0; break;
-  }
-}
-
 /* Rank r's element i: small enough that sums and products stay exact in
  * every dtype (bool: 0 or 1; products: 1 or 2). */
 static double value(hvd_dtype t, hvd_reduce_op op, int r, size_t i) {
@@ -129,7 +96,7 @@ static int check_allreduce(int rank, int size, hvd_dtype t, hvd_reduce_op op, co
   hvd_status st;
 
   for (size_t i = 0; i < n; i++)
-    put(t, in, i, value(t, op, rank, i));
+    element_put(t, in, i, value(t, op, rank, i));
   o.op = op;
   st = hvd_allreduce(&tensor, &o);
   if (st != HVD_OK)
@@ -137,7 +104,7 @@ static int check_allreduce(int rank, int size, hvd_dtype t, hvd_reduce_op op, co
                   hvd_reduce_op_name(op), ndims, hvd_last_error_message());
   for (size_t i = 0; i < n && code == 0; i++) {
     double want = reduce(t, op, size, i, -1);
-    double got = get(t, tensor.output, i);
+    double got = element_get(t, tensor.output, i);
     if (got != want)
       code = report(EXIT_WRONG, "allreduce %s %s ndims %d%s: element %zu is %g, want %g",
                     hvd_dtype_name(t), hvd_reduce_op_name(op), ndims, in_place ? " in place" : "",
@@ -185,12 +152,12 @@ static int allreduce_scaled(int rank, int size, void *arg) {
     o.prescale = 0.5;
     o.postscale = 4.0;
     for (size_t i = 0; i < (size_t)shape[0]; i++)
-      put(t, in, i, value(t, HVD_SUM, rank, i));
+      element_put(t, in, i, value(t, HVD_SUM, rank, i));
     CALL(hvd_allreduce(&tensor, &o));
     for (size_t i = 0; i < (size_t)shape[0]; i++) {
       double want = 2.0 * reduce(t, HVD_SUM, size, i, -1);
-      EXPECT(get(t, out, i) == want, "scaled %s element %zu: %g, want %g", hvd_dtype_name(t), i,
-             get(t, out, i), want);
+      EXPECT(element_get(t, out, i) == want, "scaled %s element %zu: %g, want %g", hvd_dtype_name(t), i,
+             element_get(t, out, i), want);
     }
   }
   return 0;
@@ -249,7 +216,7 @@ static int allgather_values(int rank, int size, void *arg) {
       hvd_handle h;
       void *out;
       for (size_t i = 0; i < n; i++)
-        put(t, in, i, (double)((rank * 7 + (int)i) % 50));
+        element_put(t, in, i, (double)((rank * 7 + (int)i) % 50));
       CALL(hvd_allgather_async(&tensor, NULL, &h));
       CALL(hvd_handle_wait(h));
       CALL(hvd_handle_output(h, &out, &bytes, got_shape));
@@ -263,8 +230,8 @@ static int allgather_values(int rank, int size, void *arg) {
         size_t rn = (variant == 1 && r == 0 ? 0 : (size_t)r + 1) * 6;
         for (size_t i = 0; i < rn; i++, at++) {
           double want = (double)((r * 7 + (int)i) % 50);
-          EXPECT(get(t, out, at) == want, "allgather %s: element %zu of rank %d: %g, want %g",
-                 hvd_dtype_name(t), i, r, get(t, out, at), want);
+          EXPECT(element_get(t, out, at) == want, "allgather %s: element %zu of rank %d: %g, want %g",
+                 hvd_dtype_name(t), i, r, element_get(t, out, at), want);
         }
       }
       hvd_handle_release(h);

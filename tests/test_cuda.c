@@ -54,39 +54,6 @@ static int gpus_seen; /* the probe's count, set in main before Check forks */
 
 /* ==== values ======================================================================== */
 
-static double get(hvd_dtype t, const void *buf, size_t i) {
-  switch (t) {
-  case HVD_UINT8: return ((const uint8_t *)buf)[i];
-  case HVD_INT8: return ((const int8_t *)buf)[i];
-  case HVD_UINT16: return ((const uint16_t *)buf)[i];
-  case HVD_INT16: return ((const int16_t *)buf)[i];
-  case HVD_INT32: return ((const int32_t *)buf)[i];
-  case HVD_INT64: return (double)((const int64_t *)buf)[i];
-  case HVD_FLOAT16: return ops_half_to_float(((const uint16_t *)buf)[i]);
-  case HVD_BFLOAT16: return ops_bf16_to_float(((const uint16_t *)buf)[i]);
-  case HVD_FLOAT32: return ((const float *)buf)[i];
-  case HVD_FLOAT64: return ((const double *)buf)[i];
-  case HVD_BOOL: return ((const uint8_t *)buf)[i];
-  }
-  return -1;
-}
-
-static void put(hvd_dtype t, void *buf, size_t i, double v) {
-  switch (t) {
-  case HVD_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-  case HVD_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-  case HVD_UINT16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
-  case HVD_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
-  case HVD_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case HVD_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-  case HVD_FLOAT16: ((uint16_t *)buf)[i] = ops_float_to_half((float)v); break;
-  case HVD_BFLOAT16: ((uint16_t *)buf)[i] = ops_float_to_bf16((float)v); break;
-  case HVD_FLOAT32: ((float *)buf)[i] = (float)v; break;
-  case HVD_FLOAT64: ((double *)buf)[i] = v; break;
-  case HVD_BOOL: ((uint8_t *)buf)[i] = v != 0; break;
-  }
-}
-
 /* Rank r's element i: |v| <= 7 (products: 1 or 2), so that sums over 4
  * ranks, products and the scale factors below stay exact even in bfloat16
  * (8 significant bits). */
@@ -103,7 +70,7 @@ static double value(hvd_reduce_op op, int r, size_t i) {
 static void *fill(hvd_dtype t, hvd_reduce_op op, int r, size_t n) {
   unsigned char *buf = malloc(n * hvd_dtype_size(t) + 1);
   for (size_t i = 0; buf != NULL && i < n; i++)
-    put(t, buf, i, value(op, r, i));
+    element_put(t, buf, i, value(op, r, i));
   return buf;
 }
 
@@ -192,7 +159,7 @@ static int compare(const char *what, hvd_dtype t, const void *cpu, const void *g
   for (size_t i = 0; i < n; i++) {
     if (memcmp((const char *)cpu + i * es, (const char *)gpu + i * es, es) != 0)
       return report(EXIT_WRONG, "%s: element %zu of %zu is %g on the GPU, %g on the CPU", what, i,
-                    n, get(t, gpu, i), get(t, cpu, i));
+                    n, element_get(t, gpu, i), element_get(t, cpu, i));
   }
   return 0;
 }
@@ -201,7 +168,7 @@ static int compare(const char *what, hvd_dtype t, const void *cpu, const void *g
 static int compare_reference(const char *what, hvd_dtype t, hvd_reduce_op op, double pre,
                              double post, int size, const void *gpu, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    double want = reference(t, op, pre, post, size, i), got = get(t, gpu, i);
+    double want = reference(t, op, pre, post, size, i), got = element_get(t, gpu, i);
     if (got != want)
       return report(EXIT_WRONG, "%s: element %zu of %zu is %g, expected %g", what, i, n, got,
                     want);
