@@ -41,29 +41,8 @@ start() {
     job=$!
 }
 finish() { wait "$job"; rc=$(cat "$work/rc"); }
-expect_rc() { [ "$rc" = "$1" ] || fail "exit code $rc, expected $1"; }
-expect_out() { grep -q -- "$1" "$work/out" || fail "stdout lacks '$1'"; }
-expect_err() { grep -q -- "$1" "$work/err" || fail "stderr lacks '$1'"; }
-# Waits (at most 60 s) until stdout has a line matching $1.
-wait_out() {
-    n=0
-    until grep -q -- "$1" "$work/out"; do
-        n=$((n + 1))
-        [ $n -le 600 ] || fail "no line '$1' within 60 s"
-        [ -f "$work/rc" ] && fail "the job ended before '$1'"
-        sleep 0.1
-    done
-}
-# The same for stderr (hvdrun's own lines).
-wait_out_err() {
-    n=0
-    until grep -q -- "$1" "$work/err"; do
-        n=$((n + 1))
-        [ $n -le 600 ] || fail "no stderr line '$1' within 60 s"
-        [ -f "$work/rc" ] && fail "the job ended before '$1'"
-        sleep 0.1
-    done
-}
+# shellcheck source=tests/e2e/expect.sh
+. "$(dirname "$0")/expect.sh"
 # The pid of the worker started for host $1.
 worker_on() {
     for p in $(pgrep -f "$marker-train"); do

@@ -64,20 +64,9 @@ finish_within() {
     done
     finish
 }
-expect_rc() { [ "$rc" = "$1" ] || fail "exit code $rc, expected $1"; }
+# shellcheck source=tests/e2e/expect.sh
+. "$here/../e2e/expect.sh"
 expect_fail() { [ "$rc" != 0 ] || fail "exit code 0 for a job that should fail"; }
-expect_out() { grep -q -- "$1" "$work/out" || fail "stdout lacks '$1'"; }
-expect_err() { grep -q -- "$1" "$work/err" || fail "stderr lacks '$1'"; }
-# Waits at most 60 s until stdout has a line matching $1.
-wait_out() {
-    n=0
-    until grep -q -- "$1" "$work/out"; do
-        n=$((n + 1))
-        [ $n -le 600 ] || fail "no line '$1' within 60 s"
-        [ -f "$work/rc" ] && fail "the job ended before '$1'"
-        sleep 0.1
-    done
-}
 # Waits at most $1 s until no process is left on any host: every remote
 # rank has ended by itself.
 ranks_end_within() {
