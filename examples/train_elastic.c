@@ -255,7 +255,12 @@ int main(int argc, char **argv) {
   t->y = malloc((size_t)SHARD * sizeof(*t->y));
   if (t->x == NULL || t->y == NULL)
     return EXIT_FAIL;
-  if ((st = hvd_init()) != HVD_OK)
+  if ((st = hvd_init()) == HVD_ERR_REMOVED) { /* e.g. a pod that came after the job ended */
+    printf("train_elastic: this worker has no place in the job (%s); exiting\n",
+           hvd_last_error_message());
+    return 0;
+  }
+  if (st != HVD_OK)
     return failed("hvd_init", st), EXIT_FAIL;
   teacher_init(&t->teacher);
   mlp_init(&t->model, 0); /* the same start everywhere; sync makes sure */

@@ -29,6 +29,8 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +38,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "proc.h"
-#include "rendezvous/rendezvous.h"
+#include "elastic_driver.h"
 
 enum {
   GRACE_S = 5,            /* SIGTERM, then SIGKILL after this */
@@ -45,51 +46,6 @@ enum {
   DISCOVERY_EVERY_MS = 1000,
   DISCOVERY_TIMEOUT_MS = 30000,
   DRAIN_MS = 1000,
-};
-
-struct worker {
-  char host[HVDRUN_HOST_MAX + 1];
-  int local_rank; /* with host: the slot, the worker's name in every round */
-  int label;      /* output prefix: workers are numbered in the order they start */
-  struct hvdrun_proc p;
-  bool assigned;  /* has a rank in the latest round */
-  bool stopped;   /* hvdrun stopped it: its end is not a failure */
-  int64_t left;   /* the last round it said it left; -1: none */
-  int64_t removed_at; /* lost its place at this time (0: it has one) */
-  int64_t stopped_at; /* hvdrun sent SIGTERM then; SIGKILL follows after GRACE_S */
-  bool killed;        /* SIGKILL sent */
-};
-
-struct driver {
-  const struct hvdrun_options *o;
-  struct hvdrun_hosts_view view;
-  const struct hvdrun_host *fixed; /* -H / --hostfile hosts, or NULL: the script */
-  size_t nfixed;
-  struct rdzv_server *server;
-  struct rdzv_store *store;
-  char token[65], addr[128];
-  int port, digits;
-  struct worker *w;
-  size_t nw, capw;
-  int sigfd;
-  /* rounds */
-  bool published;
-  uint64_t round;
-  struct hvdrun_host *plan_hosts; /* the latest round's hosts and slots */
-  struct hvdrun_slot *plan;
-  int plan_size;
-  bool pending; /* a new round is needed */
-  int64_t pending_since;
-  int resets;
-  uint64_t updates;
-  int64_t next_discovery;
-  bool discovered_once;
-  /* the end */
-  bool finishing; /* a worker succeeded */
-  bool stopping;
-  int exit_code;
-  int last_failure; /* exit code of the latest failed worker */
-  int finish_code;  /* after the first success: 0, or a later failure's code */
 };
 
 static int64_t ms_ns(int64_t ms) { return ms * 1000000; }
@@ -103,16 +59,18 @@ static void stop_worker(struct worker *w, int sig) {
   w->killed = w->killed || sig == SIGKILL;
   if (w->p.running && w->p.pid > 0)
     (void)kill(-w->p.pid, sig);
+  else if (w->p.pid == 0)
+    w->p.running = false; /* a pod: no process to stop, it is just out */
 }
 
-/* Running and not being stopped by hvdrun. */
+/* Running and not being stopped by the driver. */
 static bool live(const struct worker *w) { return w->p.running && !w->stopped; }
 
 static void stop_job(struct driver *d, int code, const char *why) {
   if (d->stopping)
     return;
   if (why != NULL)
-    fprintf(stderr, "hvdrun: %s\n", why);
+    driver_say(d, "%s", why);
   d->stopping = true;
   d->exit_code = code;
   for (size_t i = 0; i < d->nw; i++)
@@ -137,11 +95,44 @@ static struct worker *find_worker(struct driver *d, const char *host, int local_
 
 /* ==== the store's scopes =================================================== */
 
-static void put(struct driver *d, const char *scope, const char *key, const char *value) {
+void driver_say(const struct driver *d, const char *fmt, ...) {
+  char line[HVD_ERROR_MESSAGE_MAX + 256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%s: %s\n", d->name, line);
+}
+
+void driver_put(const struct driver *d, const char *scope, const char *key, const char *value) {
   if (rdzv_store_set(d->store, scope, strlen(scope), key, strlen(key), value, strlen(value),
                      RDZV_SET_ALWAYS, 0, NULL, NULL) != HVD_OK)
-    fprintf(stderr, "hvdrun: cannot write %s/%s in the store: %s\n", scope, key,
-            hvd_last_error_message());
+    driver_say(d, "cannot write %s/%s in the store: %s", scope, key, hvd_last_error_message());
+}
+
+void driver_scope_each(const struct driver *d, const char *scope,
+                       void (*fn)(struct driver *, const char *, const char *, size_t),
+                       struct driver *arg) {
+  struct rdzv_blob *body = NULL;
+  struct rdzv_scope_view view;
+  size_t count = 0;
+  char *copy;
+
+  if (rdzv_store_snapshot(d->store, scope, strlen(scope), &body, &count) != HVD_OK ||
+      count == 0) {
+    rdzv_blob_unref(body);
+    return;
+  }
+  if ((copy = malloc(body->len + 1)) != NULL) {
+    memcpy(copy, body->data, body->len + 1);
+    if (rdzv_scope_decode(copy, body->len, &view) == HVD_OK) {
+      for (size_t e = 0; e < view.count; e++)
+        fn(arg, view.entries[e].key, (const char *)view.entries[e].value,
+           view.entries[e].value_len);
+      rdzv_scope_view_fini(&view);
+    }
+  }
+  rdzv_blob_unref(body);
 }
 
 /* The transport scopes of round n (as the workers' generation prefix
@@ -168,7 +159,7 @@ static void for_each_scope(const struct driver *d, uint64_t n,
 
 static void plan_scope(const struct driver *d, const char *scope, size_t size) {
   if (rdzv_store_plan(d->store, scope, strlen(scope), size) != HVD_OK)
-    fprintf(stderr, "hvdrun: cannot plan scope %s: %s\n", scope, hvd_last_error_message());
+    driver_say(d, "cannot plan scope %s: %s", scope, hvd_last_error_message());
 }
 
 /* A round whose ranks never all met: the missing records say so. */
@@ -256,28 +247,36 @@ static bool same_plan(const struct driver *d, const struct hvdrun_host *hosts,
 
 /* ==== publishing a round and starting its new workers ========================= */
 
-static hvd_status start_worker(struct driver *d, const struct hvdrun_slot *s, const char *host) {
-  struct hvdrun_env vars = {0};
+struct worker *driver_add_worker(struct driver *d) {
   struct worker *w;
-  hvd_status st;
-
   if (d->nw == d->capw) {
     size_t cap = d->capw ? d->capw * 2 : 16;
     struct worker *grown = realloc(d->w, cap * sizeof(*grown));
     if (grown == NULL)
-      return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+      return NULL;
     d->w = grown;
     d->capw = cap;
   }
   w = &d->w[d->nw];
   memset(w, 0, sizeof(*w));
-  snprintf(w->host, sizeof(w->host), "%s", host);
-  w->local_rank = s->local_rank;
   w->label = (int)d->nw;
   w->left = -1;
+  w->p.fds[0] = w->p.fds[1] = -1;
+  d->nw++;
+  return w;
+}
+
+static hvd_status start_worker(struct driver *d, const struct hvdrun_slot *s, const char *host) {
+  struct hvdrun_env vars = {0};
+  struct worker *w = driver_add_worker(d);
+  hvd_status st;
+
+  if (w == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+  snprintf(w->host, sizeof(w->host), "%s", host);
+  w->local_rank = s->local_rank;
   w->assigned = true;
   st = hvdrun_proc_init(&w->p, d->o, w->label, d->digits);
-  d->nw++;
   if (st == HVD_OK)
     st = hvdrun_job_vars(d->o, d->addr, d->port, d->token, &vars);
 #define SET(...) \
@@ -296,7 +295,7 @@ static hvd_status start_worker(struct driver *d, const struct hvdrun_slot *s, co
   if (st != HVD_OK)
     return hvd_error_prefix("starting a worker on %s", host);
   if (d->o->verbose)
-    fprintf(stderr, "hvdrun: worker %d started on %s[%d] as rank %d of %d (round %llu)\n",
+    driver_say(d, "worker %d started on %s[%d] as rank %d of %d (round %llu)",
             w->label, host, s->local_rank, s->rank, s->size, (unsigned long long)d->round);
   return HVD_OK;
 }
@@ -333,8 +332,8 @@ static hvd_status publish(struct driver *d, struct hvdrun_host *hosts, size_t nh
       w->assigned = true;
     snprintf(key, sizeof(key), "%s:%d", host, slots[r].local_rank);
     assignment_text(&slots[r], value, sizeof(value));
-    put(d, scope, key, value);
-    put(d, "rank_and_size", key, value);
+    driver_put(d, scope, key, value);
+    driver_put(d, "rank_and_size", key, value);
   }
   for (size_t i = 0; i < d->nw; i++) {
     struct worker *w = &d->w[i];
@@ -343,27 +342,27 @@ static hvd_status publish(struct driver *d, struct hvdrun_host *hosts, size_t nh
     w->removed_at = hvd_now_ns();
     snprintf(key, sizeof(key), "%s:%d", w->host, w->local_rank);
     assignment_text(NULL, value, sizeof(value));
-    put(d, scope, key, value);
-    put(d, "rank_and_size", key, value);
+    driver_put(d, scope, key, value);
+    driver_put(d, "rank_and_size", key, value);
     if (d->o->verbose)
-      fprintf(stderr, "hvdrun: worker %d (%s) has no place in round %llu\n", w->label, key,
+      driver_say(d, "worker %d (%s) has no place in round %llu", w->label, key,
               (unsigned long long)n);
   }
   for_each_scope(d, n, plan_scope);
   /* latest before round.<n>: a worker that sees round.<n> reads latest next. */
   snprintf(value, sizeof(value), "%llu", (unsigned long long)n);
-  put(d, "elastic", "latest", value);
+  driver_put(d, "elastic", "latest", value);
   snprintf(scope, sizeof(scope), "round.%llu", (unsigned long long)n);
   snprintf(value, sizeof(value), "%llu", (unsigned long long)d->updates);
-  put(d, "elastic", scope, value);
+  driver_put(d, "elastic", scope, value);
   d->published = true;
   d->pending = false;
-  for (int r = 0; r < size && st == HVD_OK; r++) {
+  for (int r = 0; r < size && st == HVD_OK && !d->pods; r++) { /* pods are there */
     const char *host = hosts[slots[r].host].name;
     if (find_worker(d, host, slots[r].local_rank) == NULL)
       st = start_worker(d, &slots[r], host);
   }
-  fprintf(stderr, "hvdrun: round %llu: %d workers on %zu hosts\n", (unsigned long long)n, size,
+  driver_say(d, "round %llu: %d workers on %zu hosts", (unsigned long long)n, size,
           nhosts);
   return st;
 }
@@ -382,8 +381,16 @@ static void need_round(struct driver *d) {
 
 static void on_failure(struct driver *d, struct worker *w, const char *why, int code) {
   d->last_failure = code;
-  fprintf(stderr, "hvdrun: worker %d on %s[%d] %s; blacklisting host %s\n", w->label, w->host,
-          w->local_rank, why, w->host);
+  if (d->pods) {
+    /* A pod that failed comes back (if it does) as a new registration:
+     * nothing to blacklist, and its pod's other workers are left alone. */
+    driver_say(d, "worker %d (pod %s:%d) %s", w->label, w->host, w->local_rank, why);
+    stop_worker(w, SIGTERM);
+    need_round(d);
+    return;
+  }
+  driver_say(d, "worker %d on %s[%d] %s; blacklisting host %s", w->label, w->host, w->local_rank,
+             why, w->host);
   hvdrun_hosts_view_blacklist(&d->view, w->host, hvd_now_ns());
   for (size_t i = 0; i < d->nw; i++) {
     if (live(&d->w[i]) && strcmp(d->w[i].host, w->host) == 0)
@@ -392,17 +399,15 @@ static void on_failure(struct driver *d, struct worker *w, const char *why, int 
   need_round(d);
 }
 
-static void on_exit_status(struct driver *d, struct worker *w, int status) {
-  char why[128];
-  int code;
-
+void driver_worker_ended(struct driver *d, struct worker *w, const char *why, int code) {
   w->p.running = false;
-  hvdrun_describe_end(status, why, sizeof(why), &code);
-  if (d->o->verbose)
-    fprintf(stderr, "hvdrun: worker %d on %s[%d] (pid %d) %s\n", w->label, w->host,
-            w->local_rank, (int)w->p.pid, why);
+  if (d->o->verbose && w->p.pid > 0)
+    driver_say(d, "worker %d on %s[%d] (pid %d) %s", w->label, w->host, w->local_rank,
+               (int)w->p.pid, why);
+  else if (d->o->verbose && w->assigned && (w->stopped || d->stopping || code == 0))
+    driver_say(d, "worker %d (pod %s:%d) %s", w->label, w->host, w->local_rank, why);
   if (w->stopped || !w->assigned || d->stopping)
-    return; /* stopped by hvdrun, or had no place any more */
+    return; /* stopped by the driver, or had no place any more */
   if (code == 0) {
     d->finishing = true;
     return;
@@ -410,8 +415,8 @@ static void on_exit_status(struct driver *d, struct worker *w, int status) {
   if (d->finishing) {
     if (d->finish_code == 0)
       d->finish_code = code;
-    fprintf(stderr, "hvdrun: worker %d on %s[%d] %s after others finished\n", w->label, w->host,
-            w->local_rank, why);
+    driver_say(d, "worker %d on %s[%d] %s after others finished", w->label, w->host,
+               w->local_rank, why);
     return;
   }
   on_failure(d, w, why, code);
@@ -419,9 +424,13 @@ static void on_exit_status(struct driver *d, struct worker *w, int status) {
 
 static void reap(struct driver *d) {
   for (size_t i = 0; i < d->nw; i++) {
-    int status;
-    if (d->w[i].p.running && waitpid(d->w[i].p.pid, &status, WNOHANG) == d->w[i].p.pid)
-      on_exit_status(d, &d->w[i], status);
+    struct worker *w = &d->w[i];
+    char why[128];
+    int status, code;
+    if (w->p.running && w->p.pid > 0 && waitpid(w->p.pid, &status, WNOHANG) == w->p.pid) {
+      hvdrun_describe_end(status, why, sizeof(why), &code);
+      driver_worker_ended(d, w, why, code);
+    }
   }
 }
 
@@ -430,7 +439,11 @@ static void on_signal(struct driver *d) {
   while (read(d->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
     if (si.ssi_signo == SIGCHLD)
       continue;
-    if (!d->stopping) {
+    if (!d->stopping && d->pods) { /* the store stops, as a plain one does */
+      char why[96];
+      snprintf(why, sizeof(why), "got %s; shutting down", strsignal((int)si.ssi_signo));
+      stop_job(d, 0, why);
+    } else if (!d->stopping) {
       char why[96];
       snprintf(why, sizeof(why), "got %s; stopping the job", strsignal((int)si.ssi_signo));
       stop_job(d, 128 + (int)si.ssi_signo, why);
@@ -442,39 +455,19 @@ static void on_signal(struct driver *d) {
   reap(d); /* SIGCHLDs merge: look at every worker */
 }
 
-/* Which workers said they left the current round. */
-static void read_ready(struct driver *d) {
-  struct rdzv_blob *body = NULL;
-  struct rdzv_scope_view view;
-  size_t count = 0;
-
-  if (rdzv_store_snapshot(d->store, "elastic_ready", 13, &body, &count) != HVD_OK || count == 0) {
-    rdzv_blob_unref(body);
+/* A worker says it left a round: elastic_ready/<host>:<lr> = N. */
+static void on_ready(struct driver *d, const char *key, const char *value, size_t len) {
+  const char *colon = strrchr(key, ':');
+  int64_t left, lr;
+  if (colon == NULL || !hvd_parse_int64(colon + 1, strlen(colon + 1), &lr) ||
+      !hvd_parse_int64(value, len, &left))
     return;
+  for (size_t i = 0; i < d->nw; i++) {
+    struct worker *w = &d->w[i];
+    if (w->local_rank == lr && (size_t)(colon - key) == strlen(w->host) &&
+        memcmp(w->host, key, strlen(w->host)) == 0 && left > w->left)
+      w->left = left;
   }
-  char *copy = malloc(body->len + 1);
-  if (copy == NULL) {
-    rdzv_blob_unref(body);
-    return;
-  }
-  memcpy(copy, body->data, body->len + 1);
-  if (rdzv_scope_decode(copy, body->len, &view) == HVD_OK) {
-    for (size_t e = 0; e < view.count; e++) {
-      const char *colon = strrchr(view.entries[e].key, ':');
-      int64_t left, lr;
-      if (colon == NULL || !hvd_parse_int64(colon + 1, strlen(colon + 1), &lr) ||
-          !hvd_parse_int64((const char *)view.entries[e].value, view.entries[e].value_len, &left))
-        continue;
-      for (size_t i = 0; i < d->nw; i++) {
-        struct worker *w = &d->w[i];
-        if (w->local_rank == lr && (size_t)(colon - view.entries[e].key) == strlen(w->host) &&
-            memcmp(w->host, view.entries[e].key, strlen(w->host)) == 0 && left > w->left)
-          w->left = left;
-      }
-    }
-    rdzv_scope_view_fini(&view);
-  }
-  rdzv_blob_unref(body);
 }
 
 static const char *change_name(int change) {
@@ -494,8 +487,14 @@ static hvd_status discover(struct driver *d) {
   size_t len = 0;
   hvd_status st;
 
-  d->next_discovery = hvd_now_ns() + ms_ns(DISCOVERY_EVERY_MS);
-  if (d->fixed != NULL) {
+  /* Pods' heartbeats are read at every tick: reading the store is cheap. */
+  d->next_discovery = hvd_now_ns() + (d->pods ? 0 : ms_ns(DISCOVERY_EVERY_MS));
+  if (d->pods) {
+    st = pods_discover(d, &found, &n);
+    if (st == HVD_OK)
+      st = hvdrun_hosts_view_update(&d->view, found, n, hvd_now_ns(), &change);
+    free(found);
+  } else if (d->fixed != NULL) {
     st = hvdrun_hosts_view_update(&d->view, d->fixed, d->nfixed, hvd_now_ns(), &change);
   } else {
     int64_t timeout = (int64_t)d->o->elastic_timeout_s * 1000;
@@ -512,7 +511,7 @@ static hvd_status discover(struct driver *d) {
   if (st != HVD_OK) {
     if (!d->discovered_once)
       return st;
-    fprintf(stderr, "hvdrun: host discovery failed (retrying): %s\n", hvd_last_error_message());
+    driver_say(d, "host discovery failed (retrying): %s", hvd_last_error_message());
     return HVD_OK;
   }
   d->discovered_once = true;
@@ -524,9 +523,9 @@ static hvd_status discover(struct driver *d) {
     char key[32];
     d->updates++;
     snprintf(key, sizeof(key), "update.%llu", (unsigned long long)d->updates);
-    put(d, "elastic", key, change_name(change));
-    fprintf(stderr, "hvdrun: hosts %s: the workers reset at their next commit\n",
-            change_name(change));
+    driver_put(d, "elastic", key, change_name(change));
+    driver_say(d, "%s %s: the workers reset at their next commit", d->pods ? "pods" : "hosts",
+               change_name(change));
     need_round(d);
   }
   free(hosts);
@@ -550,7 +549,7 @@ static void advance(struct driver *d) {
   struct hvdrun_host *hosts = NULL;
   struct hvdrun_slot *slots = NULL;
   size_t nhosts = 0;
-  int size = 0, have = 0, need = d->published ? d->o->min_np : d->o->np;
+  int size = 0, have = 0, need;
   bool settled = true;
   hvd_status st;
   char why[256];
@@ -584,7 +583,13 @@ static void advance(struct driver *d) {
       }
     }
   }
-  if (d->published && live_workers(d) == 0) {
+  if (d->published && live_workers(d) == 0 && d->pods && !d->afresh) {
+    /* Pods that come back (restarted, or a new job's) start it again. */
+    driver_say(d, "every worker is gone; the job starts again once %d pods have registered",
+               d->o->np);
+    d->afresh = true;
+  }
+  if (d->published && live_workers(d) == 0 && !d->pods) {
     snprintf(why, sizeof(why),
              "every worker has failed (or ran on a host blacklisted for a failure); stopping "
              "the job");
@@ -598,9 +603,16 @@ static void advance(struct driver *d) {
     stop_job(d, d->last_failure != 0 ? d->last_failure : 1, why);
     return;
   }
+  need = d->published && !d->afresh ? d->o->min_np : d->o->np;
   st = make_plan(d, need, &hosts, &nhosts, &slots, &size, &have);
   if (st == HVD_ERR_NOT_FOUND) {
-    if (now - d->pending_since >= timeout) {
+    if (now - d->pending_since >= timeout && d->pods) {
+      /* Pods may still come: say so, and wait on. */
+      driver_say(d, "still waiting after %d s (--elastic-timeout) for at least %d pods; %d "
+                    "are registered",
+                 d->o->elastic_timeout_s, need, have);
+      d->pending_since = now;
+    } else if (now - d->pending_since >= timeout) {
       snprintf(why, sizeof(why),
                "timed out after %d s (--elastic-timeout) waiting for at least %d slots; %d are "
                "available; stopping the job",
@@ -609,18 +621,27 @@ static void advance(struct driver *d) {
     }
     return;
   }
-  if (st == HVD_OK && d->published && !keeps_a_worker(d, hosts, slots, size)) {
-    free(hosts);
-    free(slots);
-    snprintf(why, sizeof(why),
-             "no worker of round %llu has a place in the next round (its hosts are gone), so "
-             "the training state cannot be passed on; stopping the job",
-             (unsigned long long)d->round);
-    stop_job(d, 1, why);
-    return;
+  if (st == HVD_OK && d->published && !d->afresh && !keeps_a_worker(d, hosts, slots, size)) {
+    if (d->pods) {
+      driver_say(d, "no worker of round %llu has a place in the next round; the job starts "
+                    "again from its beginning",
+                 (unsigned long long)d->round);
+      d->afresh = true;
+    } else {
+      free(hosts);
+      free(slots);
+      snprintf(why, sizeof(why),
+               "no worker of round %llu has a place in the next round (its hosts are gone), so "
+               "the training state cannot be passed on; stopping the job",
+               (unsigned long long)d->round);
+      stop_job(d, 1, why);
+      return;
+    }
   }
-  if (st == HVD_OK && d->published)
+  if (st == HVD_OK && d->published && !d->afresh)
     d->resets++;
+  if (st == HVD_OK)
+    d->afresh = false;
   if (st == HVD_OK)
     st = publish(d, hosts, nhosts, slots, size);
   if (st != HVD_OK) {
@@ -637,7 +658,7 @@ static void tick(struct driver *d) {
     struct worker *w = &d->w[i];
     if (w->stopped && !w->killed && w->p.running &&
         now - w->stopped_at > (int64_t)GRACE_S * 1000000000) {
-      fprintf(stderr, "hvdrun: worker %d still running %d s after SIGTERM: sending SIGKILL\n",
+      driver_say(d, "worker %d still running %d s after SIGTERM: sending SIGKILL",
               w->label, GRACE_S);
       stop_worker(w, SIGKILL);
     }
@@ -650,7 +671,7 @@ static void tick(struct driver *d) {
     stop_job(d, 1, why);
     return;
   }
-  read_ready(d);
+  driver_scope_each(d, "elastic_ready", on_ready, d);
   if (!d->finishing)
     advance(d);
 }
@@ -675,7 +696,7 @@ static int supervise(struct driver *d) {
     }
     for (size_t i = 0; i < d->nw; i++)
       any_running = any_running || d->w[i].p.running;
-    if (!any_running && (d->stopping || d->finishing) && drain_until == 0) {
+    if (!any_running && (d->stopping || (d->finishing && !d->pods)) && drain_until == 0) {
       /* Every worker has ended: nothing they started may outlive them
        * (a remote shell's child that ignored SIGTERM, say). */
       for (size_t i = 0; i < d->nw; i++) {
@@ -711,7 +732,12 @@ static int supervise(struct driver *d) {
     free(who);
     reap(d);
     tick(d);
-    if (!d->stopping && d->finishing && live_workers(d) == 0) {
+    if (!d->stopping && d->finishing && live_workers(d) == 0 && d->pods && !d->finished) {
+      /* The store serves on: pods that come now are told the job is over. */
+      driver_say(d, "the job has finished (round %llu); new pods are not admitted",
+                 (unsigned long long)d->round);
+      d->finished = true;
+    } else if (!d->stopping && d->finishing && live_workers(d) == 0 && !d->pods) {
       d->stopping = true; /* what hvdrun stopped may still be on its way out */
       d->exit_code = d->finish_code;
     }
@@ -759,9 +785,20 @@ static hvd_status start(struct driver *d) {
   d->port = rdzv_server_port(d->server);
   d->store = rdzv_server_store(d->server);
   if (d->o->verbose)
-    fprintf(stderr, "hvdrun: elastic job; rendezvous store on port %d (ranks use %s:%d)\n",
+    driver_say(d, "elastic job; rendezvous store on port %d (ranks use %s:%d)",
             d->port, d->addr, d->port);
   return HVD_OK;
+}
+
+static void driver_fini(struct driver *d) {
+  for (size_t i = 0; i < d->nw; i++)
+    hvdrun_proc_fini(&d->w[i].p);
+  if (d->sigfd >= 0)
+    close(d->sigfd);
+  free(d->w);
+  free(d->plan);
+  free(d->plan_hosts);
+  hvdrun_hosts_view_fini(&d->view);
 }
 
 int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host *hosts,
@@ -772,6 +809,7 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
 
   memset(&d, 0, sizeof(d));
   d.o = o;
+  d.name = "hvdrun";
   d.sigfd = -1;
   d.digits = 1;
   if (o->discovery_script == NULL) {
@@ -786,19 +824,39 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
     st = start(&d);
   d.pending_since = hvd_now_ns(); /* the first round waits for -np slots as long */
   if (st != HVD_OK) {
-    fprintf(stderr, "hvdrun: %s\n", hvd_last_error_message());
+    driver_say(&d, "%s", hvd_last_error_message());
     code = 1;
   } else {
     code = supervise(&d);
   }
   rdzv_server_stop(d.server);
-  for (size_t i = 0; i < d.nw; i++)
-    hvdrun_proc_fini(&d.w[i].p);
-  if (d.sigfd >= 0)
-    close(d.sigfd);
-  free(d.w);
-  free(d.plan);
-  free(d.plan_hosts);
-  hvdrun_hosts_view_fini(&d.view);
+  driver_fini(&d);
+  return code;
+}
+
+int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *server,
+                            int pod_timeout_s) {
+  struct driver d;
+  hvd_status st;
+  int code;
+
+  memset(&d, 0, sizeof(d));
+  d.o = o;
+  d.name = "hvd-rendezvous";
+  d.pods = true;
+  d.pod_timeout_s = pod_timeout_s;
+  d.sigfd = -1;
+  d.digits = 1;
+  d.server = server;
+  d.store = rdzv_server_store(server);
+  hvdrun_hosts_view_init(&d.view, 0, 0);
+  d.pending_since = hvd_now_ns();
+  if ((st = hvdrun_signal_fd(&d.sigfd)) != HVD_OK) {
+    driver_say(&d, "%s", hvd_last_error_message());
+    code = 1;
+  } else {
+    code = supervise(&d);
+  }
+  driver_fini(&d);
   return code;
 }

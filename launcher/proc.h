@@ -71,4 +71,12 @@ void hvdrun_describe_end(int status, char *out, size_t size, int *code);
 int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host *hosts,
                        size_t nhosts);
 
+/* Runs the elastic driver for pods that register themselves in server's
+ * store (hvd-rendezvous --min-np): o gives np, min_np, max_np,
+ * elastic_timeout_s and verbose. Serves until SIGINT, SIGTERM or SIGHUP;
+ * returns the exit code (0 after a signal). */
+struct rdzv_server;
+int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *server,
+                            int pod_timeout_s);
+
 #endif

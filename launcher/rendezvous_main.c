@@ -2,7 +2,9 @@
  * hvd-rendezvous: the rendezvous store as a standalone server, for jobs whose
  * ranks start on their own (e.g. Kubernetes pods behind a Service).
  * Prints "listening on ADDR:PORT" as its first line on stdout, serves until
- * SIGINT or SIGTERM, then shuts down cleanly and exits 0.
+ * SIGINT or SIGTERM, then shuts down cleanly and exits 0. With --min-np it
+ * is also the elastic driver of pods that register in it (elastic.c in pod
+ * mode): their rounds are its work until the signal.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -12,9 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proc.h"
 #include "rendezvous/rendezvous.h"
 
-enum { EXIT_USAGE = 2, TOKEN_MAX = 4096, PLANS_MAX = 256 };
+enum {
+  EXIT_USAGE = 2,
+  TOKEN_MAX = 4096,
+  PLANS_MAX = 256,
+  ELASTIC_TIMEOUT_DEFAULT_S = 600,
+  POD_TIMEOUT_DEFAULT_S = 10,
+};
 
 struct plan {
   const char *scope;
@@ -27,6 +36,10 @@ struct options {
   const char *token_file;
   struct plan plans[PLANS_MAX];
   size_t nplans;
+  /* the elastic driver: on with --min-np */
+  struct hvdrun_options driver;
+  int pod_timeout_s;
+  const char *only_elastic; /* the first driver flag given, for the message without --min-np */
 };
 
 static const char usage_text[] =
@@ -50,6 +63,15 @@ static const char usage_text[] =
     "  --idle-timeout S       close connections idle for S seconds (default 60)\n"
     "  --log-level LEVEL      trace, debug, info, warning, error or fatal\n"
     "                         (default: $HOROVOD_LOG_LEVEL, else warning)\n"
+    "\n"
+    "elastic pod jobs (docs/elastic.md, \"Pods\"): the store is also their driver\n"
+    "  --min-np N             fewest ranks a round may have; turns the driver on\n"
+    "  --np N                 pods needed before the first round (default: --min-np)\n"
+    "  --max-np N             most ranks a round may have (default: no limit)\n"
+    "  --elastic-timeout S    how long a round may wait for pods to leave the last one\n"
+    "                         (default: $HOROVOD_ELASTIC_TIMEOUT, else 600)\n"
+    "  --pod-timeout S        a pod without a heartbeat for S seconds is gone (default 10)\n"
+    "  --verbose              say when pods register, and who has no place in a round\n"
     "  --version              print the version and exit\n"
     "  -h, --help             print this help and exit\n";
 
@@ -107,11 +129,38 @@ static int parse_plan(struct options *o, const char *arg) {
   return 0;
 }
 
+/* The driver's flags once parsed: -1 to go on, or the usage exit code. */
+static int check_driver(struct options *o) {
+  struct hvdrun_options *d = &o->driver;
+  int64_t timeout;
+
+  if (d->min_np < 0) {
+    if (o->only_elastic != NULL)
+      return usage_error("%s is for the elastic driver: add --min-np", o->only_elastic);
+    return -1;
+  }
+  d->elastic = true;
+  if (d->np < 0)
+    d->np = d->min_np;
+  if (d->np < d->min_np)
+    return usage_error("--np %d is below --min-np %d", d->np, d->min_np);
+  if (d->max_np >= 0 && d->max_np < d->np)
+    return usage_error("--max-np %d is below --np %d", d->max_np, d->np);
+  if (d->elastic_timeout_s == 0) {
+    if (hvd_env_int("HOROVOD_ELASTIC_TIMEOUT", ELASTIC_TIMEOUT_DEFAULT_S, 1, 86400, &timeout) !=
+        HVD_OK)
+      return usage_error("%s", hvd_last_error_message());
+    d->elastic_timeout_s = (int)timeout;
+  }
+  return -1;
+}
+
 /* Returns -1 to go on, or an exit code. */
 static int parse_args(int argc, char **argv, struct options *o) {
   enum {
     OPT_BIND = 256, OPT_PORT, OPT_TOKEN_FILE, OPT_PLAN, OPT_THREADS, OPT_MAX_CONN,
     OPT_MAX_VALUE, OPT_MAX_STORE, OPT_MAX_NAME, OPT_IDLE, OPT_LOG_LEVEL, OPT_VERSION,
+    OPT_MIN_NP, OPT_NP, OPT_MAX_NP, OPT_ELASTIC_TIMEOUT, OPT_POD_TIMEOUT, OPT_VERBOSE,
   };
   static const struct option longopts[] = {
       {"bind", required_argument, NULL, OPT_BIND},
@@ -126,6 +175,12 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"idle-timeout", required_argument, NULL, OPT_IDLE},
       {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
       {"version", no_argument, NULL, OPT_VERSION},
+      {"min-np", required_argument, NULL, OPT_MIN_NP},
+      {"np", required_argument, NULL, OPT_NP},
+      {"max-np", required_argument, NULL, OPT_MAX_NP},
+      {"elastic-timeout", required_argument, NULL, OPT_ELASTIC_TIMEOUT},
+      {"pod-timeout", required_argument, NULL, OPT_POD_TIMEOUT},
+      {"verbose", no_argument, NULL, OPT_VERBOSE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -190,6 +245,33 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case OPT_VERSION:
       printf("hvd-rendezvous %s\n", hvd_version());
       return 0;
+    case OPT_MIN_NP:
+    case OPT_NP:
+    case OPT_MAX_NP:
+      if (!parse_number(optarg, 1, HVDRUN_MAX_RANKS, &n))
+        return usage_error("%s '%s' must be 1-%d", argv[optind - 1], optarg, HVDRUN_MAX_RANKS);
+      *(opt == OPT_MIN_NP ? &o->driver.min_np
+                          : opt == OPT_NP ? &o->driver.np : &o->driver.max_np) = (int)n;
+      if (opt != OPT_MIN_NP && o->only_elastic == NULL)
+        o->only_elastic = opt == OPT_NP ? "--np" : "--max-np";
+      break;
+    case OPT_ELASTIC_TIMEOUT:
+      if (!parse_number(optarg, 1, 86400, &n))
+        return usage_error("--elastic-timeout '%s' must be 1-86400 seconds", optarg);
+      o->driver.elastic_timeout_s = (int)n;
+      if (o->only_elastic == NULL)
+        o->only_elastic = "--elastic-timeout";
+      break;
+    case OPT_POD_TIMEOUT:
+      if (!parse_number(optarg, 2, 3600, &n))
+        return usage_error("--pod-timeout '%s' must be 2-3600 seconds", optarg);
+      o->pod_timeout_s = (int)n;
+      if (o->only_elastic == NULL)
+        o->only_elastic = "--pod-timeout";
+      break;
+    case OPT_VERBOSE:
+      o->driver.verbose = true;
+      break;
     case 'h':
       fputs(usage_text, stdout);
       return 0;
@@ -201,7 +283,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
   }
   if (optind < argc)
     return usage_error("unexpected argument '%s'", argv[optind]);
-  return -1;
+  return check_driver(o);
 }
 
 int main(int argc, char **argv) {
@@ -218,6 +300,9 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   rdzv_server_config_default(&o.server);
+  o.driver.min_np = o.driver.np = o.driver.max_np = -1;
+  o.driver.reset_limit = -1; /* workers limit their own resets (HOROVOD_ELASTIC_RESET_LIMIT) */
+  o.pod_timeout_s = POD_TIMEOUT_DEFAULT_S;
   rc = parse_args(argc, argv, &o);
   if (rc >= 0)
     return rc;
@@ -235,6 +320,11 @@ int main(int argc, char **argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  if (o.driver.elastic) { /* the driver's signalfd reads these too: no thread may take them */
+    sigaddset(&signals, SIGHUP);
+    sigaddset(&signals, SIGCHLD);
+    o.server.blocking_scope = "rank_and_size"; /* Horovod's GET waits for the next round */
+  }
   pthread_sigmask(SIG_BLOCK, &signals, NULL);
   signal(SIGPIPE, SIG_IGN);
 
@@ -253,6 +343,11 @@ int main(int argc, char **argv) {
   }
   printf("listening on %s\n", rdzv_server_address(srv));
   fflush(stdout);
+  if (o.driver.elastic) {
+    rc = hvdrun_run_elastic_pods(&o.driver, srv, o.pod_timeout_s);
+    rdzv_server_stop(srv);
+    return rc;
+  }
 
   siginfo_t info;
   while ((sig = sigwaitinfo(&signals, &info)) < 0) {

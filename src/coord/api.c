@@ -300,7 +300,18 @@ static hvd_status init(const struct coord_round *given) {
 
 HVD_API hvd_status hvd_init(void) {
   struct coord_elastic_env env;
-  hvd_status st = init(NULL);
+  hvd_status st;
+
+  /* A pod of an elastic job learns its round from hvd-rendezvous's driver
+   * (a bad environment, or hvd already up, is init's to report). */
+  if (coord_elastic_env(&env) == HVD_OK && env.pod && !hvd_is_initialized()) {
+    pthread_mutex_lock(&g_life);
+    bool removed = g_removed;
+    pthread_mutex_unlock(&g_life);
+    if (!removed)
+      return coord_pod_join(&env);
+  }
+  st = init(NULL);
 
   /* A new elastic worker whose first round fails to start (another one
    * died meanwhile) joins the next round instead of failing. */
@@ -345,6 +356,12 @@ void coord_mark_removed(const char *message) {
 }
 
 HVD_API hvd_status hvd_shutdown(void) {
+  coord_shutdown_state();
+  coord_pod_leave();
+  return HVD_OK;
+}
+
+void coord_shutdown_state(void) {
   struct coord_state *s;
 
   pthread_mutex_lock(&g_life);
@@ -366,7 +383,6 @@ HVD_API hvd_status hvd_shutdown(void) {
     state_destroy(s); /* joins the background thread first */
   }
   pthread_mutex_unlock(&g_life);
-  return HVD_OK;
 }
 
 HVD_API int hvd_is_initialized(void) {

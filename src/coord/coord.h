@@ -475,12 +475,13 @@ struct coord_round {
 
 struct coord_elastic_env {
   bool elastic;        /* HOROVOD_ELASTIC: started by hvdrun's elastic driver */
+  bool pod;            /* with HVD_POD: a pod that joins hvd-rendezvous's driver by itself */
   int64_t timeout_ms;  /* HOROVOD_ELASTIC_TIMEOUT */
   int64_t reset_limit; /* HOROVOD_ELASTIC_RESET_LIMIT; -1: none */
   uint64_t round;      /* HVD_ELASTIC_ROUND: the round this process started in */
   uint64_t updates;    /* HVD_ELASTIC_UPDATES: that round's update count */
-  char host[RDZV_RECORD_HOST_MAX]; /* HOROVOD_HOSTNAME and HOROVOD_LOCAL_RANK at the */
-  int local_rank;                  /* start: the driver's name for this worker */
+  char host[RDZV_RECORD_HOST_MAX]; /* HOROVOD_HOSTNAME (a pod's: its host name) and */
+  int local_rank;                  /* HOROVOD_LOCAL_RANK: the driver's name for this worker */
 };
 
 hvd_status coord_elastic_env(struct coord_elastic_env *out);
@@ -488,6 +489,10 @@ hvd_status coord_elastic_env(struct coord_elastic_env *out);
  * next round's assignment; HVD_ERR_REMOVED when it gives this worker none. */
 hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_t leaving,
                                     struct coord_round *out);
+/* A pod's first round: waits for round `first` (or a later one) and reads
+ * this worker's place in the latest; HVD_ERR_REMOVED without one. */
+hvd_status coord_elastic_first_round(const struct coord_elastic_env *env, uint64_t first,
+                                     struct coord_round *out);
 
 /* Failures an elastic reset can cure: a peer that failed or went silent,
  * or a round that ended under this worker. */
@@ -495,6 +500,21 @@ bool coord_elastic_recoverable(hvd_status st);
 /* Joins the round after `leaving` (and the next ones, while they fail to
  * start): hvd is initialized with its ranks on success. */
 hvd_status coord_elastic_rejoin(const struct coord_elastic_env *env, uint64_t leaving);
+/* The same for a pod's first round, `first` (the round it was admitted to). */
+hvd_status coord_elastic_join_first(const struct coord_elastic_env *env, uint64_t first);
+
+/* A pod's membership in hvd-rendezvous's elastic driver (elastic_pod.c):
+ * the pod registers as <host>:<local_rank> with a fresh incarnation and a
+ * heartbeat thread, waits to be admitted, and joins its first round with
+ * hvd initialized in it. The membership outlives resets; hvd_shutdown ends
+ * it, saying "done" when hvd_elastic_run succeeded. */
+hvd_status coord_pod_join(const struct coord_elastic_env *env);
+/* hvd_elastic_run finished: the driver is told "done" when the pod leaves. */
+void coord_pod_mark_done(void);
+/* Stops the heartbeat and tells the driver the pod left (done or exit). */
+void coord_pod_leave(void);
+/* hvd_shutdown without ending a pod's membership (a reset). */
+void coord_shutdown_state(void);
 
 /* Rank 0's watch for the driver's host updates (a thread with one long-poll). */
 struct coord_watch;

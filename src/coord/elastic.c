@@ -245,17 +245,21 @@ HVD_API hvd_status hvd_elastic_reset(void) {
                      "--min-np or --host-discovery-script)");
   if ((st = coord_elastic_env(&env)) != HVD_OK)
     return hvd_error_prefix("hvd_elastic_reset");
-  hvd_shutdown();
+  coord_shutdown_state(); /* a pod stays a member */
   atomic_fetch_add(&g_resets, 1);
   return coord_elastic_rejoin(&env, was.round);
 }
 
-hvd_status coord_elastic_rejoin(const struct coord_elastic_env *env, uint64_t leaving) {
+/* Joins a round: the one after `round` (a worker leaving it), or for a
+ * pod's first join round `round` itself; then the next ones while they
+ * fail to start. */
+static hvd_status join_rounds(const struct coord_elastic_env *env, bool first, uint64_t round) {
   struct coord_round next;
   hvd_status st;
 
-  for (;; leaving = next.round) {
-    st = coord_elastic_next_round(env, leaving, &next);
+  for (;; round = next.round, first = false) {
+    st = first ? coord_elastic_first_round(env, round, &next)
+               : coord_elastic_next_round(env, round, &next);
     if (st == HVD_ERR_REMOVED) {
       coord_mark_removed(hvd_last_error_message());
       return HVD_ERR_REMOVED;
@@ -274,6 +278,14 @@ hvd_status coord_elastic_rejoin(const struct coord_elastic_env *env, uint64_t le
   HVD_LOG_INFO("elastic: round %llu: rank %d of %d", (unsigned long long)next.round, next.rank,
                next.size);
   return HVD_OK;
+}
+
+hvd_status coord_elastic_rejoin(const struct coord_elastic_env *env, uint64_t leaving) {
+  return join_rounds(env, false, leaving);
+}
+
+hvd_status coord_elastic_join_first(const struct coord_elastic_env *env, uint64_t first) {
+  return join_rounds(env, true, first);
 }
 
 HVD_API int hvd_elastic_resets(void) { return atomic_load(&g_resets); }
@@ -296,6 +308,8 @@ HVD_API hvd_status hvd_elastic_run(hvd_elastic_state *state, hvd_elastic_train_f
     st = hvd_elastic_sync(state);
     if (st == HVD_OK)
       st = train(state, arg);
+    if (st == HVD_OK && env.pod)
+      coord_pod_mark_done();
     if (st == HVD_OK || !elastic || (!coord_elastic_recoverable(st) && st != HVD_ERR_HOSTS_UPDATED))
       return st;
     snprintf(why, sizeof(why), "%s", hvd_last_error_message());

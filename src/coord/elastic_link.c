@@ -37,6 +37,8 @@ hvd_status coord_elastic_env(struct coord_elastic_env *out) {
   memset(out, 0, sizeof(*out));
   st = hvd_env_bool("HOROVOD_ELASTIC", false, &out->elastic);
   if (st == HVD_OK)
+    st = hvd_env_bool("HVD_POD", false, &out->pod);
+  if (st == HVD_OK)
     st = hvd_env_int("HOROVOD_ELASTIC_TIMEOUT", ELASTIC_TIMEOUT_DEFAULT_S, 1, 7 * 24 * 3600,
                      &timeout_s);
   if (st == HVD_OK)
@@ -54,8 +56,12 @@ hvd_status coord_elastic_env(struct coord_elastic_env *out) {
   out->round = (uint64_t)round;
   out->updates = (uint64_t)updates;
   out->local_rank = (int)local_rank;
+  out->pod = out->pod && out->elastic;
   snprintf(out->host, sizeof(out->host), "%s",
            hvd_env_str("HOROVOD_HOSTNAME") != NULL ? hvd_env_str("HOROVOD_HOSTNAME") : "");
+  /* A pod is named by its host name, as the transport names it. */
+  if (out->pod && out->host[0] == '\0' && gethostname(out->host, sizeof(out->host) - 1) != 0)
+    snprintf(out->host, sizeof(out->host), "localhost");
   if (out->elastic && out->host[0] == '\0')
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "HOROVOD_ELASTIC is set but HOROVOD_HOSTNAME is not: the elastic driver "
@@ -107,43 +113,36 @@ static hvd_status parse_assignment(const char *text, size_t len, struct coord_ro
   return HVD_OK;
 }
 
-hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_t leaving,
-                                    struct coord_round *result) {
-  struct coord_round round, *out = &round;
-  struct rdzv_client *c = NULL;
-  char key[RDZV_RECORD_HOST_MAX + 16], scope[48], text[32];
+/* Waits for round `first` (or a later one) and reads this worker's place
+ * in the latest published round. */
+static hvd_status wait_assignment(struct rdzv_client *c, const struct coord_elastic_env *env,
+                                  uint64_t first, struct coord_round *out) {
+  char key[RDZV_RECORD_HOST_MAX + 16], scope[48];
   struct hvd_buf v;
-  uint64_t latest = 0;
+  uint64_t latest = 0, ignored;
   hvd_status st;
 
   snprintf(key, sizeof(key), "%s:%d", env->host, env->local_rank);
-  snprintf(text, sizeof(text), "%llu", (unsigned long long)leaving);
-  hvd_buf_init(&v, 256);
-  st = rdzv_client_create_from_env(&c);
-  if (st == HVD_OK)
-    st = rdzv_client_set(c, "elastic_ready", key, text, strlen(text));
-  snprintf(scope, sizeof(scope), "round.%llu", (unsigned long long)(leaving + 1));
-  if (st == HVD_OK) {
-    uint64_t ignored;
-    /* The driver decides when rounds end (it fails the job after its own
-     * --elastic-timeout); this wait only covers a driver that hangs. */
-    st = get_number(c, "elastic", scope, env->timeout_ms + WAIT_MARGIN_MS, &ignored);
-    if (st == HVD_ERR_TIMEOUT)
-      hvd_error(HVD_ERR_TIMEOUT,
-                "the elastic driver published no round after round %llu within %lld s "
-                "(HOROVOD_ELASTIC_TIMEOUT and a minute)",
-                (unsigned long long)leaving, (long long)(env->timeout_ms / 1000));
-  }
+  snprintf(scope, sizeof(scope), "round.%llu", (unsigned long long)first);
+  /* The driver decides when rounds end (it fails the job after its own
+   * --elastic-timeout); this wait only covers a driver that hangs. */
+  st = get_number(c, "elastic", scope, env->timeout_ms + WAIT_MARGIN_MS, &ignored);
+  if (st == HVD_ERR_TIMEOUT)
+    hvd_error(HVD_ERR_TIMEOUT,
+              "the elastic driver published no round %llu within %lld s "
+              "(HOROVOD_ELASTIC_TIMEOUT and a minute)",
+              (unsigned long long)first, (long long)(env->timeout_ms / 1000));
   if (st == HVD_OK)
     st = get_number(c, "elastic", "latest", 0, &latest);
-  if (st == HVD_OK && latest <= leaving)
+  if (st == HVD_OK && latest < first)
     st = hvd_error(HVD_ERR_PROTOCOL,
                    "the store's elastic/latest says round %llu after round %llu was published",
-                   (unsigned long long)latest, (unsigned long long)(leaving + 1));
+                   (unsigned long long)latest, (unsigned long long)first);
   snprintf(scope, sizeof(scope), "round.%llu", (unsigned long long)latest);
   if (st == HVD_OK) /* (the driver writes latest just before it) */
     st = get_number(c, "elastic", scope, env->timeout_ms + WAIT_MARGIN_MS, &out->updates);
   snprintf(scope, sizeof(scope), "rank_and_size.%llu", (unsigned long long)latest);
+  hvd_buf_init(&v, 256);
   if (st == HVD_OK) {
     st = rdzv_client_get(c, scope, key, &v, NULL);
     if (st == HVD_ERR_NOT_FOUND)
@@ -155,19 +154,50 @@ hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_
                      "this worker (%s) was removed from the elastic job in round %llu", key,
                      (unsigned long long)latest);
   }
+  hvd_buf_fini(&v);
   if (st == HVD_OK && (out->size < 1 || out->rank >= out->size || out->local_rank < 0 ||
                        out->local_rank >= out->local_size || out->cross_rank < 0 ||
                        out->cross_rank >= out->cross_size))
     st = hvd_error(HVD_ERR_PROTOCOL, "the driver's assignment for %s in round %llu is inconsistent",
                    key, (unsigned long long)latest);
   out->round = latest;
+  return st;
+}
+
+/* Joins from round `first`, after telling the driver this worker left
+ * round `leaving` (when it was in one). */
+static hvd_status join(const struct coord_elastic_env *env, const uint64_t *leaving,
+                       uint64_t first, struct coord_round *result) {
+  struct coord_round round;
+  struct rdzv_client *c = NULL;
+  char key[RDZV_RECORD_HOST_MAX + 16], text[32];
+  hvd_status st;
+
+  memset(&round, 0, sizeof(round));
+  snprintf(key, sizeof(key), "%s:%d", env->host, env->local_rank);
+  st = rdzv_client_create_from_env(&c);
+  if (st == HVD_OK && leaving != NULL) {
+    snprintf(text, sizeof(text), "%llu", (unsigned long long)*leaving);
+    st = rdzv_client_set(c, "elastic_ready", key, text, strlen(text));
+  }
+  if (st == HVD_OK)
+    st = wait_assignment(c, env, first, &round);
   if (st == HVD_OK)
     *result = round;
-  hvd_buf_fini(&v);
   rdzv_client_destroy(c);
   if (st != HVD_OK && st != HVD_ERR_REMOVED)
     hvd_error_prefix("joining the next elastic round");
   return st;
+}
+
+hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_t leaving,
+                                    struct coord_round *out) {
+  return join(env, &leaving, leaving + 1, out);
+}
+
+hvd_status coord_elastic_first_round(const struct coord_elastic_env *env, uint64_t first,
+                                     struct coord_round *out) {
+  return join(env, NULL, first, out);
 }
 
 /* ==== the watch ================================================================ */

@@ -135,6 +135,10 @@ void rdzv_client_destroy(struct rdzv_client *c) {
 
 int64_t rdzv_client_timeout_ms(const struct rdzv_client *c) { return c->timeout_ms; }
 
+void rdzv_client_set_timeout_ms(struct rdzv_client *c, int64_t timeout_ms) {
+  c->timeout_ms = timeout_ms;
+}
+
 hvd_status rdzv_client_set_cancel_fd(struct rdzv_client *c, int fd) {
   if (fd >= 0 && c->multi == NULL && (c->multi = curl_multi_init()) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "rendezvous client: cannot create a curl multi handle");

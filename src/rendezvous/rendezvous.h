@@ -272,6 +272,8 @@ hvd_status rdzv_client_create(const char *host, int port, const char *token, int
 hvd_status rdzv_client_create_from_env(struct rdzv_client **out);
 void rdzv_client_destroy(struct rdzv_client *c);
 int64_t rdzv_client_timeout_ms(const struct rdzv_client *c);
+/* How long each later call may take (a heartbeat's is short). */
+void rdzv_client_set_timeout_ms(struct rdzv_client *c, int64_t timeout_ms);
 /* While fd >= 0, a call gives up with HVD_ERR_ABORTED as soon as fd is
  * readable (it is not read): another thread can end a long-poll at once. */
 hvd_status rdzv_client_set_cancel_fd(struct rdzv_client *c, int fd);

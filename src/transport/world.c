@@ -63,6 +63,12 @@ hvd_status net_world_config_from_env(struct net_world_config *cfg) {
 
   memset(cfg, 0, sizeof(*cfg));
   st = hvd_env_bool("HVD_POD", false, &cfg->rank_from_store);
+  if (st == HVD_OK && cfg->rank_from_store) {
+    /* An elastic pod gets its ranks from the driver's round instead. */
+    bool elastic = false;
+    st = hvd_env_bool("HOROVOD_ELASTIC", false, &elastic);
+    cfg->rank_from_store = !elastic;
+  }
   if (st == HVD_OK && cfg->rank_from_store)
     st = pod_size(&rank, &size);
   else if (st == HVD_OK)

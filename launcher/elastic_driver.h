@@ -1,0 +1,84 @@
+/* The elastic driver's state, shared by its rounds (elastic.c) and its
+ * pod membership (elastic_pods.c). Only the driver uses it. */
+#ifndef HVD_LAUNCHER_ELASTIC_DRIVER_H
+#define HVD_LAUNCHER_ELASTIC_DRIVER_H
+
+#include "proc.h"
+#include "rendezvous/rendezvous.h"
+
+enum { POD_INCARNATION_MAX = 64 };
+
+struct worker {
+  char host[HVDRUN_HOST_MAX + 1];
+  int local_rank; /* with host: the slot, the worker's name in every round */
+  int label;      /* output prefix: workers are numbered in the order they start */
+  struct hvdrun_proc p; /* a pod's: pid 0, no pipes; running while it is alive */
+  bool assigned;  /* has a rank in the latest round */
+  bool stopped;   /* the driver stopped it: its end is not a failure */
+  int64_t left;   /* the last round it said it left; -1: none */
+  int64_t removed_at; /* lost its place at this time (0: it has one) */
+  int64_t stopped_at; /* SIGTERM sent then; SIGKILL follows after GRACE_S */
+  bool killed;        /* SIGKILL sent */
+  /* pods */
+  char incarnation[POD_INCARNATION_MAX + 1]; /* the registration this worker is */
+  char beat[POD_INCARNATION_MAX + 32];       /* its latest heartbeat */
+  int64_t heard_at;                          /* when the heartbeat last changed */
+  bool twin_said;                            /* a second process with its slot was reported */
+};
+
+struct driver {
+  const struct hvdrun_options *o;
+  const char *name; /* the messages' prefix: "hvdrun", "hvd-rendezvous" */
+  struct hvdrun_hosts_view view;
+  const struct hvdrun_host *fixed; /* -H / --hostfile hosts, or NULL: the script */
+  size_t nfixed;
+  struct rdzv_server *server;
+  struct rdzv_store *store;
+  char token[65], addr[128];
+  int port, digits;
+  struct worker *w;
+  size_t nw, capw;
+  int sigfd;
+  /* rounds */
+  bool published;
+  uint64_t round;
+  struct hvdrun_host *plan_hosts; /* the latest round's hosts and slots */
+  struct hvdrun_slot *plan;
+  int plan_size;
+  bool pending; /* a new round is needed */
+  int64_t pending_since;
+  int resets;
+  uint64_t updates;
+  int64_t next_discovery;
+  bool discovered_once;
+  /* pods (hvd-rendezvous --min-np): workers are pods that register */
+  bool pods;
+  int pod_timeout_s;
+  bool afresh;   /* every worker is gone: the next round starts the job again */
+  bool finished; /* a worker succeeded and every worker has ended */
+  /* the end */
+  bool finishing; /* a worker succeeded */
+  bool stopping;
+  int exit_code;
+  int last_failure; /* exit code of the latest failed worker */
+  int finish_code;  /* after the first success: 0, or a later failure's code */
+};
+
+/* One line on stderr, "<name>: <message>". */
+void driver_say(const struct driver *d, const char *fmt, ...) HVD_PRINTF(2, 3);
+void driver_put(const struct driver *d, const char *scope, const char *key, const char *value);
+/* Calls fn for each key of a store scope (a snapshot). */
+void driver_scope_each(const struct driver *d, const char *scope,
+                       void (*fn)(struct driver *, const char *key, const char *value,
+                                  size_t value_len),
+                       struct driver *arg);
+/* A new worker slot (zeroed but for its number and pipes); NULL when out of memory. */
+struct worker *driver_add_worker(struct driver *d);
+/* A worker ended: code 0 is a success; why says how ("exited with code 1"). */
+void driver_worker_ended(struct driver *d, struct worker *w, const char *why, int code);
+
+/* Pods: reads their registrations and heartbeats, admits new ones, ends
+ * the ones that stopped, and lists the usable hosts (*found, malloc'ed). */
+hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n);
+
+#endif

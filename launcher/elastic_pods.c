@@ -1,0 +1,155 @@
+/*
+ * The elastic driver's pods: workers that start on their own and register
+ * in hvd-rendezvous's store (hvd-rendezvous --min-np; docs/elastic.md,
+ * "Pods"). The worker's side is src/coord/elastic_pod.c.
+ *
+ * DESIGN. A pod writes elastic_pods/<host>:<lr> = "<incarnation> <n>"
+ * every second, and "<incarnation> done" or "... exit" when it leaves. The
+ * driver reads that scope at every tick: a new incarnation is a new worker,
+ * admitted with elastic_admitted/<incarnation> = the first round it may be
+ * in; a heartbeat that stops changing for --pod-timeout, "exit", or a new
+ * incarnation of the same slot (the pod restarted) ends the worker it
+ * belongs to, as a process exiting does for hvdrun. The usable hosts are
+ * the pods' host names, each with as many slots as it has live workers
+ * with local ranks 0, 1, ... without a gap; they feed the same host view
+ * and rounds as a discovery script's hosts.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "elastic_driver.h"
+
+static int64_t s_ns(int64_t s) { return s * 1000000000; }
+
+static struct worker *by_incarnation(struct driver *d, const char *inc, size_t len) {
+  for (size_t i = 0; i < d->nw; i++) {
+    if (strlen(d->w[i].incarnation) == len && memcmp(d->w[i].incarnation, inc, len) == 0)
+      return &d->w[i];
+  }
+  return NULL;
+}
+
+static struct worker *live_in_slot(struct driver *d, const char *host, size_t host_len, int lr) {
+  for (size_t i = 0; i < d->nw; i++) {
+    struct worker *w = &d->w[i];
+    if (w->p.running && !w->stopped && w->local_rank == lr && strlen(w->host) == host_len &&
+        memcmp(w->host, host, host_len) == 0)
+      return w;
+  }
+  return NULL;
+}
+
+static void admit(struct driver *d, const char *key, const char *host, size_t host_len, int lr,
+                  const char *inc, size_t inc_len, const char *value, size_t len) {
+  struct worker *w = driver_add_worker(d);
+  char first[32];
+
+  if (w == NULL) {
+    driver_say(d, "out of memory: pod %s cannot be admitted", key);
+    return;
+  }
+  memcpy(w->host, host, host_len);
+  w->local_rank = lr;
+  memcpy(w->incarnation, inc, inc_len);
+  memcpy(w->beat, value, len);
+  w->heard_at = hvd_now_ns();
+  w->p.running = !d->finishing;
+  if (d->finishing)
+    snprintf(first, sizeof(first), "finished");
+  else
+    snprintf(first, sizeof(first), "%llu",
+             (unsigned long long)(d->published ? d->round + 1 : 0));
+  driver_put(d, "elastic_admitted", w->incarnation, first);
+  if (d->o->verbose || d->finishing)
+    driver_say(d, "pod %s registered as worker %d%s", key, w->label,
+               d->finishing ? "; the job has finished, so it has no place" : "");
+}
+
+/* One registration: elastic_pods/<host>:<lr> = "<incarnation> <n|done|exit>". */
+static void on_pod(struct driver *d, const char *key, const char *value, size_t len) {
+  const char *colon = strrchr(key, ':'), *space = memchr(value, ' ', len);
+  const char *state = space != NULL ? space + 1 : NULL;
+  size_t host_len = colon != NULL ? (size_t)(colon - key) : 0;
+  size_t inc_len = space != NULL ? (size_t)(space - value) : 0;
+  size_t state_len = state != NULL ? len - (size_t)(state - value) : 0;
+  bool done = state_len == 4 && memcmp(state, "done", 4) == 0;
+  bool left = done || (state_len == 4 && memcmp(state, "exit", 4) == 0);
+  struct worker *w, *old;
+  int64_t lr;
+
+  if (host_len == 0 || host_len > HVDRUN_HOST_MAX ||
+      !hvd_parse_int64(colon + 1, strlen(colon + 1), &lr) || lr < 0 || lr >= HVDRUN_MAX_RANKS ||
+      inc_len == 0 || inc_len > POD_INCARNATION_MAX || state_len == 0 ||
+      len >= sizeof(w->beat))
+    return; /* not a pod's registration: nothing hvd writes */
+  if ((w = by_incarnation(d, value, inc_len)) != NULL) {
+    bool changed = strlen(w->beat) != len || memcmp(w->beat, value, len) != 0;
+    if (!changed)
+      return;
+    memcpy(w->beat, value, len);
+    w->beat[len] = '\0';
+    w->heard_at = hvd_now_ns();
+    if (!w->p.running || w->stopped) {
+      /* It beats on after its end: another process took its slot, or it
+       * was counted as gone and came back; either way it has no place. */
+      if (!left && !w->twin_said && live_in_slot(d, key, host_len, (int)lr) != NULL)
+        driver_say(d, "two processes register as pod %s (the same host name and local rank): "
+                      "give each its own HOROVOD_HOSTNAME or HOROVOD_LOCAL_RANK",
+                   key);
+      else if (!left && !w->twin_said)
+        driver_say(d, "pod %s (worker %d) beats again after it was counted as gone; it gets "
+                      "no place until it restarts",
+                   key, w->label);
+      w->twin_said = w->twin_said || !left;
+      return;
+    }
+    if (left)
+      driver_worker_ended(d, w, done ? "finished" : "left the job", done ? 0 : 1);
+    return;
+  }
+  if (left)
+    return; /* a registration that ended before the driver saw it */
+  if ((old = live_in_slot(d, key, host_len, (int)lr)) != NULL)
+    driver_worker_ended(d, old, "was replaced by a new process with its host name (the pod "
+                                "restarted)",
+                        1);
+  admit(d, key, key, host_len, (int)lr, value, inc_len, value, len);
+}
+
+hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n) {
+  int64_t now = hvd_now_ns();
+  struct hvdrun_host *hosts;
+  size_t count = 0;
+
+  driver_scope_each(d, "elastic_pods", on_pod, d);
+  for (size_t i = 0; i < d->nw; i++) {
+    struct worker *w = &d->w[i];
+    if (w->p.running && !w->stopped && now - w->heard_at > s_ns(d->pod_timeout_s)) {
+      char why[96];
+      snprintf(why, sizeof(why), "sent no heartbeat for %d s (--pod-timeout)", d->pod_timeout_s);
+      driver_worker_ended(d, w, why, 1);
+    }
+  }
+  if ((hosts = calloc(d->nw + 1, sizeof(*hosts))) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+  /* Hosts in the order their pods first registered; slots 0, 1, ... */
+  for (size_t i = 0; i < d->nw; i++) {
+    const struct worker *w = &d->w[i];
+    size_t h = 0;
+    if (!w->p.running || w->stopped)
+      continue;
+    while (h < count && strcmp(hosts[h].name, w->host) != 0)
+      h++;
+    if (h < count)
+      continue;
+    snprintf(hosts[count].name, sizeof(hosts[count].name), "%s", w->host);
+    while (live_in_slot(d, w->host, strlen(w->host), hosts[count].slots) != NULL)
+      hosts[count].slots++;
+    if (hosts[count].slots > 0)
+      count++;
+  }
+  *found = hosts;
+  *n = count;
+  return HVD_OK;
+}

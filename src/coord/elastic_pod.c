@@ -1,0 +1,202 @@
+/*
+ * A pod's membership in the elastic driver that hvd-rendezvous runs
+ * (hvd-rendezvous --min-np): pods that start on their own join and leave
+ * an elastic job without a launcher (docs/elastic.md, "Pods").
+ *   elastic_pods/<host>:<lr>      = "<incarnation> <n>"  a heartbeat, every second
+ *                                 = "<incarnation> done" hvd_elastic_run succeeded
+ *                                 = "<incarnation> exit" left otherwise
+ *   elastic_admitted/<incarnation> = N          the first round it may be in
+ *                                  = "finished" the job is over: no place
+ *
+ * DESIGN. The incarnation (random, per registration) tells the driver a
+ * restarted pod from the process it replaces, which has the same host name
+ * and so the same slot. The heartbeat runs on a thread of its own for as
+ * long as the membership lasts, across resets, so that the driver sees a
+ * pod that died (no heartbeat for its --pod-timeout) without any process
+ * supervision; peers see it sooner, through the transport, and reset.
+ */
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "coord.h"
+
+enum {
+  HEARTBEAT_MS = 1000,
+  HEARTBEAT_REQUEST_MS = 5000, /* one heartbeat's request, retries included */
+  LEAVE_REQUEST_MS = 2000,
+  ADMIT_WAIT_MS = 30000, /* at most: a driver admits within a tick; this is for none at all */
+  INCARNATION_HEX = 16,
+};
+
+static struct {
+  pthread_mutex_t lock; /* the fields below, for join and leave */
+  bool active, done;
+  pthread_t thread;
+  int stop_fd;
+  struct rdzv_client *client; /* the heartbeat's */
+  char slot[RDZV_RECORD_HOST_MAX + 16];
+  char incarnation[INCARNATION_HEX + 1];
+} g_pod = {.lock = PTHREAD_MUTEX_INITIALIZER, .stop_fd = -1};
+
+static void make_incarnation(char *out) {
+  unsigned char bytes[INCARNATION_HEX / 2];
+  if (getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes)) {
+    uint64_t x = (uint64_t)hvd_now_ns() ^ ((uint64_t)getpid() << 32);
+    memcpy(bytes, &x, sizeof(bytes));
+  }
+  for (size_t i = 0; i < sizeof(bytes); i++)
+    snprintf(out + 2 * i, 3, "%02x", bytes[i]);
+}
+
+static hvd_status beat(struct rdzv_client *c, const char *state) {
+  char value[INCARNATION_HEX + 32];
+  int n = snprintf(value, sizeof(value), "%s %s", g_pod.incarnation, state);
+  return rdzv_client_set(c, "elastic_pods", g_pod.slot, value, (size_t)n);
+}
+
+static void *heartbeat_main(void *arg) {
+  unsigned long long n = 0;
+  bool failing = false;
+  (void)arg;
+  for (;;) {
+    struct pollfd stop = {.fd = g_pod.stop_fd, .events = POLLIN};
+    char count[24];
+    hvd_status st;
+    if (poll(&stop, 1, HEARTBEAT_MS) != 0)
+      break; /* leaving (or poll failed: no busy loop either way) */
+    snprintf(count, sizeof(count), "%llu", ++n);
+    st = beat(g_pod.client, count);
+    if (st == HVD_ERR_ABORTED)
+      break;
+    if (st != HVD_OK && !failing) /* once per outage: the store may be restarting */
+      HVD_LOG_WARN("elastic pod: heartbeat to the store failed: %s", hvd_last_error_message());
+    failing = st != HVD_OK;
+  }
+  return NULL;
+}
+
+/* Registers with a fresh incarnation and starts the heartbeat. */
+static hvd_status start(const struct coord_elastic_env *env) {
+  hvd_status st;
+
+  snprintf(g_pod.slot, sizeof(g_pod.slot), "%s:%d", env->host, env->local_rank);
+  make_incarnation(g_pod.incarnation);
+  g_pod.done = false;
+  g_pod.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  st = g_pod.stop_fd < 0 ? hvd_error(HVD_ERR_IO, "eventfd failed") : HVD_OK;
+  if (st == HVD_OK)
+    st = rdzv_client_create_from_env(&g_pod.client);
+  if (st == HVD_OK)
+    st = rdzv_client_set_cancel_fd(g_pod.client, g_pod.stop_fd);
+  if (st == HVD_OK && (st = beat(g_pod.client, "0")) != HVD_OK)
+    hvd_error_prefix("registering pod %s in the store", g_pod.slot);
+  if (st == HVD_OK)
+    rdzv_client_set_timeout_ms(g_pod.client, HEARTBEAT_REQUEST_MS);
+  if (st == HVD_OK && pthread_create(&g_pod.thread, NULL, heartbeat_main, NULL) != 0)
+    st = hvd_error(HVD_ERR_IO, "cannot start the pod's heartbeat thread");
+  if (st != HVD_OK) {
+    rdzv_client_destroy(g_pod.client);
+    g_pod.client = NULL;
+    if (g_pod.stop_fd >= 0)
+      close(g_pod.stop_fd);
+    g_pod.stop_fd = -1;
+    return st;
+  }
+  g_pod.active = true;
+  HVD_LOG_INFO("elastic pod: registered as %s (incarnation %s)", g_pod.slot, g_pod.incarnation);
+  return HVD_OK;
+}
+
+/* The first round the driver lets this pod into. */
+static hvd_status admitted(const struct coord_elastic_env *env, uint64_t *first) {
+  int64_t wait_ms = env->timeout_ms < ADMIT_WAIT_MS ? env->timeout_ms : ADMIT_WAIT_MS;
+  struct rdzv_client *c = NULL;
+  struct hvd_buf v;
+  int64_t n;
+  hvd_status st;
+
+  hvd_buf_init(&v, 32);
+  st = rdzv_client_create_from_env(&c);
+  if (st == HVD_OK) {
+    st = rdzv_client_wait(c, "elastic_admitted", g_pod.incarnation, wait_ms, &v);
+    if (st == HVD_ERR_TIMEOUT)
+      hvd_error(HVD_ERR_TIMEOUT,
+                "no elastic driver admitted pod %s within %d s: HVD_POD=1 with "
+                "HOROVOD_ELASTIC=1 needs a store run as 'hvd-rendezvous --min-np N'",
+                g_pod.slot, (int)(wait_ms / 1000));
+  }
+  if (st == HVD_OK && v.len == 8 && memcmp(v.data, "finished", 8) == 0)
+    st = hvd_error(HVD_ERR_REMOVED,
+                   "the elastic job has finished: the driver admits no more pods (start a "
+                   "new job with a fresh hvd-rendezvous)");
+  else if (st == HVD_OK && (!hvd_parse_int64((const char *)v.data, v.len, &n) || n < 0))
+    st = hvd_error(HVD_ERR_PROTOCOL, "the driver admitted pod %s with '%.*s', not a round number",
+                   g_pod.slot, (int)(v.len < 40 ? v.len : 40), (const char *)v.data);
+  if (st == HVD_OK)
+    *first = (uint64_t)n;
+  hvd_buf_fini(&v);
+  rdzv_client_destroy(c);
+  return st;
+}
+
+hvd_status coord_pod_join(const struct coord_elastic_env *env) {
+  uint64_t first = 0;
+  hvd_status st = HVD_OK;
+
+  pthread_mutex_lock(&g_pod.lock);
+  if (!g_pod.active)
+    st = start(env);
+  pthread_mutex_unlock(&g_pod.lock);
+  if (st == HVD_OK)
+    st = admitted(env, &first);
+  if (st == HVD_ERR_REMOVED)
+    coord_mark_removed(hvd_last_error_message());
+  if (st == HVD_OK)
+    st = coord_elastic_join_first(env, first);
+  if (st != HVD_OK) {
+    char why[HVD_ERROR_MESSAGE_MAX];
+    snprintf(why, sizeof(why), "%s", hvd_last_error_message());
+    coord_pod_leave(); /* the driver need not wait for a heartbeat to stop */
+    return hvd_error(st, "%s", why);
+  }
+  return HVD_OK;
+}
+
+void coord_pod_mark_done(void) {
+  pthread_mutex_lock(&g_pod.lock);
+  g_pod.done = true;
+  pthread_mutex_unlock(&g_pod.lock);
+}
+
+void coord_pod_leave(void) {
+  struct rdzv_client *c = NULL;
+  uint64_t one = 1;
+
+  pthread_mutex_lock(&g_pod.lock);
+  if (!g_pod.active) {
+    pthread_mutex_unlock(&g_pod.lock);
+    return;
+  }
+  (void)!write(g_pod.stop_fd, &one, sizeof(one));
+  pthread_join(g_pod.thread, NULL);
+  rdzv_client_destroy(g_pod.client);
+  g_pod.client = NULL;
+  close(g_pod.stop_fd);
+  g_pod.stop_fd = -1;
+  g_pod.active = false;
+  /* Best effort: without it the driver sees the heartbeat stop. */
+  if (rdzv_client_create_from_env(&c) == HVD_OK) {
+    rdzv_client_set_timeout_ms(c, LEAVE_REQUEST_MS);
+    if (beat(c, g_pod.done ? "done" : "exit") != HVD_OK)
+      HVD_LOG_DEBUG("elastic pod: telling the driver %s left: %s", g_pod.slot,
+                    hvd_last_error_message());
+  }
+  rdzv_client_destroy(c);
+  pthread_mutex_unlock(&g_pod.lock);
+}
