@@ -256,9 +256,10 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
   case O_CACHE:
   case O_GLOO_TIMEOUT: {
     int n;
-    if (!int_in(v, sp->id == O_CACHE ? 0 : 1, 1000000000, &n))
+    /* The ranks take at most a week (HOROVOD_GLOO_TIMEOUT_SECONDS). */
+    if (!int_in(v, sp->id == O_CACHE ? 0 : 1, sp->id == O_CACHE ? 1000000000 : 604800, &n))
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a whole number%s", sp->name, v,
-                       sp->id == O_CACHE ? " >= 0" : " >= 1");
+                       sp->id == O_CACHE ? " >= 0" : " from 1 to 604800");
     if (sp->id == O_CACHE)
       o->cache_capacity = v;
     else

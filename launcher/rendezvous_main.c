@@ -20,6 +20,7 @@
 enum {
   EXIT_USAGE = 2,
   TOKEN_MAX = 4096,
+  TOKEN_USABLE_MAX = 256, /* HVD_TOKEN's limit on the ranks */
   PLANS_MAX = 256,
   ELASTIC_TIMEOUT_DEFAULT_S = 600,
   POD_TIMEOUT_DEFAULT_S = 10,
@@ -104,11 +105,17 @@ static hvd_status read_token_file(const char *path, char *token, size_t size) {
   }
   fclose(f);
   token[len] = '\0';
+  size_t lead = strspn(token, " \t\r\n");
+  memmove(token, token + lead, len - lead + 1);
+  len -= lead;
   while (len > 0 && (token[len - 1] == '\n' || token[len - 1] == '\r' || token[len - 1] == ' ' ||
                      token[len - 1] == '\t'))
     token[--len] = '\0';
   if (len == 0)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "token file %s is empty", path);
+  if (len > TOKEN_USABLE_MAX) /* ranks refuse a longer HVD_TOKEN */
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "token file %s: the token is longer than %d bytes",
+                     path, TOKEN_USABLE_MAX);
   for (size_t i = 0; i < len; i++) {
     if (token[i] < 0x21 || token[i] > 0x7e)
       return hvd_error(HVD_ERR_INVALID_ARGUMENT,

@@ -206,7 +206,8 @@ static hvd_status state_create(const struct coord_round *given, struct coord_sta
   wcfg.ctx.store = s->store;
   wcfg.ctx.store_host = hvd_env_str("HOROVOD_GLOO_RENDEZVOUS_ADDR");
   wcfg.ctx.store_port = (int)port;
-  hvd_log_set_rank(wcfg.ctx.rank);
+  /* A pod learns its rank from the store: until then it has none to show. */
+  hvd_log_set_rank(wcfg.rank_from_store ? -1 : wcfg.ctx.rank);
   if ((st = net_world_create(&wcfg, &s->world)) != HVD_OK)
     goto fail;
   s->rank = s->world->rank;
