@@ -239,29 +239,13 @@ static hvd_status check_identical(struct training *t, bool *identical) {
   return st;
 }
 
-int main(int argc, char **argv) {
-  struct training *t = calloc(1, sizeof(*t));
+/* Trains through hvd_elastic_run and checks the result: the exit code. */
+static int run(struct training *t) {
   hvd_elastic_state *state = NULL;
   bool identical = false;
   hvd_status st;
-  int rc = t == NULL ? EXIT_FAIL : parse_args(argc, argv, &t->o);
+  int rc;
 
-  if (rc >= 0) {
-    free(t);
-    return rc;
-  }
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  t->x = malloc((size_t)SHARD * INPUTS * sizeof(*t->x));
-  t->y = malloc((size_t)SHARD * sizeof(*t->y));
-  if (t->x == NULL || t->y == NULL)
-    return EXIT_FAIL;
-  if ((st = hvd_init()) == HVD_ERR_REMOVED) { /* e.g. a pod that came after the job ended */
-    printf("train_elastic: this worker has no place in the job (%s); exiting\n",
-           hvd_last_error_message());
-    return 0;
-  }
-  if (st != HVD_OK)
-    return failed("hvd_init", st), EXIT_FAIL;
   teacher_init(&t->teacher);
   mlp_init(&t->model, 0); /* the same start everywhere; sync makes sure */
   on_reset(t);
@@ -291,6 +275,32 @@ int main(int argc, char **argv) {
     rc = identical ? 0 : EXIT_FAIL;
   }
   hvd_elastic_state_destroy(state);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  struct training *t = calloc(1, sizeof(*t));
+  hvd_status st;
+  int rc = t == NULL ? EXIT_FAIL : parse_args(argc, argv, &t->o);
+
+  if (rc >= 0) {
+    free(t);
+    return rc;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  t->x = malloc((size_t)SHARD * INPUTS * sizeof(*t->x));
+  t->y = malloc((size_t)SHARD * sizeof(*t->y));
+  if (t->x == NULL || t->y == NULL) {
+    rc = EXIT_FAIL;
+  } else if ((st = hvd_init()) == HVD_ERR_REMOVED) { /* a pod that came after the job ended */
+    printf("train_elastic: this worker has no place in the job (%s); exiting\n",
+           hvd_last_error_message());
+    rc = 0;
+  } else if (st != HVD_OK) {
+    rc = (failed("hvd_init", st), EXIT_FAIL);
+  } else {
+    rc = run(t);
+  }
   hvd_shutdown();
   free(t->x);
   free(t->y);

@@ -236,6 +236,41 @@ pod)
     done
     grep -q "^# Out of bounds values : 0 OK$" "$work/node1" || fail "rank 0 reports wrong results"
     ;;
+pod_elastic)
+    # An elastic pod job: hvd-rendezvous on ctl is the store and the driver;
+    # one pod per host with only the store's address and the token. node3's
+    # cable is pulled mid-training: its heartbeat stops, its peers fail, and
+    # the other three go on in a round without it and finish.
+    echo "netns-pod-$$" >"$work/token"
+    B exec ctl "$bin/hvd-rendezvous" --bind 10.77.0.100 --port 29400 --token-file "$work/token" \
+        --min-np 3 --np 4 --pod-timeout 3 --verbose >"$work/store" 2>&1 &
+    store=$!
+    for h in node1 node2 node3 node4; do
+        (timeout 60 "$bedsh" -b "$bed" exec $h env HVD_POD=1 HOROVOD_ELASTIC=1 \
+            HOROVOD_GLOO_RENDEZVOUS_ADDR=10.77.0.100 HOROVOD_GLOO_RENDEZVOUS_PORT=29400 \
+            HVD_TOKEN="netns-pod-$$" HOROVOD_GLOO_TIMEOUT_SECONDS=5 \
+            "$bin/train_elastic" --steps 400 --step-ms 10 >"$work/$h" 2>&1
+         echo $? >"$work/$h.rc") &
+    done
+    wait_line store "store " "round 0: 4 workers on 4 hosts"
+    wait_line node1 "node1 " "^step 100:"
+    B link node3 down
+    wait_line store "store " "round 1: 3 workers on 3 hosts"
+    n=0
+    until [ -f "$work/node1.rc" ] && [ -f "$work/node2.rc" ] && [ -f "$work/node4.rc" ]; do
+        n=$((n + 1))
+        [ $n -le 600 ] || fail "the pods still run 60 s after the new round"
+        sleep 0.1
+    done
+    kill "$store" 2>/dev/null
+    cat "$work"/node? "$work/store" >"$work/out"
+    for h in node1 node2 node4; do
+        [ "$(cat "$work/$h.rc")" = 0 ] || fail "the pod on $h did not exit 0"
+    done
+    grep -q "node3:0) sent no heartbeat for 3 s" "$work/store" || fail "the driver did not see node3 go"
+    grep -q "^done: 400 steps, 3 workers, .*parameters identical on every rank" "$work/node1" ||
+        fail "the job did not finish on 3 pods with identical parameters"
+    ;;
 *)
     fail "unknown case"
     ;;
