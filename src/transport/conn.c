@@ -12,7 +12,9 @@
  * Dialling is non-blocking: connect(), HELLO, ACK. Refused or unreachable
  * attempts (the peer may not be listening yet, or one of its addresses may
  * be unreachable from here) are retried with backoff, cycling through the
- * peer's advertised addresses, until the communicator's progress timeout. A
+ * peer's advertised addresses, until the communicator's progress timeout; an
+ * address that silently drops the attempt (a firewall) is given up after
+ * CONNECT_ATTEMPT_MS when the peer has others to try. A
  * peer on another host is dialled on its non-loopback addresses first: a
  * loopback address only works between ranks on one host.
  */
@@ -23,7 +25,7 @@
 
 #include "transport_private.h"
 
-enum { BACKOFF_FIRST_MS = 10, BACKOFF_MAX_MS = 1000 };
+enum { BACKOFF_FIRST_MS = 10, BACKOFF_MAX_MS = 1000, CONNECT_ATTEMPT_MS = 2000 };
 
 void conn_start_tx(struct net_comm *comm, struct net_conn *c) {
   struct net_ctx *ctx = comm->ctx;
@@ -78,7 +80,7 @@ void conn_close(struct net_conn *c) {
 /* The address to dial on this attempt: same-host peers in the order they
  * advertised, others with loopback addresses moved last. */
 static hvd_status pick_address(struct net_comm *comm, struct net_conn *c, struct net_addr *out,
-                               char *text, size_t size) {
+                               char *text, size_t size, size_t *count) {
   const struct rdzv_record *r = &comm->records[c->peer];
   bool same_host = strcmp(r->host, comm->ctx->hostname) == 0;
   size_t order[RDZV_RECORD_MAX_ADDRS];
@@ -97,6 +99,7 @@ static hvd_status pick_address(struct net_comm *comm, struct net_conn *c, struct
   if (n == 0)
     return hvd_error(HVD_ERR_PROTOCOL, "no usable address in its record");
   size_t pick = order[c->attempts % n];
+  *count = n;
   net_addr_parse(r->addrs[pick], out);
   net_addr_set_port(out, r->port);
   net_addr_format_port(out, r->port, text, size);
@@ -139,9 +142,10 @@ static hvd_status attempt_failed(struct net_comm *comm, struct net_conn *c, int 
 static hvd_status dial(struct net_comm *comm, struct net_conn *c, bool *progressed) {
   struct net_addr addr;
   char where[96];
+  size_t count = 0;
   hvd_status st;
 
-  st = pick_address(comm, c, &addr, where, sizeof(where));
+  st = pick_address(comm, c, &addr, where, sizeof(where), &count);
   if (st != HVD_OK) {
     char who[NET_WHO_MAX];
     comm_describe_peer(comm, c->peer, who, sizeof(who));
@@ -153,12 +157,16 @@ static hvd_status dial(struct net_comm *comm, struct net_conn *c, bool *progress
     c->tx_fd = socket(addr.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c->tx_fd < 0)
       return hvd_error(HVD_ERR_IO, "socket for %s: %s", where, strerror(errno));
+    c->attempt_deadline_ns = count > 1 ? hvd_deadline_after_ms(CONNECT_ATTEMPT_MS) : INT64_MAX;
   }
   /* connect() again tells how a pending attempt went: EISCONN once done. */
   if (connect(c->tx_fd, (struct sockaddr *)&addr.ss, addr.len) != 0 && errno != EISCONN) {
-    if (errno == EINPROGRESS || errno == EALREADY || errno == EINTR)
+    int err = errno;
+    if ((err == EINPROGRESS || err == EALREADY) && hvd_now_ns() >= c->attempt_deadline_ns)
+      return attempt_failed(comm, c, ETIMEDOUT, where); /* the next address, then */
+    if (err == EINPROGRESS || err == EALREADY || err == EINTR)
       return HVD_OK;
-    return attempt_failed(comm, c, errno, where);
+    return attempt_failed(comm, c, err, where);
   }
   *progressed = true;
   ctx_tune_socket(comm->ctx, c->tx_fd);

@@ -440,6 +440,8 @@ static int poll_timeout_ms(const struct net_comm *comm, int64_t now, int64_t pro
     const struct net_conn *c = &comm->conns[comm->active[k]];
     if (c->tx == TX_CONNECTING && c->tx_fd < 0 && c->retry_at_ns < next)
       next = c->retry_at_ns;
+    if (c->tx == TX_CONNECTING && c->tx_fd >= 0 && c->attempt_deadline_ns < next)
+      next = c->attempt_deadline_ns;
   }
   if (next <= now)
     return 0;

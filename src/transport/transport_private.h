@@ -132,6 +132,7 @@ struct net_conn {
   int tx_fd;
   enum net_tx_state tx;
   int64_t retry_at_ns;
+  int64_t attempt_deadline_ns; /* a pending connect() to one of several addresses gives up then */
   unsigned attempts;
   int64_t backoff_ms;
   unsigned char hello[NET_HELLO_MAX];
