@@ -15,6 +15,7 @@ check
 curl
 procps
 iproute2
+yamllint
 "
 
 missing=""
