@@ -176,9 +176,12 @@ static void abandon_scope(const struct driver *d, const char *scope, size_t size
 
 /* ==== planning a round ===================================================== */
 
-static bool hosts_has_live_worker(struct driver *d, const char *host) {
+/* Whether a live worker of the host had a place in the latest round, so
+ * holds the training state. A worker that has not been in a round (a pod
+ * just restarted under its old name) holds none, even on an old host. */
+static bool host_holds_state(struct driver *d, const char *host) {
   for (size_t i = 0; i < d->nw; i++) {
-    if (live(&d->w[i]) && strcmp(d->w[i].host, host) == 0)
+    if (live(&d->w[i]) && d->w[i].assigned && strcmp(d->w[i].host, host) == 0)
       return true;
   }
   return false;
@@ -203,7 +206,7 @@ static hvd_status make_plan(struct driver *d, int need, struct hvdrun_host **hos
   /* Hosts with a worker that holds the state first: rank 0 among them. */
   for (int pass = 0; pass < 2; pass++) {
     for (size_t i = 0; i < n; i++) {
-      if (hosts_has_live_worker(d, usable[i].name) == (pass == 0))
+      if (host_holds_state(d, usable[i].name) == (pass == 0))
         ordered[k++] = usable[i];
     }
   }
@@ -537,7 +540,8 @@ static hvd_status discover(struct driver *d) {
 static bool keeps_a_worker(struct driver *d, const struct hvdrun_host *hosts,
                            const struct hvdrun_slot *slots, int size) {
   for (int r = 0; r < size; r++) {
-    if (find_worker(d, hosts[slots[r].host].name, slots[r].local_rank) != NULL)
+    const struct worker *w = find_worker(d, hosts[slots[r].host].name, slots[r].local_rank);
+    if (w != NULL && w->assigned)
       return true;
   }
   return false;

@@ -151,19 +151,26 @@ elastic)
         { cat "$work/train-3" >&2; fail "train-3 was not told"; }
     ;;
 elastic_restart)
-    # A pod restarted under its own name replaces its old self; when every
-    # pod is gone, new ones start the job again on the same store.
+    # Rank 0's pod restarted under its own name replaces its old self, and
+    # the pod that holds the state becomes rank 0: training goes on from
+    # the last commit, not from the start. When every pod is gone, new
+    # ones start the job again on the same store.
     steps=100000
     epod train-0
     p0=$last
+    wait_line store "store " "pod train-0:0 registered" # the oldest: rank 0
     epod train-1
     p1=$last
     wait_line store "store " "round 0: 2 workers on 2 hosts"
-    kill_pod "$p1"
-    epod train-1
-    p1=$last
-    wait_line store "store " "was replaced by a new process with its host name"
+    wait_line train-0 "train-0 " "^step 100:"
+    kill_pod "$p0"
+    epod train-0
+    p0=$last
+    wait_line store "store " "worker 0 (pod train-0:0) was replaced by a new process"
     wait_line store "store " "round 1: 2 workers on 2 hosts"
+    wait_line train-1 "train-1 " "^start: 2 workers, from step"
+    first=$(sed -n 's/^start: 2 workers, from step \([0-9]*\).*/\1/p' "$work/train-1" | head -n 1)
+    [ "$first" -ge 100 ] || fail "round 1 started from step $first: the state was lost"
     kill_pod "$p0"
     kill_pod "$p1"
     wait "$p0" "$p1"
