@@ -63,8 +63,6 @@ static void stop_worker(struct worker *w, int sig) {
     w->p.running = false; /* a pod: no process to stop, it is just out */
 }
 
-/* Running and not being stopped by the driver. */
-static bool live(const struct worker *w) { return w->p.running && !w->stopped; }
 
 static void stop_job(struct driver *d, int code, const char *why) {
   if (d->stopping)
@@ -80,17 +78,23 @@ static void stop_job(struct driver *d, int code, const char *why) {
 static size_t live_workers(const struct driver *d) {
   size_t n = 0;
   for (size_t i = 0; i < d->nw; i++)
-    n += live(&d->w[i]);
+    n += worker_live(&d->w[i]);
   return n;
 }
 
-static struct worker *find_worker(struct driver *d, const char *host, int local_rank) {
+struct worker *driver_live_worker(struct driver *d, const char *host, size_t host_len,
+                                  int local_rank) {
   for (size_t i = 0; i < d->nw; i++) {
     struct worker *w = &d->w[i];
-    if (live(w) && w->local_rank == local_rank && strcmp(w->host, host) == 0)
+    if (worker_live(w) && w->local_rank == local_rank && strlen(w->host) == host_len &&
+        memcmp(w->host, host, host_len) == 0)
       return w;
   }
   return NULL;
+}
+
+static struct worker *find_worker(struct driver *d, const char *host, int local_rank) {
+  return driver_live_worker(d, host, strlen(host), local_rank);
 }
 
 /* ==== the store's scopes =================================================== */
@@ -135,35 +139,21 @@ void driver_scope_each(const struct driver *d, const char *scope,
   rdzv_blob_unref(body);
 }
 
-/* The transport scopes of round n (as the workers' generation prefix
- * names them), each with its size, through fn. */
+/* The transport scopes of the latest round (round n), through fn. */
 static void for_each_scope(const struct driver *d, uint64_t n,
-                           void (*fn)(const struct driver *, const char *, size_t)) {
-  char prefix[32] = "", scope[HVDRUN_HOST_MAX + 64];
-  if (n > 0)
-    snprintf(prefix, sizeof(prefix), "g%llu.", (unsigned long long)n);
-  snprintf(scope, sizeof(scope), "%sglobal", prefix);
-  fn(d, scope, (size_t)d->plan_size);
-  for (int r = 0; r < d->plan_size; r++) {
-    const struct hvdrun_slot *s = &d->plan[r];
-    if (s->local_rank == 0) {
-      snprintf(scope, sizeof(scope), "%slocal_%s", prefix, d->plan_hosts[s->host].name);
-      fn(d, scope, (size_t)s->local_size);
-    }
-    if (s->cross_rank == 0) {
-      snprintf(scope, sizeof(scope), "%scross_%d", prefix, s->local_rank);
-      fn(d, scope, (size_t)s->cross_size);
-    }
-  }
+                           void (*fn)(void *, const char *, size_t)) {
+  hvdrun_each_scope(d->plan_hosts, d->plan, d->plan_size, n, fn, (void *)d);
 }
 
-static void plan_scope(const struct driver *d, const char *scope, size_t size) {
+static void plan_scope(void *arg, const char *scope, size_t size) {
+  const struct driver *d = arg;
   if (rdzv_store_plan(d->store, scope, strlen(scope), size) != HVD_OK)
     driver_say(d, "cannot plan scope %s: %s", scope, hvd_last_error_message());
 }
 
 /* A round whose ranks never all met: the missing records say so. */
-static void abandon_scope(const struct driver *d, const char *scope, size_t size) {
+static void abandon_scope(void *arg, const char *scope, size_t size) {
+  const struct driver *d = arg;
   if (rdzv_store_plan_rounds(d->store, scope, strlen(scope)) > 0)
     return; /* everybody met there */
   for (size_t r = 0; r < size; r++) {
@@ -181,7 +171,7 @@ static void abandon_scope(const struct driver *d, const char *scope, size_t size
  * just restarted under its old name) holds none, even on an old host. */
 static bool host_holds_state(struct driver *d, const char *host) {
   for (size_t i = 0; i < d->nw; i++) {
-    if (live(&d->w[i]) && d->w[i].assigned && strcmp(d->w[i].host, host) == 0)
+    if (worker_live(&d->w[i]) && d->w[i].assigned && strcmp(d->w[i].host, host) == 0)
       return true;
   }
   return false;
@@ -298,8 +288,8 @@ static hvd_status start_worker(struct driver *d, const struct hvdrun_slot *s, co
   if (st != HVD_OK)
     return hvd_error_prefix("starting a worker on %s", host);
   if (d->o->verbose)
-    driver_say(d, "worker %d started on %s[%d] as rank %d of %d (round %llu)",
-            w->label, host, s->local_rank, s->rank, s->size, (unsigned long long)d->round);
+    driver_say(d, "worker %d started on %s[%d] as rank %d of %d (round %llu)", w->label, host,
+               s->local_rank, s->rank, s->size, (unsigned long long)d->round);
   return HVD_OK;
 }
 
@@ -340,7 +330,7 @@ static hvd_status publish(struct driver *d, struct hvdrun_host *hosts, size_t nh
   }
   for (size_t i = 0; i < d->nw; i++) {
     struct worker *w = &d->w[i];
-    if (!live(w) || w->assigned)
+    if (!worker_live(w) || w->assigned)
       continue;
     w->removed_at = hvd_now_ns();
     snprintf(key, sizeof(key), "%s:%d", w->host, w->local_rank);
@@ -349,7 +339,7 @@ static hvd_status publish(struct driver *d, struct hvdrun_host *hosts, size_t nh
     driver_put(d, "rank_and_size", key, value);
     if (d->o->verbose)
       driver_say(d, "worker %d (%s) has no place in round %llu", w->label, key,
-              (unsigned long long)n);
+                 (unsigned long long)n);
   }
   for_each_scope(d, n, plan_scope);
   /* latest before round.<n>: a worker that sees round.<n> reads latest next. */
@@ -365,8 +355,7 @@ static hvd_status publish(struct driver *d, struct hvdrun_host *hosts, size_t nh
     if (find_worker(d, host, slots[r].local_rank) == NULL)
       st = start_worker(d, &slots[r], host);
   }
-  driver_say(d, "round %llu: %d workers on %zu hosts", (unsigned long long)n, size,
-          nhosts);
+  driver_say(d, "round %llu: %d workers on %zu hosts", (unsigned long long)n, size, nhosts);
   return st;
 }
 
@@ -396,7 +385,7 @@ static void on_failure(struct driver *d, struct worker *w, const char *why, int 
              why, w->host);
   hvdrun_hosts_view_blacklist(&d->view, w->host, hvd_now_ns());
   for (size_t i = 0; i < d->nw; i++) {
-    if (live(&d->w[i]) && strcmp(d->w[i].host, w->host) == 0)
+    if (worker_live(&d->w[i]) && strcmp(d->w[i].host, w->host) == 0)
       stop_worker(&d->w[i], SIGTERM);
   }
   need_round(d);
@@ -407,7 +396,7 @@ void driver_worker_ended(struct driver *d, struct worker *w, const char *why, in
   if (d->o->verbose && w->p.pid > 0)
     driver_say(d, "worker %d on %s[%d] (pid %d) %s", w->label, w->host, w->local_rank,
                (int)w->p.pid, why);
-  else if (d->o->verbose && w->assigned && (w->stopped || d->stopping || code == 0))
+  else if (d->o->verbose && w->assigned && code == 0) /* a pod's failure is said below */
     driver_say(d, "worker %d (pod %s:%d) %s", w->label, w->host, w->local_rank, why);
   if (w->stopped || !w->assigned || d->stopping)
     return; /* stopped by the driver, or had no place any more */
@@ -560,7 +549,7 @@ static void advance(struct driver *d) {
 
   for (size_t i = 0; i < d->nw; i++) {
     struct worker *w = &d->w[i];
-    if (!live(w))
+    if (!worker_live(w))
       continue;
     if (d->published && w->assigned && w->left >= (int64_t)d->round)
       need_round(d); /* a worker hit a failure hvdrun did not see */
@@ -571,7 +560,7 @@ static void advance(struct driver *d) {
     return;
   for (size_t i = 0; i < d->nw && d->published; i++) {
     struct worker *w = &d->w[i];
-    if (live(w) && w->assigned && w->left < (int64_t)d->round)
+    if (worker_live(w) && w->assigned && w->left < (int64_t)d->round)
       settled = false;
   }
   if (!settled) {
@@ -579,7 +568,7 @@ static void advance(struct driver *d) {
       return;
     for (size_t i = 0; i < d->nw; i++) {
       struct worker *w = &d->w[i];
-      if (live(w) && w->assigned && w->left < (int64_t)d->round) {
+      if (worker_live(w) && w->assigned && w->left < (int64_t)d->round) {
         snprintf(why, sizeof(why), "did not leave round %llu within --elastic-timeout (%d s)",
                  (unsigned long long)d->round, d->o->elastic_timeout_s);
         stop_worker(w, SIGTERM);
@@ -662,8 +651,8 @@ static void tick(struct driver *d) {
     struct worker *w = &d->w[i];
     if (w->stopped && !w->killed && w->p.running &&
         now - w->stopped_at > (int64_t)GRACE_S * 1000000000) {
-      driver_say(d, "worker %d still running %d s after SIGTERM: sending SIGKILL",
-              w->label, GRACE_S);
+      driver_say(d, "worker %d still running %d s after SIGTERM: sending SIGKILL", w->label,
+                 GRACE_S);
       stop_worker(w, SIGKILL);
     }
   }
@@ -789,8 +778,8 @@ static hvd_status start(struct driver *d) {
   d->port = rdzv_server_port(d->server);
   d->store = rdzv_server_store(d->server);
   if (d->o->verbose)
-    driver_say(d, "elastic job; rendezvous store on port %d (ranks use %s:%d)",
-            d->port, d->addr, d->port);
+    driver_say(d, "elastic job; rendezvous store on port %d (ranks use %s:%d)", d->port,
+               d->addr, d->port);
   return HVD_OK;
 }
 

@@ -26,6 +26,9 @@ struct worker {
   bool twin_said;                            /* a second process with its slot was reported */
 };
 
+/* Running and not being stopped by the driver. */
+static inline bool worker_live(const struct worker *w) { return w->p.running && !w->stopped; }
+
 struct driver {
   const struct hvdrun_options *o;
   const char *name; /* the messages' prefix: "hvdrun", "hvd-rendezvous" */
@@ -72,6 +75,10 @@ void driver_scope_each(const struct driver *d, const char *scope,
                        void (*fn)(struct driver *, const char *key, const char *value,
                                   size_t value_len),
                        struct driver *arg);
+/* The live worker (running, not stopped) of a slot, the host given by
+ * its first host_len bytes; NULL if none. */
+struct worker *driver_live_worker(struct driver *d, const char *host, size_t host_len,
+                                  int local_rank);
 /* A new worker slot (zeroed but for its number and pipes); NULL when out of memory. */
 struct worker *driver_add_worker(struct driver *d);
 /* A worker ended: code 0 is a success; why says how ("exited with code 1"). */

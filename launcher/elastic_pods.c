@@ -30,18 +30,10 @@ static struct worker *by_incarnation(struct driver *d, const char *inc, size_t l
   return NULL;
 }
 
-static struct worker *live_in_slot(struct driver *d, const char *host, size_t host_len, int lr) {
-  for (size_t i = 0; i < d->nw; i++) {
-    struct worker *w = &d->w[i];
-    if (w->p.running && !w->stopped && w->local_rank == lr && strlen(w->host) == host_len &&
-        memcmp(w->host, host, host_len) == 0)
-      return w;
-  }
-  return NULL;
-}
-
-static void admit(struct driver *d, const char *key, const char *host, size_t host_len, int lr,
-                  const char *inc, size_t inc_len, const char *value, size_t len) {
+/* A new registration: key "<host>:<lr>" (host_len bytes of host), value
+ * "<incarnation> <n>" (inc_len bytes of incarnation). */
+static void admit(struct driver *d, const char *key, size_t host_len, int lr, const char *value,
+                  size_t inc_len, size_t len) {
   struct worker *w = driver_add_worker(d);
   char first[32];
 
@@ -49,9 +41,9 @@ static void admit(struct driver *d, const char *key, const char *host, size_t ho
     driver_say(d, "out of memory: pod %s cannot be admitted", key);
     return;
   }
-  memcpy(w->host, host, host_len);
+  memcpy(w->host, key, host_len);
   w->local_rank = lr;
-  memcpy(w->incarnation, inc, inc_len);
+  memcpy(w->incarnation, value, inc_len);
   memcpy(w->beat, value, len);
   w->heard_at = hvd_now_ns();
   w->p.running = !d->finishing;
@@ -90,10 +82,10 @@ static void on_pod(struct driver *d, const char *key, const char *value, size_t 
     memcpy(w->beat, value, len);
     w->beat[len] = '\0';
     w->heard_at = hvd_now_ns();
-    if (!w->p.running || w->stopped) {
+    if (!worker_live(w)) {
       /* It beats on after its end: another process took its slot, or it
        * was counted as gone and came back; either way it has no place. */
-      if (!left && !w->twin_said && live_in_slot(d, key, host_len, (int)lr) != NULL)
+      if (!left && !w->twin_said && driver_live_worker(d, key, host_len, (int)lr) != NULL)
         driver_say(d, "two processes register as pod %s (the same host name and local rank): "
                       "give each its own HOROVOD_HOSTNAME or HOROVOD_LOCAL_RANK",
                    key);
@@ -110,11 +102,11 @@ static void on_pod(struct driver *d, const char *key, const char *value, size_t 
   }
   if (left)
     return; /* a registration that ended before the driver saw it */
-  if ((old = live_in_slot(d, key, host_len, (int)lr)) != NULL)
+  if ((old = driver_live_worker(d, key, host_len, (int)lr)) != NULL)
     driver_worker_ended(d, old, "was replaced by a new process with its host name (the pod "
                                 "restarted)",
                         1);
-  admit(d, key, key, host_len, (int)lr, value, inc_len, value, len);
+  admit(d, key, host_len, (int)lr, value, inc_len, len);
 }
 
 hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n) {
@@ -125,7 +117,7 @@ hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n
   driver_scope_each(d, "elastic_pods", on_pod, d);
   for (size_t i = 0; i < d->nw; i++) {
     struct worker *w = &d->w[i];
-    if (w->p.running && !w->stopped && now - w->heard_at > s_ns(d->pod_timeout_s)) {
+    if (worker_live(w) && now - w->heard_at > s_ns(d->pod_timeout_s)) {
       char why[96];
       snprintf(why, sizeof(why), "sent no heartbeat for %d s (--pod-timeout)", d->pod_timeout_s);
       driver_worker_ended(d, w, why, 1);
@@ -137,14 +129,14 @@ hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n
   for (size_t i = 0; i < d->nw; i++) {
     const struct worker *w = &d->w[i];
     size_t h = 0;
-    if (!w->p.running || w->stopped)
+    if (!worker_live(w))
       continue;
     while (h < count && strcmp(hosts[h].name, w->host) != 0)
       h++;
     if (h < count)
       continue;
     snprintf(hosts[count].name, sizeof(hosts[count].name), "%s", w->host);
-    while (live_in_slot(d, w->host, strlen(w->host), hosts[count].slots) != NULL)
+    while (driver_live_worker(d, w->host, strlen(w->host), hosts[count].slots) != NULL)
       hosts[count].slots++;
     if (hosts[count].slots > 0)
       count++;

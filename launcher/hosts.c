@@ -159,6 +159,27 @@ hvd_status hvdrun_read_hostfile(const char *path, struct hvdrun_host **out, size
   return HVD_OK;
 }
 
+void hvdrun_each_scope(const struct hvdrun_host *hosts, const struct hvdrun_slot *slots, int size,
+                       uint64_t generation,
+                       void (*fn)(void *arg, const char *scope, size_t ranks), void *arg) {
+  char prefix[32], scope[HVDRUN_HOST_MAX + 64];
+
+  net_generation_prefix(generation, prefix, sizeof(prefix));
+  snprintf(scope, sizeof(scope), "%sglobal", prefix);
+  fn(arg, scope, (size_t)size);
+  for (int r = 0; r < size; r++) {
+    const struct hvdrun_slot *s = &slots[r];
+    if (s->local_rank == 0) {
+      snprintf(scope, sizeof(scope), "%slocal_%s", prefix, hosts[s->host].name);
+      fn(arg, scope, (size_t)s->local_size);
+    }
+    if (s->cross_rank == 0) {
+      snprintf(scope, sizeof(scope), "%scross_%d", prefix, s->local_rank);
+      fn(arg, scope, (size_t)s->cross_size);
+    }
+  }
+}
+
 hvd_status hvdrun_assign(const struct hvdrun_host *hosts, size_t nhosts, int np,
                          struct hvdrun_slot **out, int *nslots) {
   long total = 0;

@@ -53,6 +53,8 @@ struct hvdrun_options {
  * *help set when --help was asked (nothing else is checked then). */
 hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *help);
 void hvdrun_options_fini(struct hvdrun_options *o);
+/* --elastic-timeout's default: HOROVOD_ELASTIC_TIMEOUT (1 to 86400), else 600. */
+hvd_status hvdrun_elastic_timeout_from_env(int *seconds);
 void hvdrun_usage(FILE *out);
 
 /* ==== hosts and slots (hosts.c) ============================================= */
@@ -77,6 +79,13 @@ hvd_status hvdrun_read_hostfile(const char *path, struct hvdrun_host **out, size
  * is HVD_ERR_INVALID_ARGUMENT. *out has *nslots entries, by rank. */
 hvd_status hvdrun_assign(const struct hvdrun_host *hosts, size_t nhosts, int np,
                          struct hvdrun_slot **out, int *nslots);
+/* The transport scopes the ranks of an assignment meet in, as the ranks
+ * name them in a generation: "<prefix>global", "<prefix>local_<host>" and
+ * "<prefix>cross_<local rank>" (prefix "g<N>." for N > 0), each with its
+ * number of ranks, through fn. */
+void hvdrun_each_scope(const struct hvdrun_host *hosts, const struct hvdrun_slot *slots, int size,
+                       uint64_t generation,
+                       void (*fn)(void *arg, const char *scope, size_t ranks), void *arg);
 /* Whether the name is this machine (localhost, a local address, our hostname). */
 bool hvdrun_host_is_local(const char *name);
 

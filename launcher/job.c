@@ -69,10 +69,20 @@ struct job {
 
 /* ==== the store ============================================================= */
 
+struct plan {
+  struct rdzv_store *store;
+  hvd_status st; /* the first failure */
+};
+
+static void plan_scope(void *arg, const char *scope, size_t ranks) {
+  struct plan *p = arg;
+  if (p->st == HVD_OK)
+    p->st = rdzv_store_plan(p->store, scope, strlen(scope), ranks);
+}
+
 static hvd_status start_store(struct job *j) {
   struct rdzv_server_config cfg;
-  struct rdzv_store *store;
-  char scope[HVDRUN_HOST_MAX + 32];
+  struct plan plan;
   bool any_remote = false;
   hvd_status st;
 
@@ -100,21 +110,11 @@ static hvd_status start_store(struct job *j) {
   if ((st = rdzv_server_start(&cfg, &j->server)) != HVD_OK)
     return hvd_error_prefix("starting the rendezvous store");
   j->port = rdzv_server_port(j->server);
-  store = rdzv_server_store(j->server);
   /* Planned scopes clear themselves once every rank has finished with them. */
-  st = rdzv_store_plan(store, "global", 6, (size_t)j->size);
-  for (int r = 0; r < j->size && st == HVD_OK; r++) {
-    const struct hvdrun_slot *s = &j->slots[r];
-    if (s->local_rank == 0) {
-      int n = snprintf(scope, sizeof(scope), "local_%s", j->hosts[s->host].name);
-      st = rdzv_store_plan(store, scope, (size_t)n, (size_t)s->local_size);
-    }
-    if (s->cross_rank == 0) {
-      int n = snprintf(scope, sizeof(scope), "cross_%d", s->local_rank);
-      st = rdzv_store_plan(store, scope, (size_t)n, (size_t)s->cross_size);
-    }
-  }
-  if (st != HVD_OK)
+  plan.store = rdzv_server_store(j->server);
+  plan.st = HVD_OK;
+  hvdrun_each_scope(j->hosts, j->slots, j->size, 0, plan_scope, &plan);
+  if (plan.st != HVD_OK)
     return hvd_error_prefix("planning the store's scopes");
   if (j->o->verbose)
     fprintf(stderr, "hvdrun: rendezvous store on %s:%d (ranks use %s:%d)\n",

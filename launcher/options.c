@@ -346,12 +346,18 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
   return HVD_OK;
 }
 
+hvd_status hvdrun_elastic_timeout_from_env(int *seconds) {
+  int64_t timeout;
+  hvd_status st = hvd_env_int("HOROVOD_ELASTIC_TIMEOUT", 600, 1, 86400, &timeout);
+  if (st == HVD_OK)
+    *seconds = (int)timeout;
+  return st;
+}
+
 /* The elastic flags, once parsing is done. only_elastic: the first flag
  * given that means something in elastic mode only (NULL: none). */
 static hvd_status check_elastic(struct hvdrun_options *o, const char *only_elastic,
                                 const char *slots_flag, bool timeout_given) {
-  int64_t timeout;
-
   if (o->discovery_script != NULL && (o->hosts != NULL || o->hostfile != NULL))
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "--host-discovery-script and %s exclude each other (one source of hosts)",
@@ -381,12 +387,8 @@ static hvd_status check_elastic(struct hvdrun_options *o, const char *only_elast
   if (o->max_np > 0 && o->max_np < o->np)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "--max-np %d is less than -np %d", o->max_np,
                      o->np);
-  if (!timeout_given) {
-    hvd_status st = hvd_env_int("HOROVOD_ELASTIC_TIMEOUT", 600, 1, 86400, &timeout);
-    if (st != HVD_OK)
-      return st;
-    o->elastic_timeout_s = (int)timeout;
-  }
+  if (!timeout_given)
+    return hvdrun_elastic_timeout_from_env(&o->elastic_timeout_s);
   return HVD_OK;
 }
 

@@ -22,7 +22,6 @@ enum {
   TOKEN_MAX = 4096,
   TOKEN_USABLE_MAX = 256, /* HVD_TOKEN's limit on the ranks */
   PLANS_MAX = 256,
-  ELASTIC_TIMEOUT_DEFAULT_S = 600,
   POD_TIMEOUT_DEFAULT_S = 10,
 };
 
@@ -139,7 +138,6 @@ static int parse_plan(struct options *o, const char *arg) {
 /* The driver's flags once parsed: -1 to go on, or the usage exit code. */
 static int check_driver(struct options *o) {
   struct hvdrun_options *d = &o->driver;
-  int64_t timeout;
 
   if (d->min_np < 0) {
     if (o->only_elastic != NULL)
@@ -153,12 +151,8 @@ static int check_driver(struct options *o) {
     return usage_error("--np %d is below --min-np %d", d->np, d->min_np);
   if (d->max_np >= 0 && d->max_np < d->np)
     return usage_error("--max-np %d is below --np %d", d->max_np, d->np);
-  if (d->elastic_timeout_s == 0) {
-    if (hvd_env_int("HOROVOD_ELASTIC_TIMEOUT", ELASTIC_TIMEOUT_DEFAULT_S, 1, 86400, &timeout) !=
-        HVD_OK)
-      return usage_error("%s", hvd_last_error_message());
-    d->elastic_timeout_s = (int)timeout;
-  }
+  if (d->elastic_timeout_s == 0 && hvdrun_elastic_timeout_from_env(&d->elastic_timeout_s) != HVD_OK)
+    return usage_error("%s", hvd_last_error_message());
   return -1;
 }
 

@@ -95,6 +95,21 @@ expect_exits() {
     fi
 }
 
+# pods_end_within S HOST...: waits at most S s for the pods started on the
+# hosts (each writes $work/HOST.rc when it ends).
+pods_end_within() {
+    limit=$1
+    shift
+    n=0
+    for h in "$@"; do
+        until [ -f "$work/$h.rc" ]; do
+            n=$((n + 1))
+            [ $n -le $((limit * 10)) ] || fail "the pod on $h still runs after $limit s"
+            sleep 0.1
+        done
+    done
+}
+
 hosts4x2=node1:2,node2:2,node3:2,node4:2
 hosts4x1=node1:1,node2:1,node3:1,node4:1
 bench_small="$bin/hvd-bench allreduce -b 8 -e 1M -f 32 -c 1 -n 2 -w 1"
@@ -221,13 +236,7 @@ pod)
             "$bin/hvd-bench" allreduce -b 8 -e 4M -f 8 -c 1 -n 3 -w 1 >"$work/$h" 2>&1
          echo $? >"$work/$h.rc") &
     done
-    n=0
-    while [ $n -lt 600 ]; do
-        [ -f "$work/node1.rc" ] && [ -f "$work/node2.rc" ] && [ -f "$work/node3.rc" ] &&
-            [ -f "$work/node4.rc" ] && break
-        sleep 0.1
-        n=$((n + 1))
-    done
+    pods_end_within 60 node1 node2 node3 node4
     kill "$store" 2>/dev/null
     cat "$work"/node? >"$work/out"
     for h in 1 2 3 4; do
@@ -261,12 +270,7 @@ pod_elastic)
     done
     B link node3 down
     wait_line store "store " "round 1: 3 workers on 3 hosts"
-    n=0
-    until [ -f "$work/node1.rc" ] && [ -f "$work/node2.rc" ] && [ -f "$work/node4.rc" ]; do
-        n=$((n + 1))
-        [ $n -le 600 ] || fail "the pods still run 60 s after the new round"
-        sleep 0.1
-    done
+    pods_end_within 60 node1 node2 node4
     kill "$store" 2>/dev/null
     cat "$work"/node? "$work/store" >"$work/out"
     for h in node1 node2 node4; do
