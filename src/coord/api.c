@@ -301,11 +301,12 @@ static hvd_status init(const struct coord_round *given) {
 
 HVD_API hvd_status hvd_init(void) {
   struct coord_elastic_env env;
+  bool have_env = coord_elastic_env(&env) == HVD_OK; /* else init reports it */
   hvd_status st;
 
   /* A pod of an elastic job learns its round from hvd-rendezvous's driver
-   * (a bad environment, or hvd already up, is init's to report). */
-  if (coord_elastic_env(&env) == HVD_OK && env.pod && !hvd_is_initialized()) {
+   * (hvd already up is init's to report). */
+  if (have_env && env.pod && !hvd_is_initialized()) {
     pthread_mutex_lock(&g_life);
     bool removed = g_removed;
     pthread_mutex_unlock(&g_life);
@@ -316,8 +317,7 @@ HVD_API hvd_status hvd_init(void) {
 
   /* A new elastic worker whose first round fails to start (another one
    * died meanwhile) joins the next round instead of failing. */
-  if (st != HVD_OK && coord_elastic_recoverable(st) && coord_elastic_env(&env) == HVD_OK &&
-      env.elastic) {
+  if (st != HVD_OK && coord_elastic_recoverable(st) && have_env && env.elastic) {
     HVD_LOG_INFO("elastic: round %llu failed to start (%s); waiting for the next one",
                  (unsigned long long)env.round, hvd_last_error_message());
     st = coord_elastic_rejoin(&env, env.round);

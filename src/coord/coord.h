@@ -516,6 +516,21 @@ void coord_pod_leave(void);
 /* hvd_shutdown without ending a pod's membership (a reset). */
 void coord_shutdown_state(void);
 
+/* A thread that talks to the store until it is stopped (elastic_link.c):
+ * rank 0's watch and a pod's heartbeat. stop_fd is an eventfd that is the
+ * client's cancel fd too, so stopping also ends a request in flight. */
+struct coord_store_thread {
+  pthread_t thread;
+  bool started;
+  int stop_fd;
+  struct rdzv_client *client;
+};
+/* The stop eventfd and a client from the environment (closed again on failure). */
+hvd_status coord_store_thread_open(struct coord_store_thread *t);
+hvd_status coord_store_thread_start(struct coord_store_thread *t, void *(*fn)(void *), void *arg);
+/* Stops and joins the thread if it started; frees the client and the fd. */
+void coord_store_thread_close(struct coord_store_thread *t);
+
 /* Rank 0's watch for the driver's host updates (a thread with one long-poll). */
 struct coord_watch;
 hvd_status coord_watch_start(uint64_t after, struct coord_watch **out);

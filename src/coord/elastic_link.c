@@ -113,16 +113,15 @@ static hvd_status parse_assignment(const char *text, size_t len, struct coord_ro
   return HVD_OK;
 }
 
-/* Waits for round `first` (or a later one) and reads this worker's place
- * in the latest published round. */
+/* Waits for round `first` (or a later one) and reads the place of slot
+ * `key` in the latest published round. */
 static hvd_status wait_assignment(struct rdzv_client *c, const struct coord_elastic_env *env,
-                                  uint64_t first, struct coord_round *out) {
-  char key[RDZV_RECORD_HOST_MAX + 16], scope[48];
+                                  const char *key, uint64_t first, struct coord_round *out) {
+  char scope[48];
   struct hvd_buf v;
   uint64_t latest = 0, ignored;
   hvd_status st;
 
-  snprintf(key, sizeof(key), "%s:%d", env->host, env->local_rank);
   snprintf(scope, sizeof(scope), "round.%llu", (unsigned long long)first);
   /* The driver decides when rounds end (it fails the job after its own
    * --elastic-timeout); this wait only covers a driver that hangs. */
@@ -181,7 +180,7 @@ static hvd_status join(const struct coord_elastic_env *env, const uint64_t *leav
     st = rdzv_client_set(c, "elastic_ready", key, text, strlen(text));
   }
   if (st == HVD_OK)
-    st = wait_assignment(c, env, first, &round);
+    st = wait_assignment(c, env, key, first, &round);
   if (st == HVD_OK)
     *result = round;
   rdzv_client_destroy(c);
@@ -200,12 +199,48 @@ hvd_status coord_elastic_first_round(const struct coord_elastic_env *env, uint64
   return join(env, NULL, first, out);
 }
 
+/* ==== threads that talk to the store =========================================== */
+
+hvd_status coord_store_thread_open(struct coord_store_thread *t) {
+  hvd_status st;
+
+  memset(t, 0, sizeof(*t));
+  t->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  st = t->stop_fd < 0 ? hvd_error(HVD_ERR_IO, "eventfd failed") : HVD_OK;
+  if (st == HVD_OK)
+    st = rdzv_client_create_from_env(&t->client);
+  if (st == HVD_OK)
+    st = rdzv_client_set_cancel_fd(t->client, t->stop_fd);
+  if (st != HVD_OK)
+    coord_store_thread_close(t);
+  return st;
+}
+
+hvd_status coord_store_thread_start(struct coord_store_thread *t, void *(*fn)(void *), void *arg) {
+  if (pthread_create(&t->thread, NULL, fn, arg) != 0)
+    return hvd_error(HVD_ERR_IO, "cannot start a thread");
+  t->started = true;
+  return HVD_OK;
+}
+
+void coord_store_thread_close(struct coord_store_thread *t) {
+  uint64_t one = 1;
+  if (t->started) {
+    (void)!write(t->stop_fd, &one, sizeof(one));
+    pthread_join(t->thread, NULL);
+    t->started = false;
+  }
+  rdzv_client_destroy(t->client);
+  t->client = NULL;
+  if (t->stop_fd >= 0)
+    close(t->stop_fd);
+  t->stop_fd = -1;
+}
+
 /* ==== the watch ================================================================ */
 
 struct coord_watch {
-  pthread_t thread;
-  int stop_fd;
-  struct rdzv_client *client;
+  struct coord_store_thread t;
   _Atomic uint64_t updates;
 };
 
@@ -220,7 +255,7 @@ static void *watch_main(void *arg) {
     hvd_status st;
     snprintf(key, sizeof(key), "update.%llu", (unsigned long long)next);
     hvd_buf_reset(&v);
-    st = rdzv_client_wait(w->client, "elastic", key, INT64_C(3600) * 1000, &v);
+    st = rdzv_client_wait(w->t.client, "elastic", key, INT64_C(3600) * 1000, &v);
     if (st == HVD_OK) {
       HVD_LOG_DEBUG("elastic: the driver announced host update %llu (%.*s)",
                     (unsigned long long)next, (int)v.len, (const char *)v.data);
@@ -245,20 +280,12 @@ hvd_status coord_watch_start(uint64_t after, struct coord_watch **out) {
   if (w == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the host-update watch");
   atomic_init(&w->updates, after);
-  w->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  st = w->stop_fd < 0 ? hvd_error(HVD_ERR_IO, "eventfd failed") : HVD_OK;
-  if (st == HVD_OK)
-    st = rdzv_client_create_from_env(&w->client);
-  if (st == HVD_OK)
-    st = rdzv_client_set_cancel_fd(w->client, w->stop_fd);
-  if (st == HVD_OK && pthread_create(&w->thread, NULL, watch_main, w) != 0)
-    st = hvd_error(HVD_ERR_IO, "cannot start the host-update watch thread");
+  st = coord_store_thread_open(&w->t);
+  if (st == HVD_OK && (st = coord_store_thread_start(&w->t, watch_main, w)) != HVD_OK)
+    coord_store_thread_close(&w->t);
   if (st != HVD_OK) {
-    rdzv_client_destroy(w->client);
-    if (w->stop_fd >= 0)
-      close(w->stop_fd);
     free(w);
-    return st;
+    return hvd_error_prefix("the host-update watch");
   }
   *out = w;
   return HVD_OK;
@@ -267,12 +294,8 @@ hvd_status coord_watch_start(uint64_t after, struct coord_watch **out) {
 uint64_t coord_watch_updates(struct coord_watch *w) { return atomic_load(&w->updates); }
 
 void coord_watch_stop(struct coord_watch *w) {
-  uint64_t one = 1;
   if (w == NULL)
     return;
-  (void)!write(w->stop_fd, &one, sizeof(one));
-  pthread_join(w->thread, NULL);
-  rdzv_client_destroy(w->client);
-  close(w->stop_fd);
+  coord_store_thread_close(&w->t);
   free(w);
 }

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -37,12 +36,10 @@ enum {
 static struct {
   pthread_mutex_t lock; /* the fields below, for join and leave */
   bool active, done;
-  pthread_t thread;
-  int stop_fd;
-  struct rdzv_client *client; /* the heartbeat's */
+  struct coord_store_thread heartbeat;
   char slot[RDZV_RECORD_HOST_MAX + 16];
   char incarnation[INCARNATION_HEX + 1];
-} g_pod = {.lock = PTHREAD_MUTEX_INITIALIZER, .stop_fd = -1};
+} g_pod = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void make_incarnation(char *out) {
   unsigned char bytes[INCARNATION_HEX / 2];
@@ -65,13 +62,13 @@ static void *heartbeat_main(void *arg) {
   bool failing = false;
   (void)arg;
   for (;;) {
-    struct pollfd stop = {.fd = g_pod.stop_fd, .events = POLLIN};
+    struct pollfd stop = {.fd = g_pod.heartbeat.stop_fd, .events = POLLIN};
     char count[24];
     hvd_status st;
     if (poll(&stop, 1, HEARTBEAT_MS) != 0)
       break; /* leaving (or poll failed: no busy loop either way) */
     snprintf(count, sizeof(count), "%llu", ++n);
-    st = beat(g_pod.client, count);
+    st = beat(g_pod.heartbeat.client, count);
     if (st == HVD_ERR_ABORTED)
       break;
     if (st != HVD_OK && !failing) /* once per outage: the store may be restarting */
@@ -88,24 +85,15 @@ static hvd_status start(const struct coord_elastic_env *env) {
   snprintf(g_pod.slot, sizeof(g_pod.slot), "%s:%d", env->host, env->local_rank);
   make_incarnation(g_pod.incarnation);
   g_pod.done = false;
-  g_pod.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  st = g_pod.stop_fd < 0 ? hvd_error(HVD_ERR_IO, "eventfd failed") : HVD_OK;
-  if (st == HVD_OK)
-    st = rdzv_client_create_from_env(&g_pod.client);
-  if (st == HVD_OK)
-    st = rdzv_client_set_cancel_fd(g_pod.client, g_pod.stop_fd);
-  if (st == HVD_OK && (st = beat(g_pod.client, "0")) != HVD_OK)
+  if ((st = coord_store_thread_open(&g_pod.heartbeat)) != HVD_OK)
+    return st;
+  if ((st = beat(g_pod.heartbeat.client, "0")) != HVD_OK)
     hvd_error_prefix("registering pod %s in the store", g_pod.slot);
-  if (st == HVD_OK)
-    rdzv_client_set_timeout_ms(g_pod.client, HEARTBEAT_REQUEST_MS);
-  if (st == HVD_OK && pthread_create(&g_pod.thread, NULL, heartbeat_main, NULL) != 0)
-    st = hvd_error(HVD_ERR_IO, "cannot start the pod's heartbeat thread");
+  rdzv_client_set_timeout_ms(g_pod.heartbeat.client, HEARTBEAT_REQUEST_MS);
+  if (st == HVD_OK && coord_store_thread_start(&g_pod.heartbeat, heartbeat_main, NULL) != HVD_OK)
+    st = hvd_error_prefix("the pod's heartbeat");
   if (st != HVD_OK) {
-    rdzv_client_destroy(g_pod.client);
-    g_pod.client = NULL;
-    if (g_pod.stop_fd >= 0)
-      close(g_pod.stop_fd);
-    g_pod.stop_fd = -1;
+    coord_store_thread_close(&g_pod.heartbeat);
     return st;
   }
   g_pod.active = true;
@@ -176,19 +164,13 @@ void coord_pod_mark_done(void) {
 
 void coord_pod_leave(void) {
   struct rdzv_client *c = NULL;
-  uint64_t one = 1;
 
   pthread_mutex_lock(&g_pod.lock);
   if (!g_pod.active) {
     pthread_mutex_unlock(&g_pod.lock);
     return;
   }
-  (void)!write(g_pod.stop_fd, &one, sizeof(one));
-  pthread_join(g_pod.thread, NULL);
-  rdzv_client_destroy(g_pod.client);
-  g_pod.client = NULL;
-  close(g_pod.stop_fd);
-  g_pod.stop_fd = -1;
+  coord_store_thread_close(&g_pod.heartbeat);
   g_pod.active = false;
   /* Best effort: without it the driver sees the heartbeat stop. */
   if (rdzv_client_create_from_env(&c) == HVD_OK) {
