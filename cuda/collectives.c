@@ -257,8 +257,8 @@ static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set
       sum += count;
     }
     coord_output_shape(e, sum, esize);
-    if ((st = b->alloc(g, e->handle->output_bytes, &e->handle->output)) == HVD_OK)
-      e->handle->output_free = b->free;
+    if ((st = b->alloc(g, coord_entry_output(e)->bytes, &coord_entry_output(e)->data)) == HVD_OK)
+      coord_entry_output(e)->free = b->free;
   }
   if (st != HVD_OK)
     goto out;
@@ -268,7 +268,8 @@ static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set
   }
   coord_execute_phase(g->s, r, "NCCL_ALLGATHER");
   if (r->ntensors == 1) {
-    st = gather_blocks(g, c, entries[0]->input, entries[0]->handle->output, bytes, offsets);
+    st = gather_blocks(g, c, entries[0]->input, coord_entry_output(entries[0])->data, bytes,
+                       offsets);
     goto wait;
   }
   /* Fused: this rank's tensors one after the other in its block, the
@@ -299,7 +300,8 @@ static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set
         size_t len = (size_t)r->counts[t * (uint32_t)n + (uint32_t)i] * esize, dst = 0;
         for (int j = 0; j < i; j++)
           dst += (size_t)r->counts[t * (uint32_t)n + (uint32_t)j] * esize;
-        copies[k++] = (struct gpu_copy){fb + src, (char *)entries[t]->handle->output + dst, len};
+        copies[k++] =
+            (struct gpu_copy){fb + src, (char *)coord_entry_output(entries[t])->data + dst, len};
         src += len;
       }
     }
@@ -341,6 +343,7 @@ static hvd_status run_alltoall(struct coord_gpu *g, const struct coord_set *set,
   size_t esize = hvd_dtype_size(r->dtype), *ones = NULL;
   int32_t *recv = NULL;
   int64_t row = 1, rows = 0;
+  struct coord_output *o;
   struct gpu_comm *c;
   hvd_status st;
 
@@ -371,10 +374,11 @@ static hvd_status run_alltoall(struct coord_gpu *g, const struct coord_set *set,
     rows += recv[i];
   }
   coord_output_shape(e, rows * row, esize);
-  e->handle->shape[0] = rows;
-  if ((st = b->alloc(g, e->handle->output_bytes, &e->handle->output)) != HVD_OK)
+  o = coord_entry_output(e);
+  o->shape[0] = rows;
+  if ((st = b->alloc(g, o->bytes, &o->data)) != HVD_OK)
     goto out;
-  e->handle->output_free = b->free;
+  o->free = b->free;
   if ((st = gpu_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
     goto out;
   {
@@ -387,7 +391,7 @@ static hvd_status run_alltoall(struct coord_gpu *g, const struct coord_set *set,
                           "ncclSend");
       if (st == HVD_OK)
         st = gpu_nccl_check(g,
-                            ncclRecv((char *)e->handle->output + recv_off, in_len, ncclChar, i,
+                            ncclRecv((char *)o->data + recv_off, in_len, ncclChar, i,
                                      c->nccl, g->stream),
                             "ncclRecv");
       send_off += out_len;

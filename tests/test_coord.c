@@ -376,6 +376,103 @@ static int grouped_values(int rank, int size, void *arg) {
   return 0;
 }
 
+/* Rank r gives r + k rows of 2 to tensor k (rank 0 none to tensor 0); the
+ * second step uses generated names. Tensor 1's output is taken over. */
+static int grouped_gather_values(int rank, int size, void *arg) {
+  enum { N = 3 };
+  static const hvd_dtype types[N] = {HVD_FLOAT32, HVD_INT64, HVD_BFLOAT16};
+  (void)arg;
+
+  for (int step = 0; step < 2; step++) {
+    hvd_tensor ts[N];
+    int64_t shapes[N][2], got[HVD_MAX_DIMS];
+    unsigned char *in[N];
+    char names[N][32];
+    void *taken = NULL, *out;
+    size_t bytes;
+    hvd_handle h;
+    for (int k = 0; k < N; k++) {
+      size_t es = hvd_dtype_size(types[k]);
+      shapes[k][0] = rank + k;
+      shapes[k][1] = 2;
+      in[k] = malloc((size_t)(rank + k) * 2 * es + 1);
+      for (int i = 0; i < (rank + k) * 2; i++)
+        element_put(types[k], in[k], (size_t)i, rank * 10 + k + i);
+      snprintf(names[k], sizeof(names[k]), "gathered.%d", k);
+      ts[k] = (hvd_tensor){step == 0 ? names[k] : NULL, types[k], 2, shapes[k], in[k], NULL};
+    }
+    CALL(hvd_grouped_allgather_async(ts, N, NULL, &h));
+    CALL(hvd_handle_wait(h));
+    for (int k = 0; k < N; k++) {
+      size_t at = 0, want_rows = 0;
+      if (k == 1) {
+        CALL(hvd_handle_take_output(h, (size_t)k, &taken, &bytes, got));
+        out = taken;
+      } else {
+        CALL(hvd_handle_output_at(h, (size_t)k, &out, &bytes, got));
+      }
+      for (int r = 0; r < size; r++)
+        want_rows += (size_t)(r + k);
+      EXPECT(got[0] == (int64_t)want_rows && got[1] == 2 &&
+                 bytes == want_rows * 2 * hvd_dtype_size(types[k]),
+             "grouped allgather tensor %d: shape [%lld, %lld], %zu bytes", k, (long long)got[0],
+             (long long)got[1], bytes);
+      for (int r = 0; r < size; r++) {
+        for (int i = 0; i < (r + k) * 2; i++, at++)
+          EXPECT(element_get(types[k], out, at) == r * 10 + k + i,
+                 "grouped allgather tensor %d, rank %d, element %d: %g", k, r, i,
+                 element_get(types[k], out, at));
+      }
+    }
+    EXPECT(hvd_handle_output_at(h, N, &out, NULL, NULL) == HVD_ERR_INVALID_ARGUMENT,
+           "an output past the group");
+    EXPECT(hvd_handle_output_at(h, 1, &out, NULL, NULL) == HVD_ERR_PRECONDITION,
+           "an output that was taken");
+    hvd_handle_release(h);
+    hvd_output_free(taken); /* still valid after the release */
+    for (int k = 0; k < N; k++)
+      free(in[k]);
+  }
+  return 0;
+}
+
+/* Tensor k has k * size + 1 rows of 3 floats; every tensor's share checked. */
+static int grouped_scatter_values(int rank, int size, void *arg) {
+  enum { N = 3 };
+  hvd_tensor ts[N];
+  int64_t shapes[N][2], mine[N], first[N];
+  float *in[N], *out[N];
+  hvd_options o = HVD_OPTIONS_INIT;
+  (void)arg;
+
+  o.op = HVD_AVERAGE;
+  for (int k = 0; k < N; k++) {
+    int64_t dim0 = k * size + 1;
+    shapes[k][0] = dim0;
+    shapes[k][1] = 3;
+    mine[k] = hvd_reducescatter_rows(dim0, HVD_PROCESS_SET_GLOBAL);
+    first[k] = 0;
+    for (int r = 0; r < rank; r++)
+      first[k] += dim0 / size + (r < dim0 % size);
+    in[k] = malloc((size_t)dim0 * 3 * sizeof(float));
+    out[k] = malloc((size_t)(mine[k] > 0 ? mine[k] : 1) * 3 * sizeof(float));
+    for (int i = 0; i < dim0 * 3; i++)
+      in[k][i] = (float)value(HVD_FLOAT32, HVD_SUM, rank, (size_t)(i + k));
+    ts[k] = (hvd_tensor){NULL, HVD_FLOAT32, 2, shapes[k], in[k], out[k]};
+  }
+  CALL(hvd_grouped_reducescatter(ts, N, &o));
+  for (int k = 0; k < N; k++) {
+    for (int64_t i = 0; i < mine[k] * 3; i++) {
+      double want = reduce(HVD_FLOAT32, HVD_AVERAGE, size, (size_t)(first[k] * 3 + i + k), -1);
+      EXPECT(out[k][i] == (float)want, "grouped reducescatter tensor %d element %lld: %g, want %g",
+             k, (long long)i, out[k][i], want);
+    }
+    free(in[k]);
+    free(out[k]);
+  }
+  return 0;
+}
+
 START_TEST(allreduce_all_types) { run_ok(_i, allreduce_values, NULL); }
 END_TEST
 START_TEST(allreduce_scale_factors) { run_ok(_i, allreduce_scaled, NULL); }
@@ -405,6 +502,12 @@ END_TEST
 START_TEST(reducescatter_shares) { run_ok(_i, reducescatter_values, NULL); }
 END_TEST
 START_TEST(grouped_allreduce) { run_ok(_i, grouped_values, NULL); }
+END_TEST
+
+START_TEST(grouped_allgather) { run_ok(_i, grouped_gather_values, NULL); }
+END_TEST
+
+START_TEST(grouped_reducescatter) { run_ok(_i, grouped_scatter_values, NULL); }
 END_TEST
 
 /* ==== many tensors in flight ============================================================ */
@@ -1022,11 +1125,18 @@ static int set_collectives(int rank, int size, void *arg) {
     }
     CALL(hvd_barrier(mine));
     EXPECT(hvd_reducescatter_rows(5, mine) == (rank < 2 ? 3 : 2), "set reducescatter rows");
-    /* A set with the same ranks is refused on every rank. */
-    int dup = -1;
+    /* Every rank lists the same ids. */
+    int ids[8];
+    CALL(hvd_process_set_ids(ids, 8, &n));
+    EXPECT(n == 3 && ids[0] == 0 && ids[1] == (even < odd ? even : odd) &&
+               ids[2] == (even < odd ? odd : even),
+           "process set ids: %zu of them", n);
+    /* A set with the same ranks (the global one too) is refused on every rank. */
+    int dup = -1, all[4] = {3, 2, 1, 0};
     hvd_status st = hvd_process_set_add(odd_ranks, 2, &dup);
-    EXPECT(st == HVD_ERR_INVALID_ARGUMENT || st == HVD_ERR_MISMATCH,
-           "adding a set twice gave %s", hvd_strerror(st));
+    EXPECT(st == HVD_ERR_EXISTS, "adding a set twice gave %s", hvd_strerror(st));
+    st = hvd_process_set_add(all, 4, &dup);
+    EXPECT(st == HVD_ERR_EXISTS, "adding the global set gave %s", hvd_strerror(st));
     CALL(hvd_process_set_remove(even));
     EXPECT(hvd_process_set_size(even) == -1, "a removed set still has a size");
     CALL(hvd_process_set_remove(odd));
@@ -1061,6 +1171,28 @@ static int reinit(int rank, int size, void *arg) {
   }
   return 0;
 }
+
+static int homogeneity(int rank, int size, void *arg) {
+  int want = *(const int *)arg;
+  (void)rank;
+  (void)size;
+  EXPECT(hvd_is_homogeneous() == want, "hvd_is_homogeneous() is %d, want %d",
+         hvd_is_homogeneous(), want);
+  return 0;
+}
+
+/* 0: three ranks on one host; 1: two hosts of 2 ranks; 2: two ranks on
+ * one host and one on another. */
+START_TEST(homogeneous_hosts) {
+  static const char *layouts[3][4] = {
+      {NULL, NULL, NULL, NULL}, {"a", "a", "b", "b"}, {"a", "a", "b", NULL}};
+  int size = _i == 1 ? 4 : 3, want = _i == 2 ? 0 : 1;
+  for (int r = 0; r < size; r++)
+    job.hosts[r] = layouts[_i][r];
+  run_ok(size, homogeneity, &want);
+  ck_assert_int_eq(hvd_is_homogeneous(), -1);
+}
+END_TEST
 
 START_TEST(init_after_shutdown) { run_ok(_i, reinit, NULL); }
 END_TEST
@@ -1313,6 +1445,8 @@ START_TEST(timeline_is_a_chrome_trace) {
     queue += strcmp(name->valuestring, "QUEUE") == 0;
   }
   ck_assert_msg(negotiate == 5 && queue == 5, "the timeline lacks events: %.500s", text);
+  ck_assert_msg(strstr(text, "\"start_time_since_epoch_in_micros\":") != NULL,
+                "the timeline lacks its start time: %.300s", text);
   ck_assert_msg(reduce_seen == (_i == 1 ? 5 : 0) && inline_seen == (_i == 1 ? 0 : 5),
                 "%d ALLREDUCE and %d INLINE_ALLREDUCE events (inline %s): %.500s", reduce_seen,
                 inline_seen, _i == 1 ? "off" : "on", text);
@@ -1344,6 +1478,8 @@ static Suite *collectives_suite(void) {
   tcase_add_loop_test(tc, alltoall_splits, 1, 5);
   tcase_add_loop_test(tc, reducescatter_shares, 1, 5);
   tcase_add_loop_test(tc, grouped_allreduce, 2, 4);
+  tcase_add_loop_test(tc, grouped_allgather, 1, 4);
+  tcase_add_loop_test(tc, grouped_reducescatter, 1, 4);
   return s;
 }
 
@@ -1390,6 +1526,7 @@ static Suite *lifecycle_suite(void) {
   Suite *s = suite_create("lifecycle");
   TCase *tc = mp_case(s, "lifecycle", 120);
   tcase_add_loop_test(tc, init_after_shutdown, 1, 4);
+  tcase_add_loop_test(tc, homogeneous_hosts, 0, 3);
   tcase_add_loop_test(tc, shutdown_aborts_pending, 2, 4);
   tcase_add_loop_test(tc, shutdown_while_waiting, 2, 3);
   tcase_add_loop_test(tc, wait_in_a_callback_is_refused, 2, 3);

@@ -736,6 +736,8 @@ START_TEST(elastic_before_init) {
   ck_assert_int_eq(hvd_elastic_reset(), HVD_ERR_PRECONDITION);
   ck_assert_int_eq(hvd_elastic_resets(), 0);
   ck_assert_int_eq(hvd_elastic_commit(s), HVD_OK);
+  ck_assert_int_eq(hvd_elastic_hosts_updated(), -1);
+  ck_assert_int_eq(hvd_elastic_done(), HVD_OK);
   hvd_elastic_state_destroy(s);
 }
 END_TEST
@@ -767,9 +769,11 @@ START_TEST(elastic_single_rank_sync_keeps_values) {
   /* Twice in a row (the broadcast names are used again). */
   ck_assert_msg(hvd_elastic_sync(s) == HVD_OK, "%s", hvd_last_error_message());
   ck_assert_int_eq(log.syncs, 2);
-  /* Not elastic: commit only snapshots. */
+  /* Not elastic: commit only snapshots, and no host ever changes. */
   ck_assert_int_eq(hvd_elastic_commit(s), HVD_OK);
   ck_assert_int_eq(log.commits, 1);
+  ck_assert_int_eq(hvd_elastic_hosts_updated(), 0);
+  ck_assert_int_eq(hvd_is_homogeneous(), 1);
   hvd_elastic_state_destroy(s);
   ck_assert_int_eq(hvd_shutdown(), HVD_OK);
 }
@@ -1049,13 +1053,23 @@ START_TEST(watch_counts_updates) {
 
   ck_assert_msg(coord_watch_start(0, &w) == HVD_OK, "%s", hvd_last_error_message());
   ck_assert_uint_eq(coord_watch_updates(w), 0);
-  put("elastic", "update.1", "added");
-  put("elastic", "update.2", "removed");
+  ck_assert_int_eq(coord_watch_kinds(w), 0);
+  put("elastic", "update.1", "removed");
+  ck_assert_uint_eq(await_updates(w, 1), 1);
+  ck_assert_int_eq(coord_watch_kinds(w), HVD_HOSTS_REMOVED);
+  put("elastic", "update.2", "added");
   ck_assert_uint_eq(await_updates(w, 2), 2);
+  ck_assert_int_eq(coord_watch_kinds(w), HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED);
   put("elastic", "update.3", "mixed");
   ck_assert_uint_eq(await_updates(w, 3), 3);
   coord_watch_stop(w);
   coord_watch_stop(NULL);
+  /* A value that is neither counts as both: nobody skips a sync on it. */
+  ck_assert_int_eq(coord_watch_start(3, &w), HVD_OK);
+  put("elastic", "update.4", "garbled");
+  ck_assert_uint_eq(await_updates(w, 4), 4);
+  ck_assert_int_eq(coord_watch_kinds(w), HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED);
+  coord_watch_stop(w);
 }
 END_TEST
 
@@ -1116,7 +1130,8 @@ START_TEST(elastic_commit_sees_host_updates) {
   ck_assert_int_eq(hvd_elastic_state_create(&s), HVD_OK);
   ck_assert_int_eq(hvd_elastic_state_add(s, "v", &v, sizeof(v)), HVD_OK);
   ck_assert_msg(hvd_elastic_commit(s) == HVD_OK, "%s", hvd_last_error_message());
-  put("elastic", "update.1", "added");
+  ck_assert_int_eq(hvd_elastic_hosts_updated(), 0);
+  put("elastic", "update.1", "removed");
   deadline = hvd_deadline_after_ms(20000);
   for (v = 2; hvd_now_ns() < deadline; v++) {
     if ((st = hvd_elastic_commit(s)) != HVD_OK)
@@ -1125,6 +1140,7 @@ START_TEST(elastic_commit_sees_host_updates) {
   }
   ck_assert_msg(st == HVD_ERR_HOSTS_UPDATED, "%s: %s", hvd_strerror(st), hvd_last_error_message());
   ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "update 1"));
+  ck_assert_int_eq(hvd_elastic_hosts_updated(), HVD_HOSTS_REMOVED); /* local, rank 0's */
   /* The interrupted commit still took its snapshot. */
   int32_t committed = v;
   v = 0;
@@ -1268,6 +1284,19 @@ START_TEST(elastic_run_reset_limit) {
 }
 END_TEST
 
+/* The ABI query a ctypes binding checks against its own declarations. */
+START_TEST(abi_describes_the_header) {
+  ck_assert_int_eq(hvd_abi_version(), HVD_ABI_VERSION);
+  ck_assert_uint_eq(hvd_abi_sizeof("hvd_tensor"), sizeof(hvd_tensor));
+  ck_assert_uint_eq(hvd_abi_sizeof("hvd_options"), sizeof(hvd_options));
+  ck_assert_uint_eq(hvd_abi_sizeof("hvd_elastic_hooks"), sizeof(hvd_elastic_hooks));
+  ck_assert_uint_eq(hvd_abi_sizeof("hvd_handle"), 0);
+  ck_assert_uint_eq(hvd_abi_sizeof(""), 0);
+  ck_assert_uint_eq(hvd_abi_sizeof(NULL), 0);
+  ck_assert_str_eq(hvd_strerror(HVD_ERR_EXISTS), "exists already");
+}
+END_TEST
+
 Suite *coord_units_suite(void) {
   Suite *s = suite_create("units");
   TCase *tc = tcase_create("units");
@@ -1283,6 +1312,7 @@ Suite *coord_units_suite(void) {
   tcase_add_test(tc, fusion_groups_compatible_tensors);
   tcase_add_test(tc, validation_names_both_ranks);
   tcase_add_test(tc, config_defaults_and_overrides);
+  tcase_add_test(tc, abi_describes_the_header);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("elastic_state");

@@ -46,7 +46,8 @@ typedef enum hvd_status {
   HVD_ERR_INTERNAL = 14,        /* a broken invariant inside hvd: please report it */
   HVD_ERR_MISMATCH = 15,        /* ranks submitted incompatible operations under one name */
   HVD_ERR_HOSTS_UPDATED = 16,   /* elastic: hosts were added or removed; reset and go on */
-  HVD_ERR_REMOVED = 17          /* elastic: this worker is no longer part of the job */
+  HVD_ERR_REMOVED = 17,         /* elastic: this worker is no longer part of the job */
+  HVD_ERR_EXISTS = 18           /* it exists already (a process set with the same ranks) */
 } hvd_status;
 
 /* Element types of tensors. Values are stable. */
@@ -103,6 +104,21 @@ HVD_API const char *hvd_last_error_message(void);
 /* The library version as "MAJOR.MINOR.PATCH". Never NULL. */
 HVD_API const char *hvd_version(void);
 
+/*
+ * The binary interface, for bindings that declare this header's structures
+ * themselves (Python's ctypes) and must notice a library whose layout is not
+ * the one they know. HVD_ABI_VERSION changes whenever a structure, an enum
+ * value or a function's parameters change incompatibly; appending a
+ * function or a status does not change it.
+ */
+#define HVD_ABI_VERSION 1
+
+/* HVD_ABI_VERSION of the header the library was built from. */
+HVD_API int hvd_abi_version(void);
+/* sizeof of a public structure named by its type name ("hvd_tensor",
+ * "hvd_options", "hvd_elastic_hooks"); 0 for any other name. */
+HVD_API size_t hvd_abi_sizeof(const char *type_name);
+
 /* ==== lifecycle and topology ================================================
  *
  * Every function below is safe to call from several threads at once.
@@ -143,6 +159,9 @@ HVD_API int hvd_local_rank(void); /* among the ranks on this host */
 HVD_API int hvd_local_size(void);
 HVD_API int hvd_cross_rank(void); /* among the ranks with this local rank, one per host */
 HVD_API int hvd_cross_size(void);
+/* 1 when every host runs the same number of ranks, 0 when they differ, -1
+ * when hvd is not initialized. */
+HVD_API int hvd_is_homogeneous(void);
 
 /* ==== tensors, options and handles ========================================== */
 
@@ -242,9 +261,16 @@ HVD_API hvd_status hvd_grouped_allreduce_async(const hvd_tensor *tensors, size_t
 /* Concatenates every rank's input along the first dimension, in rank
  * order. Ranks may differ in the first dimension only. tensor->output is
  * ignored: hvd allocates the output, which hvd_handle_output returns and
- * hvd_handle_release frees. A scalar (ndims 0) is not allowed. */
+ * hvd_handle_release frees (or hvd_handle_take_output hands over). A
+ * scalar (ndims 0) is not allowed. */
 HVD_API hvd_status hvd_allgather_async(const hvd_tensor *tensor, const hvd_options *options,
                                        hvd_handle *handle);
+
+/* Allgathers n tensors as one group, negotiated together and completed
+ * together through one handle, as hvd_grouped_allreduce_async does; each
+ * tensor's output is hvd_handle_output_at(handle, i, ...). */
+HVD_API hvd_status hvd_grouped_allgather_async(const hvd_tensor *tensors, size_t n,
+                                               const hvd_options *options, hvd_handle *handle);
 
 /* The root's input goes to every rank's output (output may be input; on
  * other ranks input is not read, only the shape must agree). */
@@ -268,6 +294,13 @@ HVD_API hvd_status hvd_alltoall_async(const hvd_tensor *tensor, const int32_t *s
 HVD_API hvd_status hvd_reducescatter_async(const hvd_tensor *tensor, const hvd_options *options,
                                            hvd_handle *handle);
 
+/* Reducescatters n tensors as one group (negotiated together, completed
+ * together through one handle); each tensor's output is sized as for
+ * hvd_reducescatter_async. */
+HVD_API hvd_status hvd_grouped_reducescatter_async(const hvd_tensor *tensors, size_t n,
+                                                   const hvd_options *options,
+                                                   hvd_handle *handle);
+
 /* The number of rows this rank receives from a reducescatter of dim0 rows
  * in the process set; -1 if the set is unknown or excludes this rank. */
 HVD_API int64_t hvd_reducescatter_rows(int64_t dim0, int process_set);
@@ -283,6 +316,8 @@ HVD_API hvd_status hvd_grouped_allreduce(const hvd_tensor *tensors, size_t n,
                                          const hvd_options *options);
 HVD_API hvd_status hvd_broadcast(const hvd_tensor *tensor, const hvd_options *options);
 HVD_API hvd_status hvd_reducescatter(const hvd_tensor *tensor, const hvd_options *options);
+HVD_API hvd_status hvd_grouped_reducescatter(const hvd_tensor *tensors, size_t n,
+                                             const hvd_options *options);
 
 /*
  * Join, for ranks that run out of data early: blocks until every rank has
@@ -331,6 +366,26 @@ HVD_API hvd_status hvd_handle_wait_for(hvd_handle handle, int64_t timeout_ms);
 HVD_API hvd_status hvd_handle_output(hvd_handle handle, void **data, size_t *bytes,
                                      int64_t *shape);
 
+/* hvd_handle_output for the index-th tensor of a grouped allgather (index
+ * 0 is the only one of a single allgather or alltoall);
+ * HVD_ERR_INVALID_ARGUMENT for an index the handle does not have. */
+HVD_API hvd_status hvd_handle_output_at(hvd_handle handle, size_t index, void **data,
+                                        size_t *bytes, int64_t *shape);
+
+/*
+ * Like hvd_handle_output_at, and the caller takes the output over, so that
+ * a framework can adopt the buffer as its tensor's memory without a copy:
+ * the handle no longer frees it (later calls for this index return
+ * HVD_ERR_PRECONDITION), and the caller frees it with hvd_output_free,
+ * from any thread, also after hvd_shutdown. *data is valid for *bytes
+ * bytes (never NULL, also for 0 bytes) and aligned for every dtype.
+ * Host memory only: HVD_ERR_UNSUPPORTED for a GPU tensor's output.
+ */
+HVD_API hvd_status hvd_handle_take_output(hvd_handle handle, size_t index, void **data,
+                                          size_t *bytes, int64_t *shape);
+/* Frees an output taken with hvd_handle_take_output. NULL is a no-op. */
+HVD_API void hvd_output_free(void *data);
+
 /* An alltoall's received splits, one per rank of the process set (rows
  * received from each), valid until the handle is released. */
 HVD_API hvd_status hvd_handle_received_splits(hvd_handle handle, const int32_t **splits,
@@ -369,8 +424,9 @@ HVD_API hvd_status hvd_cuda_device_count(int *count);
 /* Registers the ranks (n of them, any order, no duplicates; stored
  * sorted) as a process set; *id receives its id, the same on every rank
  * (the lowest id not in use). A set with exactly these ranks already
- * registered, or ranks that differ between callers, is HVD_ERR_INVALID_ARGUMENT
- * or HVD_ERR_MISMATCH. */
+ * registered (the global set included) fails on every rank with
+ * HVD_ERR_EXISTS, ranks that differ between callers with HVD_ERR_MISMATCH;
+ * no set is added then. */
 HVD_API hvd_status hvd_process_set_add(const int *ranks, size_t n, int *id);
 
 /* Removes a process set (not the global one); its id becomes free. */
@@ -383,6 +439,9 @@ HVD_API int hvd_process_set_rank(int id);
 HVD_API int hvd_process_set_size(int id);
 /* The set's global ranks, sorted: up to cap into ranks, the count in *n. */
 HVD_API hvd_status hvd_process_set_ranks(int id, int *ranks, size_t cap, size_t *n);
+/* The ids of every registered set, ascending (0, the global set, first):
+ * up to cap into ids, the count in *n (which may exceed cap). */
+HVD_API hvd_status hvd_process_set_ids(int *ids, size_t cap, size_t *n);
 
 /* ==== timeline ==================================================================
  *
@@ -456,10 +515,36 @@ HVD_API hvd_status hvd_elastic_sync(hvd_elastic_state *state);
  * waiting on dead peers, tells the driver this worker is ready, waits (up
  * to HOROVOD_ELASTIC_TIMEOUT seconds) for the driver's next assignment and
  * initializes hvd with it. HVD_ERR_REMOVED when the driver dropped this
- * worker; HVD_ERR_PRECONDITION outside an elastic job. hvd_elastic_run
- * calls it; a program with its own loop may too.
+ * worker; HVD_ERR_PRECONDITION outside an elastic job, and when this
+ * worker has already reset HOROVOD_ELASTIC_RESET_LIMIT times (hvd stays
+ * initialized then). hvd_elastic_run calls it; a program with its own loop
+ * (a binding's) may too.
  */
 HVD_API hvd_status hvd_elastic_reset(void);
+
+/* Kinds of host updates (hvd_elastic_hosts_updated). */
+#define HVD_HOSTS_ADDED 1
+#define HVD_HOSTS_REMOVED 2
+
+/*
+ * The host updates the elastic driver has announced since this round
+ * began, as this rank knows them: HVD_HOSTS_ADDED and/or HVD_HOSTS_REMOVED
+ * ORed, 0 for none, -1 when hvd is not initialized. Rank 0 watches the
+ * driver; the other ranks always see 0, so a program that acts on it
+ * broadcasts rank 0's answer (hvd_elastic_commit does that for its
+ * check). Local: never blocks, no collective; 0 outside an elastic job.
+ */
+HVD_API int hvd_elastic_hosts_updated(void);
+
+/*
+ * Says that this worker's training finished: a pod of an elastic job
+ * (HVD_POD=1 under hvd-rendezvous --min-np) then tells the driver "done"
+ * when it shuts down, instead of "exit", so that the driver ends the job
+ * rather than waiting for the pod to come back. hvd_elastic_run calls it
+ * when the training function succeeds; a program with its own loop calls
+ * it there too. Elsewhere it does nothing. Returns HVD_OK.
+ */
+HVD_API hvd_status hvd_elastic_done(void);
 
 /* The function hvd_elastic_run calls: it trains from the state's current
  * values and returns HVD_OK when done, or the status that stopped it. */

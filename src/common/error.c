@@ -27,6 +27,7 @@ HVD_API const char *hvd_strerror(hvd_status status) {
   case HVD_ERR_MISMATCH: return "ranks disagree about an operation";
   case HVD_ERR_HOSTS_UPDATED: return "hosts were added or removed (elastic reset)";
   case HVD_ERR_REMOVED: return "this worker was removed from the elastic job";
+  case HVD_ERR_EXISTS: return "exists already";
   }
   return "unknown status";
 }

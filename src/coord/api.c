@@ -82,8 +82,16 @@ static void state_destroy(struct coord_state *s) {
   free(s);
 }
 
-/* Settings every rank must share, as rank 0 answers the hello. */
-enum { SETTINGS_BYTES = 32, HIER_ALLREDUCE = 1, HIER_ALLGATHER = 2, GPU_HOST_STAGED = 4 };
+/* Settings every rank must share, as rank 0 answers the hello, then what
+ * rank 0 learned from the hellos (whether every host runs as many ranks). */
+enum {
+  SETTINGS_BYTES = 32,
+  ANSWER_BYTES = SETTINGS_BYTES + 8,
+  HELLO_BYTES = 8,
+  HIER_ALLREDUCE = 1,
+  HIER_ALLGATHER = 2,
+  GPU_HOST_STAGED = 4
+};
 
 static void put_settings(const struct coord_config *c, unsigned char *out) {
   hvd_put_le64(out, c->cache_capacity);
@@ -127,30 +135,40 @@ static void take_settings(struct coord_config *c, const unsigned char *in) {
   c->inline_bytes = v <= COORD_INLINE_MAX ? (size_t)v : 0;
 }
 
-/* Workers say hello to rank 0 and rank 0 answers everybody with the
- * settings that must agree: every control connection exists before the
- * loop starts (a peer that dies is then seen as a closed connection), and
+/* Workers say hello (with their host's rank count) to rank 0 and rank 0
+ * answers everybody with the settings that must agree and whether the
+ * hosts are homogeneous: every control connection exists before the loop
+ * starts (a peer that dies is then seen as a closed connection), and
  * nobody starts before everybody has. */
 static hvd_status control_handshake(struct coord_state *s) {
-  unsigned char hello[8] = {0}, got[SETTINGS_BYTES > 8 ? SETTINGS_BYTES : 8];
-  unsigned char settings[SETTINGS_BYTES];
+  unsigned char hello[HELLO_BYTES], answer[ANSWER_BYTES];
+  bool homogeneous = true;
   hvd_status st = HVD_OK;
 
+  s->homogeneous = true;
   if (s->size == 1)
     return HVD_OK;
   if (s->rank != 0) {
+    hvd_put_le64(hello, (uint64_t)s->world->local_size);
     st = net_send(s->control, 0, hello, sizeof(hello));
     if (st == HVD_OK)
-      st = net_recv(s->control, 0, got, SETTINGS_BYTES);
-    if (st == HVD_OK)
-      take_settings(&s->cfg, got);
+      st = net_recv(s->control, 0, answer, sizeof(answer));
+    if (st == HVD_OK) {
+      take_settings(&s->cfg, answer);
+      s->homogeneous = hvd_get_le64(answer + SETTINGS_BYTES) != 0;
+    }
     return st;
   }
-  put_settings(&s->cfg, settings);
+  for (int r = 1; r < s->size && st == HVD_OK; r++) {
+    st = net_recv(s->control, r, hello, sizeof(hello));
+    if (st == HVD_OK && hvd_get_le64(hello) != (uint64_t)s->world->local_size)
+      homogeneous = false;
+  }
+  put_settings(&s->cfg, answer);
+  hvd_put_le64(answer + SETTINGS_BYTES, homogeneous ? 1 : 0);
   for (int r = 1; r < s->size && st == HVD_OK; r++)
-    st = net_recv(s->control, r, got, sizeof(hello));
-  for (int r = 1; r < s->size && st == HVD_OK; r++)
-    st = net_send(s->control, r, settings, sizeof(settings));
+    st = net_send(s->control, r, answer, sizeof(answer));
+  s->homogeneous = homogeneous;
   return st;
 }
 
@@ -337,14 +355,14 @@ hvd_status coord_current_round(struct coord_round *out, bool *elastic) {
   return HVD_OK;
 }
 
-uint64_t coord_updates_seen(void) {
+hvd_status coord_updates_seen(uint64_t *count, int *kinds) {
   struct coord_state *s = coord_acquire();
-  uint64_t n = 0;
   if (s == NULL)
-    return 0;
-  n = s->watch != NULL ? coord_watch_updates(s->watch) : s->round.updates;
+    return hvd_error_status();
+  *count = s->watch != NULL ? coord_watch_updates(s->watch) : s->round.updates;
+  *kinds = s->watch != NULL ? coord_watch_kinds(s->watch) : 0;
   coord_release();
-  return n;
+  return HVD_OK;
 }
 
 void coord_mark_removed(const char *message) {
@@ -412,6 +430,15 @@ HVD_API int hvd_local_size(void) { return world_field(offsetof(struct net_world,
 HVD_API int hvd_cross_rank(void) { return world_field(offsetof(struct net_world, cross_rank)); }
 HVD_API int hvd_cross_size(void) { return world_field(offsetof(struct net_world, cross_size)); }
 
+HVD_API int hvd_is_homogeneous(void) {
+  int v = -1;
+  pthread_rwlock_rdlock(&g_rw);
+  if (g_state != NULL)
+    v = g_state->homogeneous ? 1 : 0;
+  pthread_rwlock_unlock(&g_rw);
+  return v;
+}
+
 HVD_API int hvd_process_set_rank(int id) {
   struct coord_state *s = coord_acquire();
   int size = -1, rank = -1;
@@ -435,13 +462,27 @@ HVD_API int hvd_process_set_size(int id) {
 }
 
 HVD_API hvd_status hvd_process_set_ranks(int id, int *ranks, size_t cap, size_t *n) {
-  struct coord_state *s = coord_acquire();
+  struct coord_state *s;
   hvd_status st;
-  if (s == NULL)
+  if (n == NULL || (ranks == NULL && cap > 0))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "hvd_process_set_ranks: needs n, and ranks for cap > 0");
+  if ((s = coord_acquire()) == NULL)
     return hvd_error_status();
   st = coord_sets_ranks(&s->sets, id, ranks, cap, n);
   coord_release();
   return st;
+}
+
+HVD_API hvd_status hvd_process_set_ids(int *ids, size_t cap, size_t *n) {
+  struct coord_state *s;
+  if (n == NULL || (ids == NULL && cap > 0))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_process_set_ids: needs n, and ids for cap > 0");
+  if ((s = coord_acquire()) == NULL)
+    return hvd_error_status();
+  coord_sets_ids(&s->sets, ids, cap, n);
+  coord_release();
+  return HVD_OK;
 }
 
 HVD_API int64_t hvd_reducescatter_rows(int64_t dim0, int process_set) {

@@ -173,6 +173,11 @@ static hvd_status submit(struct coord_state *s, struct coord_entry **entries, si
   return HVD_OK;
 }
 
+/* Collectives that n tensors may share as one group. */
+static bool groupable(int type) {
+  return type == COORD_ALLREDUCE || type == COORD_ALLGATHER || type == COORD_REDUCESCATTER;
+}
+
 /* The common path of the tensor collectives. */
 static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const int32_t *splits,
                           const hvd_options *options, hvd_handle *out) {
@@ -188,7 +193,7 @@ static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const i
 
   if (out == NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no handle pointer", what);
-  if (n == 0 || (n > 1 && type != COORD_ALLREDUCE))
+  if (n == 0 || n > INT32_MAX || (n > 1 && !groupable(type)))
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: %zu tensors", what, n);
   if (tensors == NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no tensor", what);
@@ -205,7 +210,8 @@ static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const i
     st = hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate %zu entries", what, n);
     goto out;
   }
-  if ((h = coord_handle_create((int)n, o->callback, o->callback_arg)) == NULL) {
+  if ((h = coord_handle_create((int)n, type == COORD_ALLGATHER || type == COORD_ALLTOALL,
+                              o->callback, o->callback_arg)) == NULL) {
     st = hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate a handle", what);
     goto out;
   }
@@ -221,9 +227,11 @@ static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const i
       goto out;
     }
   }
-  if (n > 1 && tensors[0].name == NULL)
-    snprintf(group, sizeof(group), "grouped_allreduce.noname.%" PRIu64,
-             next_number(s, tg.set, "grouped_allreduce"));
+  if (n > 1 && tensors[0].name == NULL) {
+    char kind[32];
+    snprintf(kind, sizeof(kind), "grouped_%s", what);
+    snprintf(group, sizeof(group), "%s.noname.%" PRIu64, kind, next_number(s, tg.set, kind));
+  }
   for (; made < n; made++) {
     const hvd_tensor *t = &tensors[made];
     bool reduces = type == COORD_ALLREDUCE || type == COORD_REDUCESCATTER;
@@ -250,6 +258,7 @@ static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const i
       break;
     }
     entries[made] = e;
+    e->part = (int)made;
     if (t->name != NULL)
       snprintf(name, sizeof(name), "%s", t->name);
     else if (n > 1)
@@ -347,6 +356,13 @@ HVD_API hvd_status hvd_allgather_async(const hvd_tensor *tensor, const hvd_optio
   return enqueue(COORD_ALLGATHER, tensor, 1, NULL, options, handle);
 }
 
+HVD_API hvd_status hvd_grouped_allgather_async(const hvd_tensor *tensors, size_t n,
+                                               const hvd_options *options, hvd_handle *handle) {
+  if (tensors == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "grouped allgather: no tensors");
+  return enqueue(COORD_ALLGATHER, tensors, n, NULL, options, handle);
+}
+
 HVD_API hvd_status hvd_broadcast_async(const hvd_tensor *tensor, const hvd_options *options,
                                        hvd_handle *handle) {
   return enqueue(COORD_BROADCAST, tensor, 1, NULL, options, handle);
@@ -360,6 +376,14 @@ HVD_API hvd_status hvd_alltoall_async(const hvd_tensor *tensor, const int32_t *s
 HVD_API hvd_status hvd_reducescatter_async(const hvd_tensor *tensor, const hvd_options *options,
                                            hvd_handle *handle) {
   return enqueue(COORD_REDUCESCATTER, tensor, 1, NULL, options, handle);
+}
+
+HVD_API hvd_status hvd_grouped_reducescatter_async(const hvd_tensor *tensors, size_t n,
+                                                   const hvd_options *options,
+                                                   hvd_handle *handle) {
+  if (tensors == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "grouped reducescatter: no tensors");
+  return enqueue(COORD_REDUCESCATTER, tensors, n, NULL, options, handle);
 }
 
 /* ==== blocking forms ====================================================================== */
@@ -404,6 +428,13 @@ HVD_API hvd_status hvd_reducescatter(const hvd_tensor *tensor, const hvd_options
   return finish(st, h);
 }
 
+HVD_API hvd_status hvd_grouped_reducescatter(const hvd_tensor *tensors, size_t n,
+                                             const hvd_options *options) {
+  hvd_handle h = NULL;
+  hvd_status st = hvd_grouped_reducescatter_async(tensors, n, options, &h);
+  return finish(st, h);
+}
+
 /* ==== control operations (join, barrier, process sets) ================================== */
 
 /* Queues one control entry on the global set (or `set`) and waits for it;
@@ -427,7 +458,7 @@ static hvd_status control_op(int type, int set, const char *kind, const char *fi
     coord_release();
     return st;
   }
-  h = coord_handle_create(1, NULL, NULL);
+  h = coord_handle_create(1, false, NULL, NULL);
   e = h != NULL ? entry_new(type, NULL, &o, h) : NULL;
   if (e == NULL) {
     coord_handle_destroy(h);
@@ -583,21 +614,66 @@ static hvd_status completed_ok(hvd_handle h, const char *what) {
   return HVD_OK;
 }
 
-HVD_API hvd_status hvd_handle_output(hvd_handle h, void **data, size_t *bytes, int64_t *shape) {
-  hvd_status st = completed_ok(h, "hvd_handle_output");
+/* The index-th output of a completed, successful operation. */
+static hvd_status output_at(hvd_handle h, size_t index, const char *what,
+                            struct coord_output **out) {
+  hvd_status st = completed_ok(h, what);
   if (st != HVD_OK)
     return st;
-  if (h->output == NULL)
+  if (h->noutputs == 0)
     return hvd_error(HVD_ERR_PRECONDITION,
-                     "hvd_handle_output: only allgather and alltoall have outputs in the handle");
-  if (data != NULL)
-    *data = h->output;
-  if (bytes != NULL)
-    *bytes = h->output_bytes;
-  if (shape != NULL)
-    memcpy(shape, h->shape, (size_t)h->ndims * sizeof(*shape));
+                     "%s: only allgather and alltoall have outputs in the handle", what);
+  if (index >= (size_t)h->noutputs)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: index %zu, but the handle has %d outputs",
+                     what, index, h->noutputs);
+  if (h->outputs[index].data == NULL)
+    return hvd_error(HVD_ERR_PRECONDITION, "%s: output %zu was taken (hvd_handle_take_output)",
+                     what, index);
+  *out = &h->outputs[index];
   return HVD_OK;
 }
+
+static void describe_output(const struct coord_output *o, void **data, size_t *bytes,
+                            int64_t *shape) {
+  if (data != NULL)
+    *data = o->data;
+  if (bytes != NULL)
+    *bytes = o->bytes;
+  if (shape != NULL)
+    memcpy(shape, o->shape, (size_t)o->ndims * sizeof(*shape));
+}
+
+HVD_API hvd_status hvd_handle_output_at(hvd_handle h, size_t index, void **data, size_t *bytes,
+                                        int64_t *shape) {
+  struct coord_output *o;
+  hvd_status st = output_at(h, index, "hvd_handle_output", &o);
+  if (st == HVD_OK)
+    describe_output(o, data, bytes, shape);
+  return st;
+}
+
+HVD_API hvd_status hvd_handle_output(hvd_handle h, void **data, size_t *bytes, int64_t *shape) {
+  return hvd_handle_output_at(h, 0, data, bytes, shape);
+}
+
+HVD_API hvd_status hvd_handle_take_output(hvd_handle h, size_t index, void **data,
+                                          size_t *bytes, int64_t *shape) {
+  struct coord_output *o;
+  hvd_status st = output_at(h, index, "hvd_handle_take_output", &o);
+  if (st != HVD_OK)
+    return st;
+  if (o->free != NULL)
+    return hvd_error(HVD_ERR_UNSUPPORTED,
+                     "hvd_handle_take_output: output %zu is in GPU memory, which only the "
+                     "handle can free (use hvd_handle_output_at)",
+                     index);
+  describe_output(o, data, bytes, shape);
+  o->data = NULL;
+  return HVD_OK;
+}
+
+/* Outputs are host_output's posix_memalign (execute.c). */
+HVD_API void hvd_output_free(void *data) { free(data); }
 
 HVD_API hvd_status hvd_handle_received_splits(hvd_handle h, const int32_t **splits, size_t *n) {
   hvd_status st = completed_ok(h, "hvd_handle_received_splits");

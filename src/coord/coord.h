@@ -192,6 +192,15 @@ hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_co
 
 /* ==== handles and entries (handle.c) ============================================ */
 
+/* An output hvd allocates (allgather, alltoall), one per tensor of a handle. */
+struct coord_output {
+  void *data;
+  size_t bytes;
+  void (*free)(void *); /* how data is freed: NULL for free(), or a GPU backend's */
+  int ndims;
+  int64_t shape[HVD_MAX_DIMS];
+};
+
 struct hvd_handle_s {
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -203,18 +212,16 @@ struct hvd_handle_s {
   hvd_callback callback;
   void *callback_arg;
   /* results, written by the background thread before done */
-  void *output; /* allgather, alltoall: allocated by hvd */
-  size_t output_bytes;
-  void (*output_free)(void *); /* how output is freed: free(), or a GPU backend's */
-  int ndims;
-  int64_t shape[HVD_MAX_DIMS];
+  struct coord_output *outputs; /* allgather, alltoall: one per part; else NULL */
+  int noutputs;
   int32_t *recv_splits; /* alltoall */
   size_t nsplits;
   int32_t value; /* join: the last rank to join; set add: the id */
   int64_t spin_ns; /* how long a waiter spins before it sleeps */
 };
 
-struct hvd_handle_s *coord_handle_create(int parts, hvd_callback cb, void *arg);
+/* outputs: whether the operation's parts have outputs hvd allocates. */
+struct hvd_handle_s *coord_handle_create(int parts, bool outputs, hvd_callback cb, void *arg);
 /* One part finished with st (message from this thread's last error when
  * st != HVD_OK, or `message` if not NULL). The last part completes the
  * handle: waiters wake, then the callback runs (no lock held). */
@@ -230,11 +237,16 @@ struct coord_entry {
   void *ready_event; /* GPU: the user's event that marks the input ready, or NULL */
   int32_t *splits; /* alltoall: rows to each set rank (set size entries) */
   struct hvd_handle_s *handle;
+  int part;                 /* this tensor's index in its handle (its group) */
   int64_t enqueued_ns;
   struct coord_entry *next; /* in the queue */
 };
 
 void coord_entry_destroy(struct coord_entry *e);
+/* The output slot of the entry's tensor in its handle (allgather, alltoall). */
+static inline struct coord_output *coord_entry_output(const struct coord_entry *e) {
+  return &e->handle->outputs[e->part];
+}
 
 /* ==== process sets (process_set.c) =============================================== */
 
@@ -271,6 +283,8 @@ hvd_status coord_sets_add(struct coord_sets *s, struct net_comm *global, int id,
 hvd_status coord_sets_remove(struct coord_sets *s, int id);
 /* The set's ranks (any thread): up to cap into out, the count in *n. */
 hvd_status coord_sets_ranks(struct coord_sets *s, int id, int *out, size_t cap, size_t *n);
+/* The ids in use, ascending (any thread): up to cap into out, the count in *n. */
+void coord_sets_ids(struct coord_sets *s, int *out, size_t cap, size_t *n);
 
 /* ==== response cache (cache.c) ================================================== */
 
@@ -536,6 +550,8 @@ struct coord_watch;
 hvd_status coord_watch_start(uint64_t after, struct coord_watch **out);
 /* The number of the latest update seen. */
 uint64_t coord_watch_updates(struct coord_watch *w);
+/* HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED of the updates seen so far. */
+int coord_watch_kinds(struct coord_watch *w);
 void coord_watch_stop(struct coord_watch *w);
 
 /* hvd_init with the ranks of a round instead of the environment's. */
@@ -544,8 +560,10 @@ hvd_status coord_init_round(const struct coord_round *r);
 hvd_status coord_current_round(struct coord_round *out, bool *elastic);
 /* From now on hvd_init and every call that needs hvd fail with HVD_ERR_REMOVED. */
 void coord_mark_removed(const char *message);
-/* Rank 0: host updates the watch has seen (the round's count elsewhere). */
-uint64_t coord_updates_seen(void);
+/* Rank 0: the number of host updates the watch has seen and their kinds
+ * (HVD_HOSTS_*) since the round began; elsewhere the round's count and 0.
+ * HVD_ERR_PRECONDITION when hvd is not initialized. */
+hvd_status coord_updates_seen(uint64_t *count, int *kinds);
 
 struct coord_state {
   /* set by hvd_init, then read-only */
@@ -557,6 +575,7 @@ struct coord_state {
   struct net_world *world;
   struct net_comm *control;
   int rank, size;
+  bool homogeneous; /* every host runs as many ranks (rank 0 learns it in the handshake) */
   pthread_t thread;
   int wake_fd; /* eventfd: wakes the background thread from poll() */
 

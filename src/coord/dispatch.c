@@ -155,7 +155,7 @@ static hvd_status build_single(struct coord_controller *c, struct pending *p,
     if (existing >= 0) {
       snprintf(msg, sizeof(msg), "a process set with these %u ranks exists already (id %d)",
                q->nranks, existing);
-      return error_response(r, HVD_ERR_INVALID_ARGUMENT, msg);
+      return error_response(r, HVD_ERR_EXISTS, msg);
     }
     while (id < c->nsets && c->sets[id].used)
       id++;

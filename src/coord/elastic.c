@@ -137,9 +137,13 @@ static hvd_status agree_on_updates(uint64_t *updates) {
   unsigned char bytes[8];
   int64_t shape[1] = {8};
   hvd_tensor t = {"hvd.elastic.updates", HVD_UINT8, 1, shape, bytes, bytes};
+  uint64_t seen = 0;
+  int kinds;
   hvd_status st;
 
-  hvd_put_le64(bytes, coord_updates_seen());
+  if ((st = coord_updates_seen(&seen, &kinds)) != HVD_OK)
+    return st;
+  hvd_put_le64(bytes, seen);
   st = hvd_broadcast(&t, NULL);
   *updates = hvd_get_le64(bytes);
   return st;
@@ -231,6 +235,11 @@ bool coord_elastic_recoverable(hvd_status st) {
   return st == HVD_ERR_NETWORK || st == HVD_ERR_TIMEOUT || st == HVD_ERR_ABORTED;
 }
 
+/* Whether this worker may reset once more (HOROVOD_ELASTIC_RESET_LIMIT). */
+static bool within_reset_limit(const struct coord_elastic_env *env) {
+  return env->reset_limit < 0 || hvd_elastic_resets() < env->reset_limit;
+}
+
 HVD_API hvd_status hvd_elastic_reset(void) {
   struct coord_elastic_env env;
   struct coord_round was;
@@ -245,6 +254,11 @@ HVD_API hvd_status hvd_elastic_reset(void) {
                      "--min-np or --host-discovery-script)");
   if ((st = coord_elastic_env(&env)) != HVD_OK)
     return hvd_error_prefix("hvd_elastic_reset");
+  if (!within_reset_limit(&env))
+    return hvd_error(HVD_ERR_PRECONDITION,
+                     "hvd_elastic_reset: this worker has reset %d times, the limit "
+                     "(HOROVOD_ELASTIC_RESET_LIMIT)",
+                     hvd_elastic_resets());
   coord_shutdown_state(); /* a pod stays a member */
   atomic_fetch_add(&g_resets, 1);
   return coord_elastic_rejoin(&env, was.round);
@@ -290,6 +304,21 @@ hvd_status coord_elastic_join_first(const struct coord_elastic_env *env, uint64_
 
 HVD_API int hvd_elastic_resets(void) { return atomic_load(&g_resets); }
 
+HVD_API int hvd_elastic_hosts_updated(void) {
+  uint64_t count;
+  int kinds;
+  if (coord_updates_seen(&count, &kinds) != HVD_OK)
+    return -1;
+  return kinds;
+}
+
+HVD_API hvd_status hvd_elastic_done(void) {
+  struct coord_elastic_env env;
+  if (coord_elastic_env(&env) == HVD_OK && env.pod)
+    coord_pod_mark_done();
+  return HVD_OK;
+}
+
 HVD_API hvd_status hvd_elastic_run(hvd_elastic_state *state, hvd_elastic_train_fn train,
                                    void *arg) {
   struct coord_elastic_env env;
@@ -308,12 +337,12 @@ HVD_API hvd_status hvd_elastic_run(hvd_elastic_state *state, hvd_elastic_train_f
     st = hvd_elastic_sync(state);
     if (st == HVD_OK)
       st = train(state, arg);
-    if (st == HVD_OK && env.pod)
-      coord_pod_mark_done();
+    if (st == HVD_OK)
+      hvd_elastic_done();
     if (st == HVD_OK || !elastic || (!coord_elastic_recoverable(st) && st != HVD_ERR_HOSTS_UPDATED))
       return st;
     snprintf(why, sizeof(why), "%s", hvd_last_error_message());
-    if (env.reset_limit >= 0 && hvd_elastic_resets() >= env.reset_limit)
+    if (!within_reset_limit(&env))
       return hvd_error(st, "hvd_elastic_run: %d resets, the limit (HOROVOD_ELASTIC_RESET_LIMIT); "
                            "the last failure: %s",
                        hvd_elastic_resets(), why);

@@ -242,7 +242,18 @@ void coord_store_thread_close(struct coord_store_thread *t) {
 struct coord_watch {
   struct coord_store_thread t;
   _Atomic uint64_t updates;
+  atomic_int kinds; /* HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED of the updates seen */
 };
+
+/* The kind of an update's value; one that says neither counts as both, so
+ * that nobody skips a sync it needs. */
+static int update_kind(const struct hvd_buf *v) {
+  if (v->len == 5 && memcmp(v->data, "added", 5) == 0)
+    return HVD_HOSTS_ADDED;
+  if (v->len == 7 && memcmp(v->data, "removed", 7) == 0)
+    return HVD_HOSTS_REMOVED;
+  return HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED;
+}
 
 static void *watch_main(void *arg) {
   struct coord_watch *w = arg;
@@ -259,6 +270,7 @@ static void *watch_main(void *arg) {
     if (st == HVD_OK) {
       HVD_LOG_DEBUG("elastic: the driver announced host update %llu (%.*s)",
                     (unsigned long long)next, (int)v.len, (const char *)v.data);
+      atomic_fetch_or(&w->kinds, update_kind(&v)); /* before the count that announces it */
       atomic_store(&w->updates, next);
     } else if (st == HVD_ERR_ABORTED) {
       break; /* hvd is shutting down */
@@ -280,6 +292,7 @@ hvd_status coord_watch_start(uint64_t after, struct coord_watch **out) {
   if (w == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the host-update watch");
   atomic_init(&w->updates, after);
+  atomic_init(&w->kinds, 0);
   st = coord_store_thread_open(&w->t);
   if (st == HVD_OK && (st = coord_store_thread_start(&w->t, watch_main, w)) != HVD_OK)
     coord_store_thread_close(&w->t);
@@ -292,6 +305,8 @@ hvd_status coord_watch_start(uint64_t after, struct coord_watch **out) {
 }
 
 uint64_t coord_watch_updates(struct coord_watch *w) { return atomic_load(&w->updates); }
+
+int coord_watch_kinds(struct coord_watch *w) { return atomic_load(&w->kinds); }
 
 void coord_watch_stop(struct coord_watch *w) {
   if (w == NULL)

@@ -180,26 +180,33 @@ static hvd_status gather(struct coord_state *s, const struct coord_set *set, con
 }
 
 void coord_output_shape(struct coord_entry *e, int64_t total, size_t esize) {
-  struct hvd_handle_s *h = e->handle;
+  struct coord_output *o = coord_entry_output(e);
   int64_t row = 1;
 
   coord_shape_elements(e->req.shape + 1, e->req.ndims - 1, &row);
-  h->output_bytes = (size_t)total * esize;
-  h->ndims = e->req.ndims;
-  memcpy(h->shape, e->req.shape, (size_t)e->req.ndims * sizeof(h->shape[0]));
-  h->shape[0] = row > 0 ? total / row : 0;
+  o->bytes = (size_t)total * esize;
+  o->ndims = e->req.ndims;
+  memcpy(o->shape, e->req.shape, (size_t)e->req.ndims * sizeof(o->shape[0]));
+  o->shape[0] = row > 0 ? total / row : 0;
+}
+
+/* Host memory for an output of `bytes` (at least one byte, so that an
+ * empty output is a pointer too), aligned for every dtype and vector. */
+static hvd_status host_output(struct coord_entry *e, const char *what) {
+  struct coord_output *o = coord_entry_output(e);
+  void *p = NULL;
+
+  if (posix_memalign(&p, 64, o->bytes ? o->bytes : 1) != 0)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate %zu bytes for %s '%s'", o->bytes, what,
+                     e->req.name);
+  o->data = p;
+  return HVD_OK;
 }
 
 /* Allocates a tensor's gathered output in its handle. */
 static hvd_status gathered_output(struct coord_entry *e, int64_t total, size_t esize) {
-  struct hvd_handle_s *h = e->handle;
-
   coord_output_shape(e, total, esize);
-  h->output = malloc(h->output_bytes ? h->output_bytes : 1);
-  if (h->output == NULL)
-    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate %zu bytes for allgather '%s'",
-                     h->output_bytes, e->req.name);
-  return HVD_OK;
+  return host_output(e, "allgather");
 }
 
 static hvd_status run_allgather(struct coord_state *s, const struct coord_set *set,
@@ -232,7 +239,8 @@ static hvd_status run_allgather(struct coord_state *s, const struct coord_set *s
   }
   if (r->ntensors == 1) {
     coord_execute_phase(s, r, "ALLGATHER");
-    st = gather(s, set, entries[0]->input, entries[0]->handle->output, counts, r->dtype);
+    st = gather(s, set, entries[0]->input, coord_entry_output(entries[0])->data, counts,
+                r->dtype);
     goto out;
   }
   for (int i = 0; i < n; i++) {
@@ -262,7 +270,7 @@ static hvd_status run_allgather(struct coord_state *s, const struct coord_set *s
       size_t bytes = (size_t)r->counts[t * (uint32_t)n + (uint32_t)i] * esize, dst = 0;
       for (int j = 0; j < i; j++)
         dst += (size_t)r->counts[t * (uint32_t)n + (uint32_t)j] * esize;
-      memcpy((char *)entries[t]->handle->output + dst, fb + src, bytes);
+      memcpy((char *)coord_entry_output(entries[t])->data + dst, fb + src, bytes);
       src += bytes;
     }
   }
@@ -291,6 +299,7 @@ static hvd_status run_alltoall(struct coord_state *s, const struct coord_set *se
   int n = set->size;
   size_t esize = hvd_dtype_size(r->dtype);
   struct hvd_handle_s *h;
+  struct coord_output *o;
   int32_t *recv_splits = NULL;
   size_t *send = NULL, *recv = NULL, *ones = NULL;
   int64_t row = 1, rows = 0;
@@ -300,6 +309,7 @@ static hvd_status run_alltoall(struct coord_state *s, const struct coord_set *se
     return hvd_error(HVD_ERR_PROTOCOL, "alltoall '%s' reached a rank that did not submit it",
                      r->names[0]);
   h = e->handle;
+  o = coord_entry_output(e);
   recv_splits = calloc((size_t)n, sizeof(*recv_splits));
   send = calloc((size_t)n, sizeof(*send));
   recv = calloc((size_t)n, sizeof(*recv));
@@ -326,17 +336,13 @@ static hvd_status run_alltoall(struct coord_state *s, const struct coord_set *se
     recv[i] = (size_t)recv_splits[i] * (size_t)row;
     rows += recv_splits[i];
   }
-  h->output_bytes = (size_t)rows * (size_t)row * esize;
-  h->output = malloc(h->output_bytes ? h->output_bytes : 1);
-  if (h->output == NULL) {
-    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate %zu bytes for alltoall '%s'",
-                   h->output_bytes, r->names[0]);
+  o->bytes = (size_t)rows * (size_t)row * esize;
+  if ((st = host_output(e, "alltoall")) != HVD_OK)
     goto out;
-  }
-  h->ndims = e->req.ndims;
-  memcpy(h->shape, e->req.shape, (size_t)e->req.ndims * sizeof(h->shape[0]));
-  h->shape[0] = rows;
-  st = ops_alltoallv(s->ops, set->comm, e->input, send, h->output, recv, r->dtype);
+  o->ndims = e->req.ndims;
+  memcpy(o->shape, e->req.shape, (size_t)e->req.ndims * sizeof(o->shape[0]));
+  o->shape[0] = rows;
+  st = ops_alltoallv(s->ops, set->comm, e->input, send, o->data, recv, r->dtype);
   if (st == HVD_OK) {
     h->recv_splits = recv_splits;
     h->nsplits = (size_t)n;

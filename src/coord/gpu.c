@@ -86,20 +86,20 @@ static size_t given_output_bytes(const struct coord_set *set, const struct coord
 }
 
 /* Moves an output hvd allocated in host memory to device memory. */
-static hvd_status move_output(struct coord_state *s, struct hvd_handle_s *h) {
+static hvd_status move_output(struct coord_state *s, struct coord_output *o) {
   const struct coord_gpu_backend *b = s->gpu_backend;
   void *dev = NULL;
-  hvd_status st = b->alloc(s->gpu, h->output_bytes, &dev);
-  if (st == HVD_OK && h->output_bytes > 0)
-    st = b->to_device(s->gpu, dev, h->output, h->output_bytes);
+  hvd_status st = b->alloc(s->gpu, o->bytes, &dev);
+  if (st == HVD_OK && o->bytes > 0)
+    st = b->to_device(s->gpu, dev, o->data, o->bytes);
   if (st != HVD_OK) {
     if (dev != NULL)
       b->free(dev);
     return st;
   }
-  free(h->output);
-  h->output = dev;
-  h->output_free = b->free;
+  free(o->data);
+  o->data = dev;
+  o->free = b->free;
   return HVD_OK;
 }
 
@@ -147,7 +147,7 @@ static hvd_status run_staged(struct coord_state *s, const struct coord_set *set,
     if (out_bytes[i] > 0)
       st = b->to_device(s->gpu, e->output, copies[i].output, out_bytes[i]);
     else if (r->type == COORD_ALLGATHER || r->type == COORD_ALLTOALL)
-      st = move_output(s, e->handle);
+      st = move_output(s, coord_entry_output(e));
   }
 out:
   for (size_t i = 0; copies != NULL && i < n; i++) {

@@ -16,17 +16,24 @@
 
 #include "coord.h"
 
-struct hvd_handle_s *coord_handle_create(int parts, hvd_callback cb, void *arg) {
+struct hvd_handle_s *coord_handle_create(int parts, bool outputs, hvd_callback cb, void *arg) {
   struct hvd_handle_s *h = calloc(1, sizeof(*h));
 
   if (h == NULL)
     return NULL;
+  if (outputs && (h->outputs = calloc((size_t)parts, sizeof(*h->outputs))) == NULL) {
+    free(h);
+    return NULL;
+  }
+  h->noutputs = outputs ? parts : 0;
   if (pthread_mutex_init(&h->mu, NULL) != 0) {
+    free(h->outputs);
     free(h);
     return NULL;
   }
   if (hvd_cond_init(&h->cv) != 0) {
     pthread_mutex_destroy(&h->mu);
+    free(h->outputs);
     free(h);
     return NULL;
   }
@@ -104,10 +111,14 @@ void coord_handle_destroy(struct hvd_handle_s *h) {
    * holds mu: taking it once waits until that thread has let go. */
   pthread_mutex_lock(&h->mu);
   pthread_mutex_unlock(&h->mu);
-  if (h->output_free != NULL)
-    h->output_free(h->output);
-  else
-    free(h->output);
+  for (int i = 0; i < h->noutputs; i++) {
+    struct coord_output *o = &h->outputs[i];
+    if (o->free != NULL)
+      o->free(o->data);
+    else
+      free(o->data);
+  }
+  free(h->outputs);
   free(h->recv_splits);
   free(h->message);
   pthread_cond_destroy(&h->cv);

@@ -176,3 +176,18 @@ hvd_status coord_sets_ranks(struct coord_sets *s, int id, int *out, size_t cap, 
   pthread_mutex_unlock(&s->lock);
   return st;
 }
+
+void coord_sets_ids(struct coord_sets *s, int *out, size_t cap, size_t *n) {
+  size_t k = 0;
+
+  pthread_mutex_lock(&s->lock);
+  for (int i = 0; i < s->cap; i++) {
+    if (s->sets[i] == NULL)
+      continue;
+    if (k < cap)
+      out[k] = i;
+    k++;
+  }
+  pthread_mutex_unlock(&s->lock);
+  *n = k;
+}

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coord.h"
 
@@ -86,6 +87,12 @@ static void separator(struct coord_timeline *t) {
   t->first = false;
 }
 
+static int64_t wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static double now_us(const struct coord_timeline *t) {
   return (double)(hvd_now_ns() - t->start_ns) / 1000.0;
 }
@@ -113,6 +120,12 @@ hvd_status coord_timeline_start(struct coord_timeline *t, const char *path, bool
   fputs("[\n", f);
   separator(t);
   fputs("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"hvd cycles\"}}", f);
+  /* Event times are relative to the start; this puts them on the wall clock. */
+  separator(t);
+  fprintf(f,
+          "{\"name\":\"start_time_since_epoch_in_micros\",\"ph\":\"M\",\"pid\":0,"
+          "\"args\":{\"start_time_since_epoch_in_micros\":%lld}}",
+          (long long)(wall_ns() / 1000));
   atomic_store(&t->active, true);
   pthread_mutex_unlock(&t->lock);
   return HVD_OK;
