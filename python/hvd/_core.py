@@ -1,0 +1,430 @@
+"""What every framework binding shares: lifecycle and topology, statuses
+turned into exceptions, the handle table, process sets.
+
+DESIGN. hvd borrows the buffers of an operation until its handle completes,
+so the handle table keeps, per Python handle, the C handle, everything the
+operation points at (tensors, the hvd_tensor array and its shapes, the
+options) and a function that builds the result once the operation is done.
+An entry leaves the table when the handle is synchronized; entries nobody
+synchronized are released after hvd_shutdown, which completes every
+pending operation (hvd_handle_release would wait for one that is not).
+Completion is observed by poll and wait, never by a callback: a callback
+would take the GIL on hvd's loop thread.
+"""
+
+import atexit
+import ctypes
+import itertools
+import threading
+from ctypes import byref, c_int, c_size_t, c_void_p
+
+from hvd import _lib
+from hvd._lib import lib
+from hvd.exceptions import HorovodInternalError
+
+# Horovod's values of the reduce ops, which its users compare against.
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+_OPS = {Average: _lib.AVERAGE, Sum: _lib.SUM, Min: _lib.MIN, Max: _lib.MAX,
+        Product: _lib.PRODUCT}
+_OP_NAMES = {Average: 'Average', Sum: 'Sum', Adasum: 'Adasum', Min: 'Min', Max: 'Max',
+             Product: 'Product'}
+
+NOT_INITIALIZED = 'Horovod has not been initialized; use hvd.init().'
+
+
+def version():
+    return lib.hvd_version().decode()
+
+
+def last_error(status=None):
+    """This thread's last hvd message (hvd_last_error_message)."""
+    msg = lib.hvd_last_error_message().decode('utf-8', 'replace')
+    if not msg and status is not None:
+        msg = lib.hvd_strerror(status).decode()
+    return msg
+
+
+def raise_for(status, invalid=ValueError):
+    """Raises what Horovod raises for a failed call: `invalid` (ValueError)
+    for a bad argument or a process set that exists already,
+    HorovodInternalError for every other failure."""
+    msg = last_error(status)
+    if status in (_lib.ERR_INVALID_ARGUMENT, _lib.ERR_EXISTS) and invalid is not None:
+        raise invalid(msg)
+    raise HorovodInternalError(msg)
+
+
+def check(status, invalid=ValueError):
+    if status != _lib.OK:
+        raise_for(status, invalid)
+
+
+def reduce_op(op, what):
+    """hvd's value of one of Horovod's ops (Average, Sum, ...)."""
+    if op == Adasum:
+        raise NotImplementedError('%s: op=Adasum is not available in hvd yet' % what)
+    try:
+        return _OPS[op]
+    except (KeyError, TypeError):
+        raise ValueError('%s: op must be one of hvd.Average, hvd.Sum, hvd.Min, hvd.Max, '
+                         'hvd.Product, not %r' % (what, op)) from None
+
+
+def op_name(op):
+    return _OP_NAMES.get(op, repr(op))
+
+
+# ==== lifecycle and topology =====================================================================
+
+_lock = threading.Lock()
+_atexit_registered = False
+
+
+def init(comm=None, process_sets=None):
+    """Joins the job (hvd_init); a no-op when hvd is already initialized, as
+    Horovod's init is. process_sets: ProcessSets (or rank lists) to register
+    at once, the same on every rank, or "dynamic" (hvd's sets always are)."""
+    global _atexit_registered
+    if comm is not None:
+        raise NotImplementedError('hvd.init(comm=...) selects an MPI communicator, and hvd has '
+                                  'no MPI; start the job with hvdrun instead')
+    with _lock:
+        if not lib.hvd_is_initialized():
+            status = lib.hvd_init()
+            if status != _lib.OK:
+                raise_for(status, invalid=ValueError)
+            global_process_set.process_set_id = _lib.PROCESS_SET_GLOBAL
+            global_process_set.ranks = list(range(lib.hvd_size()))
+        if not _atexit_registered:
+            atexit.register(shutdown)
+            _atexit_registered = True
+    if process_sets is not None and process_sets != 'dynamic':
+        for ps in process_sets:
+            add_process_set(ps)
+
+
+def shutdown():
+    """Leaves the job (hvd_shutdown) and releases the handles nobody
+    synchronized; every pending operation fails. A no-op when not initialized."""
+    lib.hvd_shutdown()
+    release_all()
+
+
+def is_initialized():
+    return lib.hvd_is_initialized() != 0
+
+
+def _query(fn):
+    v = fn()
+    if v < 0:
+        raise ValueError(NOT_INITIALIZED)
+    return v
+
+
+def rank():
+    return _query(lib.hvd_rank)
+
+
+def size():
+    return _query(lib.hvd_size)
+
+
+def local_rank():
+    return _query(lib.hvd_local_rank)
+
+
+def local_size():
+    return _query(lib.hvd_local_size)
+
+
+def cross_rank():
+    return _query(lib.hvd_cross_rank)
+
+
+def cross_size():
+    return _query(lib.hvd_cross_size)
+
+
+def is_homogeneous():
+    return _query(lib.hvd_is_homogeneous) == 1
+
+
+def mpi_threads_supported():
+    raise ValueError('Horovod MPI is not enabled: hvd has no MPI')
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_built():
+    return False
+
+
+def gloo_enabled():
+    """True: hvd is the Gloo-style path (its own controller over TCP)."""
+    return True
+
+
+def gloo_built():
+    return True
+
+
+def nccl_built():
+    """The NCCL version code hvd was built with (truthy), 0 without."""
+    return lib.hvd_nccl_built()
+
+
+def cuda_built():
+    return lib.hvd_cuda_built() != 0
+
+
+def rocm_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing a Chrome trace on rank 0 (hvd_timeline_start)."""
+    if not isinstance(file_path, str) or not file_path:
+        raise ValueError('start_timeline: file_path must be a non-empty str')
+    check(lib.hvd_timeline_start(file_path.encode(), 1 if mark_cycles else 0), invalid=ValueError)
+
+
+def stop_timeline():
+    check(lib.hvd_timeline_stop())
+
+
+def join():
+    """Blocks until every rank has joined; returns the rank that joined last."""
+    last = c_int(-1)
+    check(lib.hvd_join(byref(last)), invalid=ValueError)
+    return last.value
+
+
+def barrier(process_set=None):
+    ps = process_set if process_set is not None else global_process_set
+    check(lib.hvd_barrier(_set_id(ps)), invalid=ValueError)
+
+
+# ==== handles ====================================================================================
+
+class _Op(object):
+    __slots__ = ('c', 'keep', 'finish')
+
+    def __init__(self, c, keep, finish):
+        self.c = c            # the hvd_handle
+        self.keep = keep      # what hvd points at until completion
+        self.finish = finish  # the result from the completed handle
+
+
+_ops = {}
+_numbers = itertools.count(1)
+
+
+def submit(call, args, keep, finish):
+    """Calls an hvd_*_async function (args without the handle pointer) and
+    registers the handle; returns its number. A rejected call raises
+    ValueError (bad argument, name in flight) or HorovodInternalError."""
+    c = c_void_p()
+    status = call(*args, byref(c))
+    if status != _lib.OK:
+        raise_for(status)
+    number = next(_numbers)
+    _ops[number] = _Op(c, keep, finish)
+    return number
+
+
+def poll(handle):
+    """True when the operation has completed; never blocks."""
+    op = _ops.get(handle)
+    if op is None:
+        raise ValueError('poll: handle %r is not an operation in flight (synchronized already?)'
+                         % (handle,))
+    return lib.hvd_handle_poll(op.c) != 0
+
+
+def synchronize(handle):
+    """Waits for the operation (the GIL released meanwhile) and returns its
+    result; None for a handle that is not in flight, as Horovod does."""
+    op = _ops.get(handle)
+    if op is None:
+        return None
+    try:
+        status = lib.hvd_handle_wait(op.c)
+        if status != _lib.OK:
+            raise HorovodInternalError(last_error(status))
+        return op.finish(op.c) if op.finish is not None else None
+    finally:
+        _ops.pop(handle, None)
+        lib.hvd_handle_release(op.c)
+
+
+def release_all():
+    """Releases every handle in the table (after hvd_shutdown: all completed)."""
+    ops = list(_ops.values())
+    _ops.clear()
+    for op in ops:
+        lib.hvd_handle_release(op.c)
+
+
+def take_output(c, index=0):
+    """(address, bytes, shape) of an output hvd allocated, now the caller's:
+    free it with lib.hvd_output_free."""
+    data = c_void_p()
+    nbytes = c_size_t()
+    shape = (ctypes.c_int64 * _lib.MAX_DIMS)()
+    check(lib.hvd_handle_take_output(c, index, byref(data), byref(nbytes), shape),
+          invalid=None)
+    return data.value, nbytes.value, shape
+
+
+def received_splits(c):
+    splits = ctypes.POINTER(ctypes.c_int32)()
+    n = c_size_t()
+    check(lib.hvd_handle_received_splits(c, byref(splits), byref(n)), invalid=None)
+    return [splits[i] for i in range(n.value)]
+
+
+def tensor_struct(name, dtype, shape, inptr, outptr):
+    """An hvd_tensor; the shape array travels in the structure's _objects."""
+    t = _lib.Tensor()
+    t.name = name
+    t.dtype = dtype
+    t.ndims = len(shape)
+    if shape:
+        t.shape = (ctypes.c_int64 * len(shape))(*shape)
+    t.input = inptr
+    t.output = outptr
+    return t
+
+
+# ==== process sets ================================================================================
+
+class ProcessSet(object):
+    """A group of ranks with collectives of their own. Register it with
+    add_process_set (or hvd.init(process_sets=[...])) on every rank, then
+    pass it as process_set= to collectives."""
+
+    def __init__(self, ranks):
+        try:
+            ranks = [int(r) for r in ranks]
+        except (TypeError, ValueError):
+            raise ValueError('ProcessSet takes a list of ranks, not %r' % (ranks,)) from None
+        self.ranks = sorted(ranks)
+        self.process_set_id = None
+
+    def _invalidate(self):
+        self.process_set_id = None
+
+    def _id(self):
+        if self.process_set_id is None:
+            raise ValueError('process set %s is not registered (add_process_set)' % self)
+        return self.process_set_id
+
+    def size(self):
+        """The number of ranks; None when the set is not registered."""
+        if self.process_set_id is None:
+            return None
+        return _query(lambda: lib.hvd_process_set_size(self.process_set_id))
+
+    def rank(self):
+        """This rank's rank in the set (-1 outside it); None when not registered."""
+        if self.process_set_id is None:
+            return None
+        if not is_initialized():
+            raise ValueError(NOT_INITIALIZED)
+        return lib.hvd_process_set_rank(self.process_set_id)
+
+    def included(self):
+        """Whether this rank is a member; None when the set is not registered."""
+        if self.process_set_id is None:
+            return None
+        return self.rank() >= 0
+
+    def __str__(self):
+        return 'ProcessSet(process_set_id=%s, ranks=%s)' % (self.process_set_id, self.ranks)
+
+    __repr__ = __str__
+
+    def __eq__(self, other):
+        return isinstance(other, ProcessSet) and self.ranks == other.ranks and \
+            self.process_set_id == other.process_set_id
+
+    def __hash__(self):
+        return hash((tuple(self.ranks), self.process_set_id))
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = _lib.PROCESS_SET_GLOBAL
+
+
+def _set_id(process_set):
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError('process_set must be a ProcessSet, not %r' % (process_set,))
+    return process_set._id()
+
+
+def set_id(process_set):
+    """The hvd id of a registered ProcessSet (ValueError otherwise)."""
+    return _set_id(process_set)
+
+
+def set_ranks(set_id_):
+    n = c_size_t()
+    check(lib.hvd_process_set_ranks(set_id_, None, 0, byref(n)), invalid=None)
+    ranks = (c_int * max(n.value, 1))()
+    check(lib.hvd_process_set_ranks(set_id_, ranks, n.value, byref(n)), invalid=None)
+    return list(ranks[:n.value])
+
+
+def add_process_set(process_set):
+    """Registers a set (a ProcessSet or a list of ranks) on every rank, which
+    all call this in the same order; returns the ProcessSet with its id.
+    ValueError when a set with these ranks exists (the global one too)."""
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.process_set_id is not None:
+        raise ValueError('%s is registered already' % ps)
+    if not is_initialized():
+        raise ValueError(NOT_INITIALIZED)
+    n = len(ps.ranks)
+    ranks = (c_int * max(n, 1))(*ps.ranks)
+    new_id = c_int(-1)
+    check(lib.hvd_process_set_add(ranks, n, byref(new_id)), invalid=ValueError)
+    ps.process_set_id = new_id.value
+    return ps
+
+
+def remove_process_set(process_set):
+    """Removes a registered set on every rank (collective); returns False for
+    the global set or a set that is not registered, True once removed."""
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError('remove_process_set takes a ProcessSet, not %r' % (process_set,))
+    if process_set.process_set_id is None or \
+            process_set.process_set_id == _lib.PROCESS_SET_GLOBAL:
+        return False
+    check(lib.hvd_process_set_remove(process_set.process_set_id), invalid=ValueError)
+    process_set._invalidate()
+    return True
+
+
+def process_set_ids():
+    """The ids of every registered set, ascending."""
+    n = c_size_t()
+    check(lib.hvd_process_set_ids(None, 0, byref(n)), invalid=None)
+    ids = (c_int * max(n.value, 1))()
+    check(lib.hvd_process_set_ids(ids, n.value, byref(n)), invalid=None)
+    return list(ids[:n.value])
