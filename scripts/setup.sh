@@ -1,6 +1,8 @@
 #!/bin/sh
-# Installs the Debian 12 packages that hvd's build, tests and demo need.
-# Only packages that are missing are installed; running it again changes nothing.
+# Installs the Debian 12 packages that hvd's build, tests and demo need: the
+# C libraries, and Debian's PyTorch for the Python layer (python/hvd), which
+# scripts and tests run with /usr/bin/python3. Only packages that are
+# missing are installed; running it again changes nothing.
 set -eu
 
 PACKAGES="
@@ -16,6 +18,14 @@ curl
 procps
 iproute2
 yamllint
+python3
+python3-torch
+python3-numpy
+python3-pytest
+python3-packaging
+python3-cloudpickle
+python3-sklearn
+python3-torchvision
 "
 
 missing=""
