@@ -1,10 +1,18 @@
-# cmake --install: the libraries, the public header, the tools and a pkg-config file.
+# cmake --install: the libraries, the public header, the tools, the Python packages
+# and a pkg-config file.
 include(GNUInstallDirs)
 install(TARGETS hvd hvd_static hvd-rendezvous hvdrun
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY include/hvd DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The Python packages beside the library, where the hvd package looks for
+# libhvd.so (three directories up) and hvdrun looks for them; the
+# compatibility tree's `horovod` stays there too, never in a site directory,
+# so that it shadows Horovod only for jobs that ask (hvdrun --horovod-compat).
+install(DIRECTORY python/hvd python/compat DESTINATION ${CMAKE_INSTALL_LIBDIR}/hvd/python
+  PATTERN __pycache__ EXCLUDE
+  PATTERN "*.pyc" EXCLUDE)
 # The pkg-config file finds the prefix from its own place, so that
 # `cmake --install build --prefix DIR` (a prefix chosen after configuring)
 # gives a file that points into DIR.

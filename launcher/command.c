@@ -37,14 +37,26 @@ hvd_status hvdrun_env_put(struct hvdrun_env *e, const char *kv) {
 }
 
 hvd_status hvdrun_env_set(struct hvdrun_env *e, const char *name, const char *fmt, ...) {
-  char value[4096], kv[4096 + 256];
+  /* Sized to the value: a PYTHONPATH or an exported variable may be long. */
+  size_t nl = strlen(name);
+  char *kv = NULL;
+  hvd_status st;
   va_list ap;
+  int n;
 
   va_start(ap, fmt);
-  vsnprintf(value, sizeof(value), fmt, ap);
+  n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
-  snprintf(kv, sizeof(kv), "%s=%s", name, value);
-  return hvdrun_env_put(e, kv);
+  if (n < 0 || (kv = malloc(nl + (size_t)n + 2)) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a rank's environment");
+  memcpy(kv, name, nl);
+  kv[nl] = '=';
+  va_start(ap, fmt);
+  vsnprintf(kv + nl + 1, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  st = hvdrun_env_put(e, kv);
+  free(kv);
+  return st;
 }
 
 char **hvdrun_env_array(const struct hvdrun_env *e) {

@@ -34,6 +34,8 @@ struct hvdrun_options {
   bool hier_allreduce, hier_allgather;
   const char **exports; /* -x VAR or VAR=value */
   size_t nexports;
+  bool horovod_compat;  /* --horovod-compat: horovod's imports get hvd's tree */
+  char *pythonpath;     /* the ranks' PYTHONPATH (hvdrun_python_setup); NULL: as is */
   char **command;       /* after the options (or --) */
   int ncommand;
   /* Elastic mode: on with --min-np or --host-discovery-script (--max-np
@@ -56,6 +58,36 @@ void hvdrun_options_fini(struct hvdrun_options *o);
 /* --elastic-timeout's default: HOROVOD_ELASTIC_TIMEOUT (1 to 86400), else 600. */
 hvd_status hvdrun_elastic_timeout_from_env(int *seconds);
 void hvdrun_usage(FILE *out);
+
+/* ==== the ranks' Python path (python.c) ===================================== */
+
+enum { HVDRUN_PYTHON_CANDIDATES = 2 };
+
+/* Where hvdrun looks for hvd's Python packages, given the absolute path of
+ * its executable without symlinks (exe) and the install's library directory
+ * (libdir, CMAKE_INSTALL_LIBDIR), prefix being the directory above exe's:
+ * <prefix>/lib/hvd/python (the build tree), then <prefix>/<libdir>/hvd/python
+ * (<libdir>/hvd/python for an absolute libdir) unless it is the first. On
+ * success out[0 .. *n) are malloc'ed (free() them). HVD_ERR_INVALID_ARGUMENT
+ * for a relative exe; HVD_ERR_NO_MEMORY. */
+hvd_status hvdrun_python_candidates(const char *exe, const char *libdir,
+                                    char *out[HVDRUN_PYTHON_CANDIDATES], size_t *n);
+/* The ranks' PYTHONPATH. The first candidate holding the hvd package
+ * (hvd/__init__.py; where no candidate has it, a directory hvd) comes first,
+ * with its compat directory before it when compat; then current, the user's
+ * PYTHONPATH (NULL or "": nothing, and no ':'). On success *dir is that
+ * candidate and *value is malloc'ed (free() it); both are NULL when no
+ * candidate holds the package (not an error without compat). With compat,
+ * a missing package or compat directory is HVD_ERR_NOT_FOUND in one line
+ * naming the paths tried. HVD_ERR_NO_MEMORY. */
+hvd_status hvdrun_python_path(const char *const *candidates, size_t n, bool compat,
+                              const char *current, const char **dir, char **value);
+/* Sets o->pythonpath from hvdrun's own executable (/proc/self/exe), the
+ * user's PYTHONPATH (the last -x PYTHONPATH=VALUE, else hvdrun's) and
+ * --horovod-compat; with --verbose, says what it added. Without
+ * --horovod-compat, finding nothing is not an error. Errors as
+ * hvdrun_python_path's. */
+hvd_status hvdrun_python_setup(struct hvdrun_options *o);
 
 /* ==== hosts and slots (hosts.c) ============================================= */
 

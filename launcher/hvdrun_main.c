@@ -21,6 +21,8 @@ int main(int argc, char **argv) {
     hvdrun_usage(stdout);
     return 0;
   }
+  if (st == HVD_OK)
+    st = hvdrun_python_setup(&o);
   if (st == HVD_OK && o.elastic && o.discovery_script != NULL) {
     code = hvdrun_run_elastic(&o, NULL, 0);
     hvdrun_options_fini(&o);

@@ -8,7 +8,8 @@
  * an option, or after "--". Every mistake is one line naming the argument;
  * main exits 2 on it. Elastic mode, as horovodrun decides it: on with
  * --min-np or --host-discovery-script; its other flags are errors without
- * it rather than silently ignored.
+ * it rather than silently ignored. Of horovodrun's controller flags,
+ * --gloo names what hvd always does and --mpi what it cannot.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,8 @@ enum opt {
   O_NP, O_HOSTS, O_HOSTFILE, O_SSH_PORT, O_SSH_IDENTITY, O_SSH_COMMAND, O_IFACE, O_START_TIMEOUT,
   O_RDZV_PORT, O_OUTPUT, O_TIMESTAMP, O_NO_PREFIX, O_VERBOSE, O_LOG_LEVEL, O_TIMELINE, O_FUSION,
   O_CYCLE, O_CACHE, O_HIER_ALLREDUCE, O_HIER_ALLGATHER, O_GLOO_TIMEOUT, O_EXPORT, O_MIN_NP,
-  O_MAX_NP, O_DISCOVERY, O_SLOTS, O_ELASTIC_TIMEOUT, O_RESET_LIMIT, O_COOLDOWN, O_HELP
+  O_MAX_NP, O_DISCOVERY, O_SLOTS, O_ELASTIC_TIMEOUT, O_RESET_LIMIT, O_COOLDOWN, O_HOROVOD_COMPAT,
+  O_GLOO, O_MPI, O_HELP
 };
 
 static const struct spelling {
@@ -65,6 +67,9 @@ static const struct spelling {
     {"--elastic-timeout", O_ELASTIC_TIMEOUT, 1},
     {"--reset-limit", O_RESET_LIMIT, 1},
     {"--blacklist-cooldown-range", O_COOLDOWN, 2},
+    {"--horovod-compat", O_HOROVOD_COMPAT, 0},
+    {"--gloo", O_GLOO, 0},
+    {"--mpi", O_MPI, 0},
     {"-h", O_HELP, 0},
     {"--help", O_HELP, 0},
 };
@@ -128,6 +133,14 @@ void hvdrun_usage(FILE *out) {
       "                              let a failed host back after MIN to MAX seconds,\n"
       "                              longer each time it fails (1 to 3600; default:\n"
       "                              never)\n"
+      "\n"
+      "Python (hvd's own package goes first on the ranks' PYTHONPATH):\n"
+      "  --horovod-compat            put hvd's 'horovod' compatibility tree before it,\n"
+      "                              so that 'import horovod.torch' gets hvd\n"
+      "                              (and set HVD_HOROVOD_COMPAT=1)\n"
+      "  --gloo                      accepted and ignored: hvd is always horovodrun's\n"
+      "                              Gloo path\n"
+      "  --mpi                       refused: hvd has no MPI\n"
       "\n"
       "  -h, --help                  this text\n"
       "\n"
@@ -340,6 +353,15 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: MIN %s is more than MAX %s", sp->name, v,
                        v2);
     break;
+  case O_HOROVOD_COMPAT:
+    o->horovod_compat = true;
+    break;
+  case O_GLOO: /* horovodrun's choice of controller; hvd's is always that one */
+    break;
+  case O_MPI:
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "--mpi: hvd has no MPI; drop --mpi (hvd's own controller and TCP "
+                     "collectives are horovodrun's --gloo path)");
   case O_HELP:
     break;
   }
@@ -470,6 +492,8 @@ hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *h
 
 void hvdrun_options_fini(struct hvdrun_options *o) {
   free(o->exports);
+  free(o->pythonpath);
   o->exports = NULL;
   o->nexports = 0;
+  o->pythonpath = NULL;
 }

@@ -134,6 +134,11 @@ hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int
     else if (getenv(x) != NULL)
       SET(x, "%s", getenv(x));
   }
+  /* After the exports: it replaces -x PYTHONPATH=VALUE, whose value it ends with. */
+  if (o->pythonpath != NULL)
+    SET("PYTHONPATH", "%s", o->pythonpath);
+  if (o->horovod_compat)
+    SET("HVD_HOROVOD_COMPAT", "1");
 #undef SET
   return st;
 }

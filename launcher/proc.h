@@ -17,7 +17,8 @@ hvd_status hvdrun_store_address(const struct hvdrun_options *o, const char *cons
                                 size_t nremote, char *out, size_t size);
 
 /* The variables every rank of the job gets: the store, the token, the
- * knobs given as options and the -x exports. */
+ * knobs given as options, the -x exports and the Python path
+ * (o->pythonpath, HVD_HOROVOD_COMPAT). */
 hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int port,
                            const char *token, struct hvdrun_env *e);
 

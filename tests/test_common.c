@@ -87,7 +87,7 @@ static char *repeat(char ch, size_t len) {
 /* ---- errors ------------------------------------------------------------- */
 
 START_TEST(test_strerror_every_status) {
-  const hvd_status first = HVD_OK, last = HVD_ERR_REMOVED;
+  const hvd_status first = HVD_OK, last = HVD_ERR_EXISTS;
   for (int i = first; i <= (int)last; i++) {
     const char *s = hvd_strerror((hvd_status)i);
     ck_assert_ptr_nonnull(s);
@@ -107,7 +107,7 @@ START_TEST(test_strerror_elastic_statuses) {
 END_TEST
 
 START_TEST(test_strerror_unknown) {
-  ck_assert_str_eq(hvd_strerror((hvd_status)(HVD_ERR_REMOVED + 1)), "unknown status");
+  ck_assert_str_eq(hvd_strerror((hvd_status)(HVD_ERR_EXISTS + 1)), "unknown status");
   ck_assert_str_eq(hvd_strerror((hvd_status)1000), "unknown status");
 }
 END_TEST

@@ -1,10 +1,11 @@
 /*
  * hvdrun's pieces without processes (but for the discovery script's): the
  * command line, hosts and slots, the elastic view of hosts, output
- * prefixing, shell quoting. The job itself is tested end to end
- * (tests/e2e/hvdrun.sh).
+ * prefixing, shell quoting, the ranks' Python path. The job itself is
+ * tested end to end (tests/e2e/hvdrun.sh).
  */
 #include <check.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "hvdrun.h"
+#include "proc.h"
 
 /* ==== options ============================================================== */
 
@@ -72,6 +73,9 @@ START_TEST(options_errors_name_the_argument) {
       {{"--cache-capacity", "1.5", "x", NULL}, "whole number"},
       {{"--log-level", "loud", "x", NULL}, "log level"},
       {{"-x", "=v", "x", NULL}, "variable name"},
+      {{"--mpi", "-np", "2", "x", NULL}, "--mpi: hvd has no MPI; drop --mpi"},
+      {{"--gloo=yes", "x", NULL}, "--gloo takes no value"},
+      {{"--horovod-compat=1", "x", NULL}, "--horovod-compat takes no value"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     struct hvdrun_options o;
@@ -82,6 +86,23 @@ START_TEST(options_errors_name_the_argument) {
     ck_assert(strchr(hvd_last_error_message(), '\n') == NULL);
     hvdrun_options_fini(&o);
   }
+}
+END_TEST
+
+START_TEST(options_python) {
+  struct hvdrun_options o;
+  bool help;
+  const char *plain[] = {"-np", "2", "x", NULL};
+  const char *compat[] = {"--horovod-compat", "--gloo", "-np", "2", "x", NULL};
+  ck_assert_int_eq(parse(&o, &help, plain), HVD_OK);
+  ck_assert(!o.horovod_compat);
+  ck_assert_ptr_null(o.pythonpath); /* hvdrun_python_setup's */
+  hvdrun_options_fini(&o);
+  ck_assert_int_eq(parse(&o, &help, compat), HVD_OK);
+  ck_assert(o.horovod_compat);
+  ck_assert_int_eq(o.np, 2);
+  ck_assert_str_eq(o.command[0], "x");
+  hvdrun_options_fini(&o);
 }
 END_TEST
 
@@ -726,6 +747,21 @@ START_TEST(shell_quoting) {
 }
 END_TEST
 
+START_TEST(environment_long_values) {
+  /* A long PYTHONPATH or exported variable arrives whole. */
+  struct hvdrun_env e = {0};
+  char *value = malloc(20001);
+  ck_assert_ptr_nonnull(value);
+  memset(value, 'p', 20000);
+  value[20000] = '\0';
+  ck_assert_int_eq(hvdrun_env_set(&e, "PYTHONPATH", "%s:/u", value), HVD_OK);
+  ck_assert_uint_eq(strlen(e.vars[0]), strlen("PYTHONPATH=") + 20000 + 3);
+  ck_assert_str_eq(e.vars[0] + strlen("PYTHONPATH=") + 20000, ":/u");
+  free(value);
+  hvdrun_env_fini(&e);
+}
+END_TEST
+
 START_TEST(environment_replaces) {
   struct hvdrun_env e = {0};
   char **a;
@@ -743,11 +779,216 @@ START_TEST(environment_replaces) {
 }
 END_TEST
 
+/* ==== the ranks' Python path ================================================ */
+
+static void candidates_are(const char *exe, const char *libdir, const char *first,
+                           const char *second) {
+  char *c[HVDRUN_PYTHON_CANDIDATES] = {NULL};
+  size_t n = 0;
+  ck_assert_int_eq(hvdrun_python_candidates(exe, libdir, c, &n), HVD_OK);
+  ck_assert_uint_eq(n, second != NULL ? 2 : 1);
+  ck_assert_str_eq(c[0], first);
+  if (second != NULL)
+    ck_assert_str_eq(c[1], second);
+  for (size_t i = 0; i < n; i++)
+    free(c[i]);
+}
+
+START_TEST(python_candidates) {
+  char *c[HVDRUN_PYTHON_CANDIDATES] = {NULL};
+  size_t n = 7;
+  candidates_are("/opt/hvd/bin/hvdrun", "lib64", "/opt/hvd/lib/hvd/python",
+                 "/opt/hvd/lib64/hvd/python");
+  candidates_are("/opt/hvd/bin/hvdrun", "lib", "/opt/hvd/lib/hvd/python", NULL);
+  candidates_are("/usr/bin/hvdrun", "lib/x86_64-linux-gnu", "/usr/lib/hvd/python",
+                 "/usr/lib/x86_64-linux-gnu/hvd/python");
+  candidates_are("/usr/bin/hvdrun", "/usr/lib64", "/usr/lib/hvd/python",
+                 "/usr/lib64/hvd/python");
+  candidates_are("/bin/hvdrun", "lib", "/lib/hvd/python", NULL);
+  ck_assert_int_eq(hvdrun_python_candidates("bin/hvdrun", "lib", c, &n),
+                   HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(n, 7);
+}
+END_TEST
+
+/* "base/name" in one of two static buffers. */
+static const char *path_of(const char *base, const char *name) {
+  static char paths[2][PATH_MAX];
+  static int next;
+  char *p = paths[next++ % 2];
+  int n = snprintf(p, PATH_MAX, "%s/%s", base, name);
+  ck_assert(n > 0 && n < PATH_MAX);
+  return p;
+}
+
+static void make_dir(const char *base, const char *name) {
+  ck_assert_int_eq(mkdir(path_of(base, name), 0755), 0);
+}
+
+static void make_file(const char *base, const char *name) {
+  FILE *f = fopen(path_of(base, name), "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+}
+
+/* hvdrun_python_path's value for candidates a and b (NULL: only a). */
+static char *python_path(const char *a, const char *b, bool compat, const char *current,
+                         const char **dir) {
+  const char *c[] = {a, b};
+  char *value = NULL;
+  ck_assert_int_eq(hvdrun_python_path(c, b != NULL ? 2 : 1, compat, current, dir, &value),
+                   HVD_OK);
+  return value;
+}
+
+static void python_path_is(const char *a, const char *b, bool compat, const char *current,
+                           const char *expect) {
+  const char *dir = NULL;
+  char *value = python_path(a, b, compat, current, &dir), head[3 * PATH_MAX];
+  ck_assert_str_eq(value, expect);
+  /* *dir is the candidate the value starts with (after its compat tree). */
+  snprintf(head, sizeof(head), "%s%s%s", compat ? dir : "", compat ? "/compat:" : "", dir);
+  ck_assert_int_eq(strncmp(value, head, strlen(head)), 0);
+  free(value);
+}
+
+/* Compat missing: one line naming where it looked; outputs untouched. */
+static void no_compat(const char *a, const char *b, const char *names, const char *not_named) {
+  const char *c[] = {a, b}, *dir = "untouched";
+  char *value = (char *)"untouched";
+  ck_assert_int_eq(hvdrun_python_path(c, b != NULL ? 2 : 1, true, "/u", &dir, &value),
+                   HVD_ERR_NOT_FOUND);
+  ck_assert_str_eq(dir, "untouched");
+  ck_assert_str_eq(value, "untouched");
+  ck_assert_msg(strncmp(hvd_last_error_message(), "--horovod-compat: ", 18) == 0, "%s",
+                hvd_last_error_message());
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), names));
+  ck_assert(not_named == NULL || strstr(hvd_last_error_message(), not_named) == NULL);
+  ck_assert(strchr(hvd_last_error_message(), '\n') == NULL);
+}
+
+/* Removes what python_path_built makes, deepest first. */
+static void remove_tree(const char *base) {
+  static const char *const files[] = {"linked/hvd", "linked/compat", "full/hvd/__init__.py"};
+  static const char *const dirs[] = {"full/hvd", "full/compat", "full",  "bare/hvd",
+                                     "bare",     "none",        "linked"};
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(files); i++)
+    ck_assert_int_eq(unlink(path_of(base, files[i])), 0);
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(dirs); i++)
+    ck_assert_int_eq(rmdir(path_of(base, dirs[i])), 0);
+  ck_assert_int_eq(rmdir(base), 0);
+}
+
+START_TEST(python_path_built) {
+  char base[] = "/tmp/hvd-python-XXXXXX", full[PATH_MAX], bare[PATH_MAX], none[PATH_MAX],
+       linked[PATH_MAX], expect[4 * PATH_MAX];
+  const char *dir = "untouched";
+
+  ck_assert_ptr_nonnull(mkdtemp(base));
+  /* full: the package and its compat tree; bare: a package directory still
+   * empty; none: nothing; linked: symlinks to full's, as in the build tree. */
+  snprintf(full, sizeof(full), "%s", path_of(base, "full"));
+  snprintf(bare, sizeof(bare), "%s", path_of(base, "bare"));
+  snprintf(none, sizeof(none), "%s", path_of(base, "none"));
+  snprintf(linked, sizeof(linked), "%s", path_of(base, "linked"));
+  make_dir(base, "full");
+  make_dir(full, "hvd");
+  make_file(full, "hvd/__init__.py");
+  make_dir(full, "compat");
+  make_dir(base, "bare");
+  make_dir(bare, "hvd");
+  make_dir(base, "none");
+  make_dir(base, "linked");
+  ck_assert_int_eq(symlink(path_of(full, "hvd"), path_of(linked, "hvd")), 0);
+  ck_assert_int_eq(symlink(path_of(full, "compat"), path_of(linked, "compat")), 0);
+
+  /* The user's path goes after hvd's, without a stray ':'. */
+  python_path_is(full, NULL, false, NULL, full);
+  python_path_is(full, NULL, false, "", full);
+  snprintf(expect, sizeof(expect), "%s:/u:/v", full);
+  python_path_is(full, NULL, false, "/u:/v", expect);
+  /* The first candidate with the package; a finished one over a bare one. */
+  python_path_is(none, bare, false, NULL, bare);
+  python_path_is(bare, full, false, NULL, full);
+  python_path_is(full, bare, false, NULL, full);
+  python_path_is(linked, none, false, NULL, linked);
+  /* --horovod-compat: the tree in front of the package. */
+  snprintf(expect, sizeof(expect), "%s/compat:%s", full, full);
+  python_path_is(full, NULL, true, "", expect);
+  snprintf(expect, sizeof(expect), "%s/compat:%s:/u", linked, linked);
+  python_path_is(linked, NULL, true, "/u", expect);
+  /* No package anywhere: nothing to add, and not an error. */
+  ck_assert_ptr_null(python_path(none, NULL, false, "/u", &dir));
+  ck_assert_ptr_null(dir);
+  /* Compat asked for but missing: where the package is, or everywhere. */
+  snprintf(expect, sizeof(expect), "%s/compat (", bare);
+  no_compat(none, bare, expect, "/none");
+  snprintf(expect, sizeof(expect), "%s/compat or %s/compat", none, path_of(base, "none2"));
+  no_compat(none, path_of(base, "none2"), expect, NULL);
+  remove_tree(base);
+}
+END_TEST
+
+START_TEST(python_setup_from_own_executable) {
+  /* This test runs from the build tree's bin, beside lib/hvd/python. */
+  char py[PATH_MAX], expect[3 * PATH_MAX];
+  struct hvdrun_options o;
+  bool help;
+  const char *user[] = {"--horovod-compat", "-np", "1", "x", NULL};
+  const char *exported[] = {"-x", "PYTHONPATH=/x1", "-x", "PYTHONPATH=/x2", "-np", "1", "x", NULL};
+
+  ck_assert_ptr_nonnull(realpath(HVD_BIN_DIR "/../lib/hvd/python", py));
+  setenv("PYTHONPATH", "/u", 1);
+  ck_assert_int_eq(parse(&o, &help, user), HVD_OK);
+  ck_assert_int_eq(hvdrun_python_setup(&o), HVD_OK);
+  snprintf(expect, sizeof(expect), "%s/compat:%s:/u", py, py);
+  ck_assert_str_eq(o.pythonpath, expect);
+  hvdrun_options_fini(&o);
+  /* -x PYTHONPATH=VALUE is the user's path (the last one, as for the ranks). */
+  ck_assert_int_eq(parse(&o, &help, exported), HVD_OK);
+  ck_assert_int_eq(hvdrun_python_setup(&o), HVD_OK);
+  snprintf(expect, sizeof(expect), "%s:/x2", py);
+  ck_assert_str_eq(o.pythonpath, expect);
+  hvdrun_options_fini(&o);
+  unsetenv("PYTHONPATH");
+}
+END_TEST
+
+START_TEST(python_reaches_the_ranks) {
+  struct hvdrun_options o;
+  struct hvdrun_env e = {0};
+  bool help;
+  const char *args[] = {"--horovod-compat", "-x", "PYTHONPATH=/x", "-np", "1", "x", NULL};
+  char **a;
+  int found = 0;
+
+  ck_assert_int_eq(parse(&o, &help, args), HVD_OK);
+  o.pythonpath = hvd_strndup("/p/compat:/p:/x", 15);
+  ck_assert_int_eq(hvdrun_job_vars(&o, "127.0.0.1", 1, "token", &e), HVD_OK);
+  a = hvdrun_env_array(&e);
+  for (size_t i = 0; a[i] != NULL; i++) {
+    if (strncmp(a[i], "PYTHONPATH=", 11) == 0) {
+      ck_assert_str_eq(a[i], "PYTHONPATH=/p/compat:/p:/x"); /* over -x's */
+      found++;
+    }
+    if (strncmp(a[i], "HVD_HOROVOD_COMPAT=", 19) == 0) {
+      ck_assert_str_eq(a[i], "HVD_HOROVOD_COMPAT=1");
+      found++;
+    }
+  }
+  ck_assert_int_eq(found, 2);
+  free(a);
+  hvdrun_env_fini(&e);
+  hvdrun_options_fini(&o);
+}
+END_TEST
+
 static Suite *launcher_suite(void) {
   Suite *s = suite_create("parts");
   TCase *tc = tcase_create("parts");
   tcase_add_test(tc, options_horovodrun_names);
   tcase_add_test(tc, options_errors_name_the_argument);
+  tcase_add_test(tc, options_python);
   tcase_add_test(tc, options_help);
   tcase_add_test(tc, options_elastic);
   tcase_add_test(tc, options_elastic_errors);
@@ -759,6 +1000,11 @@ static Suite *launcher_suite(void) {
   tcase_add_test(tc, output_long_line_in_pieces);
   tcase_add_test(tc, shell_quoting);
   tcase_add_test(tc, environment_replaces);
+  tcase_add_test(tc, environment_long_values);
+  tcase_add_test(tc, python_candidates);
+  tcase_add_test(tc, python_path_built);
+  tcase_add_test(tc, python_setup_from_own_executable);
+  tcase_add_test(tc, python_reaches_the_ranks);
   suite_add_tcase(s, tc);
   tc = tcase_create("elastic hosts");
   tcase_add_test(tc, discovery_output_parsed);

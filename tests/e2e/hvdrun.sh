@@ -126,6 +126,38 @@ usage)
     expect_rc 0
     expect_out "--ssh-command"
     ;;
+python)
+    # hvd's Python package first on every rank's PYTHONPATH, after its
+    # horovod compatibility tree with --horovod-compat, the user's after
+    # them; the same for remote ranks, on their env line.
+    py=$(cd "$bin/../lib/hvd/python" && pwd -P)
+    show='echo "$PYTHONPATH ${HVD_HOROVOD_COMPAT-unset}"'
+    (unset PYTHONPATH; run -np 2 --horovod-compat sh -c "$show")
+    expect_rc 0
+    for r in 0 1; do expect_out "^\[$r\]<stdout>:$py/compat:$py 1$"; done
+    (export PYTHONPATH=/e2e/user:/e2e/more; run -np 2 --horovod-compat sh -c "$show")
+    expect_rc 0
+    for r in 0 1; do expect_out "^\[$r\]<stdout>:$py/compat:$py:/e2e/user:/e2e/more 1$"; done
+    (export PYTHONPATH=; run -np 1 --gloo sh -c "$show")
+    expect_rc 0
+    expect_out "^\[0\]<stdout>:$py unset$"
+    (export PYTHONPATH=/e2e/user; run -H e2e-host-a:1 --ssh-command "$work/fake-ssh" \
+        --horovod-compat sh -c "$show")
+    expect_rc 0
+    expect_out "^\[0\]<stdout>:$py/compat:$py:/e2e/user 1$"
+    # Python itself resolves `hvd` there (found, not imported).
+    if [ -x /usr/bin/python3 ]; then
+        (unset PYTHONPATH; run -np 1 /usr/bin/python3 -c \
+            'import importlib.util; print(importlib.util.find_spec("hvd").submodule_search_locations[0])')
+        expect_rc 0
+        expect_out "^\[0\]<stdout>:$py/hvd$"
+    fi
+    run -np 2 --mpi sh -c "$show"
+    expect_rc 2
+    expect_err "^hvdrun: --mpi: hvd has no MPI; drop --mpi"
+    [ "$(wc -l <"$work/err")" = 1 ] || fail "--mpi: not one line: $(cat "$work/err")"
+    [ ! -s "$work/out" ] || fail "--mpi: a rank ran: $(cat "$work/out")"
+    ;;
 example)
     run -np 4 "$bin/train_mlp" --expect-loss-below 0.3
     expect_rc 0

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs the build into a temporary prefix, then builds and runs the
-# README's example against it through pkg-config, as a user would.
+# README's example against it through pkg-config, as a user would, and
+# checks that the installed hvdrun finds hvd's Python packages.
 # Usage: check.sh BUILD_DIR
 set -eu
 build=$1
@@ -23,4 +24,19 @@ cc -std=c11 "$here/example.c" -o "$prefix/example-static" \
     $(pkg-config --cflags hvd) "$libdir/libhvd.a" \
     $(pkg-config --libs libcurl libmicrohttpd libcjson) $private
 env -u HOROVOD_RANK -u HOROVOD_SIZE "$prefix/example-static"
+# hvd's Python packages beside the library, where the installed hvdrun finds
+# them for its ranks' PYTHONPATH; a `horovod` nowhere but in the compat tree.
+python=$(cd "$libdir/hvd/python" && pwd -P)
+for dir in "$python/hvd" "$python/compat"; do
+    [ -d "$dir" ] || { echo "install check: $dir is missing" >&2; exit 1; }
+done
+got=$(env -u PYTHONPATH "$prefix/bin/hvdrun" -np 1 --disable-output-prefix --horovod-compat \
+    sh -c 'echo "$PYTHONPATH"')
+if [ "$got" != "$python/compat:$python" ]; then
+    echo "install check: the installed hvdrun gave its ranks PYTHONPATH=$got," \
+        "not $python/compat:$python" >&2
+    exit 1
+fi
+stray=$(find "$prefix" -name horovod ! -path "$prefix/*/hvd/python/compat/*")
+[ -z "$stray" ] || { echo "install check: horovod outside hvd's compat tree: $stray" >&2; exit 1; }
 echo "install check: ok"
