@@ -1,0 +1,2 @@
+"""horovod.runner.util: the helpers of Horovod's runner that its users and
+test suites import (threads.in_thread)."""
