@@ -139,3 +139,28 @@ def test_in_thread_runs_the_target():
         '    print("in_thread ok")\n')
     assert result.returncode == 0 and 'in_thread ok' in result.stdout, _explain(result)
     assert 'ZeroDivisionError' not in result.stderr, _explain(result)
+
+
+def test_common_util_answers_for_hvd():
+    result = _python_with_compat(
+        'import os\n'
+        'import hvd.torch\n'
+        'from horovod.common.util import (check_extension, env, extension_available,\n'
+        '                                 gloo_built, gpu_available, mpi_built, nccl_built,\n'
+        '                                 split_list)\n'
+        'assert extension_available("torch") and not extension_available("tensorflow")\n'
+        'check_extension("horovod.torch", "HOROVOD_WITH_PYTORCH", "x.py", "torch", "mpi_lib")\n'
+        'try:\n'
+        '    check_extension("horovod.mxnet", "HOROVOD_WITH_MXNET", "x.py", "mxnet", "x")\n'
+        '    raise SystemExit("mxnet passed")\n'
+        'except ImportError:\n'
+        '    pass\n'
+        'assert gloo_built() and not mpi_built()\n'
+        'assert nccl_built() == hvd.torch.nccl_built()\n'
+        'assert gpu_available("tensorflow") is False\n'
+        'assert split_list(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]\n'
+        'with env(HVD_COMPAT_T="1", HVD_COMPAT_NONE=None):\n'
+        '    assert os.environ["HVD_COMPAT_T"] == "1" and "HVD_COMPAT_NONE" not in os.environ\n'
+        'assert "HVD_COMPAT_T" not in os.environ\n'
+        'print("util ok")\n')
+    assert result.returncode == 0 and 'util ok' in result.stdout, _explain(result)

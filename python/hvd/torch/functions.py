@@ -2,8 +2,22 @@
 object, from one rank to the others; gathering objects from every rank.
 
 Every call is collective: each rank of the process set makes the same
-calls in the same order. Operation names are derived from the call and
-the state's keys, so they agree across ranks without extra messages.
+calls in the same order. Operation names come from the call and the
+state's keys, never from what differs between ranks (the type of an object
+that only the root has, say), so they agree without extra messages; a call
+waits for all of its operations before it returns, so the same names may
+be used again by the next call.
+
+DESIGN of broadcast_optimizer_state. Ranks' optimizer states may differ in
+shape, not only in value: a worker that joins an elastic job has none, and
+a parameter that never had a gradient has no state on one rank but some on
+another. So the root first broadcasts, as one object, the layout of its
+state (per parameter: each tensor's shape, dtype and device kind, and the
+values that are not tensors) and its parameter groups' options; every rank
+then makes its state match that layout, reusing its own tensors where they
+fit, and all ranks broadcast exactly the root's tensors, in place. Ranks
+therefore always issue the same operations, even when one of them holds an
+optimizer that does not match the root's (it raises ValueError afterwards).
 """
 
 import io
@@ -13,144 +27,267 @@ import torch
 
 from hvd.torch.mpi_ops import (allgather, broadcast_, broadcast_async_, global_process_set, rank,
                                synchronize)
+from hvd.torch.optimizer import _DistributedOptimizer
+
+__all__ = ['broadcast_parameters', 'broadcast_optimizer_state', 'broadcast_object',
+           'allgather_object']
+
+_PARAMS_FORMS = 'a state_dict, named_parameters(), parameters() or a list of (name, tensor) pairs'
 
 
-def _named_tensors(params, what):
-    """(name, tensor) pairs from a state_dict, named_parameters() or a list of pairs."""
+# ==== parameters =================================================================================
+
+def broadcast_parameters(params, root_rank, prefix=None, process_set=global_process_set):
+    """Overwrites every tensor of `params` with root_rank's, in place.
+
+    params: a model's state_dict(), named_parameters(), parameters(), or a
+    list of (name, tensor) pairs; None values are skipped. Each tensor is
+    broadcast under its name (its position for unnamed ones), prefixed with
+    `prefix.` when given; all are sent at once, then waited for. root_rank
+    is a global rank. ValueError for anything else than those forms."""
+    items = _named_tensors(params)
+    label = '%s.' % prefix if prefix else ''
+    pending = []
+    try:
+        for name, tensor in items:
+            pending.append(_broadcast_in_place(tensor, root_rank, label + name, process_set))
+    finally:
+        # Also after a failed submission: what was submitted must complete
+        # before its tensors and names may be used again.
+        for handle, finish in pending:
+            synchronize(handle)
+            finish()
+
+
+def _named_tensors(params):
+    """[(unique name, tensor)] from any form broadcast_parameters takes,
+    every entry checked before anything is sent."""
+    if isinstance(params, torch.Tensor) or isinstance(params, (str, bytes)):
+        raise ValueError('broadcast_parameters takes %s, not a %s'
+                         % (_PARAMS_FORMS, type(params).__name__))
     if isinstance(params, dict):
-        items = sorted(params.items())
-    elif isinstance(params, (list, tuple)) or hasattr(params, '__iter__'):
-        items = list(params)
-        if any(not isinstance(x, tuple) or len(x) != 2 for x in items):
-            raise ValueError('%s takes a state_dict, named_parameters() or a list of (name, '
-                             'tensor) pairs' % what)
+        entries = sorted(params.items(), key=lambda kv: str(kv[0]))
     else:
-        raise ValueError('%s takes a state_dict, named_parameters() or a list of (name, '
-                         'tensor) pairs, not %s' % (what, type(params).__name__))
-    for name, p in items:
-        if p is not None and not isinstance(p, torch.Tensor):
-            raise ValueError('%s: %r is a %s, not a tensor' % (what, name, type(p).__name__))
+        try:
+            entries = list(params)
+        except TypeError:
+            raise ValueError('broadcast_parameters takes %s, not %s'
+                             % (_PARAMS_FORMS, type(params).__name__)) from None
+    items, seen = [], {}
+    for position, entry in enumerate(entries):
+        name, tensor = _entry(entry, position)
+        if tensor is None:
+            continue
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:  # the same name twice (two models' pairs, say): keep both apart
+            name = '%s#%d' % (name, seen[name])
+        items.append((name, tensor))
     return items
 
 
-def broadcast_parameters(params, root_rank, prefix=None, process_set=global_process_set):
-    """Overwrites every tensor of `params` (a model's state_dict(), its
-    named_parameters(), or (name, tensor) pairs) with root_rank's, in place.
-    All tensors are sent at once, then waited for."""
-    items = _named_tensors(params, 'broadcast_parameters')
-    handles = []
-    for name, p in items:
-        if p is None:
-            continue
-        if isinstance(p, torch.nn.Parameter) or p.requires_grad:
-            p = p.data  # the parameter itself: autograd must not see the write
-        label = 'broadcast.%s%s' % (prefix + '.' if prefix else '', name)
-        handles.append(broadcast_async_(p, root_rank, name=label, process_set=process_set))
-    for h in handles:
-        synchronize(h)
+def _entry(entry, position):
+    if isinstance(entry, torch.Tensor):
+        return str(position), entry
+    if isinstance(entry, tuple) and len(entry) == 2:
+        name, tensor = entry
+        if tensor is None or isinstance(tensor, torch.Tensor):
+            return (str(position) if name is None else str(name)), tensor
+        raise ValueError('broadcast_parameters: %r is a %s, not a tensor'
+                         % (name, type(tensor).__name__))
+    raise ValueError('broadcast_parameters takes %s; entry %d is a %s'
+                     % (_PARAMS_FORMS, position, type(entry).__name__))
 
+
+def _broadcast_in_place(tensor, root_rank, name, process_set):
+    """Submits the broadcast of `tensor` into itself: (handle, a function to
+    call once it completed). A tensor hvd cannot write directly (not
+    contiguous) goes through a contiguous copy."""
+    target = tensor.detach()
+    if target.is_contiguous():
+        return broadcast_async_(target, root_rank, name=name, process_set=process_set), \
+            lambda: None
+    staging = target.contiguous()
+    handle = broadcast_async_(staging, root_rank, name=name, process_set=process_set)
+    return handle, lambda: target.copy_(staging)
+
+
+# ==== optimizer state ============================================================================
 
 def broadcast_optimizer_state(optimizer, root_rank, prefix=None,
                               process_set=global_process_set):
-    """Makes every rank's optimizer state (per-parameter tensors such as
-    momentum buffers, and the hyperparameters of each parameter group) equal
-    to root_rank's. An optimizer that has not stepped yet has no state: it
-    takes one step with zero gradients first (which leaves the parameters of
-    SGD and Adam as they are), so that every rank has the same state to
-    overwrite."""
+    """Makes every rank's optimizer state equal to root_rank's: the state of
+    each parameter (momentum buffers, step counts, ...) and the options of
+    each parameter group (lr, betas, ...).
+
+    An optimizer that has not stepped yet has no state: it first takes one
+    step with zero gradients, without any communication (a
+    DistributedOptimizer reduces nothing), and its parameters and gradients
+    are put back as they were, so that every rank has state to overwrite.
+    torch.optim.LBFGS is refused (ValueError), as its state does not map to
+    parameters. prefix names the operations (default "optimizer")."""
     if isinstance(optimizer, torch.optim.LBFGS):
-        raise ValueError('broadcast_optimizer_state: torch.optim.LBFGS keeps its state in a '
-                         'form that cannot be broadcast; broadcast the model instead')
+        raise ValueError('broadcast_optimizer_state: the state of torch.optim.LBFGS cannot be '
+                         'broadcast; broadcast the model, or the whole optimizer with '
+                         'broadcast_object(optimizer.state_dict())')
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError('broadcast_optimizer_state takes a torch.optim.Optimizer, not %r'
                          % (optimizer,))
-    label = 'optimizer' if prefix is None else prefix
-    if len(optimizer.state_dict()['state']) == 0:
+    label = prefix if prefix else 'optimizer'
+    params = [p for group in optimizer.param_groups for p in group['params']]
+    if not any(optimizer.state.values()):
         _zero_step(optimizer)
-    state_dict = optimizer.state_dict()
-    # Hyperparameters and non-tensor state (step counts, flags) go as one object.
-    scalars = {}
-    tensors = []
-    for gi, group in enumerate(state_dict['param_groups']):
-        for key, value in sorted(group.items()):
-            if key != 'params':
-                scalars['group.%d.%s' % (gi, key)] = value
-    for pid, pstate in sorted(state_dict['state'].items()):
-        for key, value in sorted(pstate.items()):
-            if isinstance(value, torch.Tensor):
-                tensors.append(('state.%s.%s' % (pid, key), value))
-            else:
-                scalars['state.%s.%s' % (pid, key)] = value
-    scalars = broadcast_object(scalars, root_rank, name='%s.scalars' % label,
-                               process_set=process_set)
-    broadcast_parameters(tensors, root_rank, prefix=label, process_set=process_set)
-    _load_scalars(optimizer, state_dict, scalars)
+    layout = broadcast_object(_layout(optimizer, params), root_rank,
+                              name='%s.layout' % label, process_set=process_set)
+    problems = _apply_options(optimizer, layout['options'], layout['counts'])
+    tensors, more = _conform_state(optimizer, params, layout['state'])
+    broadcast_parameters(tensors, root_rank, prefix='%s.state' % label, process_set=process_set)
+    problems += more
+    if problems:
+        raise ValueError('broadcast_optimizer_state: this optimizer does not match rank %d\'s: %s'
+                         % (root_rank, '; '.join(problems)))
 
 
 def _zero_step(optimizer):
+    """One local step with zero gradients, leaving parameters and gradients
+    as they were: it only creates the optimizer's state."""
     saved = []
-    for group in optimizer.param_groups:
-        for p in group['params']:
-            saved.append((p, p.grad))
-            p.grad = torch.zeros_like(p) if p.requires_grad else None
-    optimizer.step()
-    for p, grad in saved:
-        p.grad = grad
+    with torch.no_grad():
+        for group in optimizer.param_groups:
+            for p in group['params']:
+                if p.requires_grad:
+                    saved.append((p, p.detach().clone(), p.grad))
+                    p.grad = torch.zeros_like(p)
+                    if isinstance(optimizer, torch.optim.SparseAdam):
+                        p.grad = p.grad.to_sparse()  # it takes nothing else
+        if type(optimizer).__module__ == _DistributedOptimizer.__module__:
+            # the wrapped class's step: the zero gradients are not reduced
+            super(type(optimizer), optimizer).step()
+        else:
+            optimizer.step()
+        for p, data, grad in saved:
+            p.copy_(data)
+            p.grad = grad
 
 
-def _load_scalars(optimizer, state_dict, scalars):
-    for gi, group in enumerate(optimizer.param_groups):
-        for key in list(group.keys()):
-            if key != 'params' and 'group.%d.%s' % (gi, key) in scalars:
-                group[key] = scalars['group.%d.%s' % (gi, key)]
-    # Tensors were overwritten in place (state_dict() shares them with the
-    # optimizer's state); non-tensor state values are set back by position.
-    params = [p for group in optimizer.param_groups for p in group['params']]
-    packed_ids = [pid for group in state_dict['param_groups'] for pid in group['params']]
-    for pid, p in zip(packed_ids, params):
-        pstate = optimizer.state.get(p)
-        if not pstate:
+def _layout(optimizer, params):
+    """What the root sends: each group's options, and per parameter position
+    each state entry, a tensor's (shape, dtype, on the CPU) or a value."""
+    options = [{k: v for k, v in group.items() if k != 'params'}
+               for group in optimizer.param_groups]
+    counts = [len(group['params']) for group in optimizer.param_groups]
+    state = {}
+    for position, p in enumerate(params):
+        entries = optimizer.state.get(p)
+        if not entries:
             continue
-        for key in list(pstate.keys()):
-            label = 'state.%s.%s' % (pid, key)
-            if label in scalars and not isinstance(pstate[key], torch.Tensor):
-                pstate[key] = scalars[label]
+        state[position] = {key: (_TensorSpec(value) if isinstance(value, torch.Tensor) else value)
+                           for key, value in entries.items()}
+    return {'options': options, 'counts': counts, 'state': state}
 
+
+class _TensorSpec(object):
+    """A state tensor as the layout carries it: everything but its values."""
+
+    def __init__(self, tensor):
+        self.shape = tuple(tensor.shape)
+        self.dtype = tensor.dtype
+        self.on_cpu = tensor.device.type == 'cpu'
+
+    def fits(self, tensor):
+        return isinstance(tensor, torch.Tensor) and tuple(tensor.shape) == self.shape and \
+            tensor.dtype == self.dtype and (tensor.device.type == 'cpu') == self.on_cpu
+
+    def make(self, p):
+        return torch.empty(self.shape, dtype=self.dtype,
+                           device='cpu' if self.on_cpu else p.device)
+
+
+def _apply_options(optimizer, options, counts):
+    """Takes the root's group options; what does not match (the groups, or
+    their parameters' numbers) is returned, and then nothing is taken."""
+    mine = [len(group['params']) for group in optimizer.param_groups]
+    if mine != counts:
+        return ['parameter groups of %s parameters here, of %s on the root' % (mine, counts)]
+    for group, root_options in zip(optimizer.param_groups, options):
+        group.update(root_options)
+    return []
+
+
+def _conform_state(optimizer, params, layout):
+    """Makes this optimizer's state have the root's entries (values set,
+    tensors allocated where the rank's own do not fit); returns the
+    [(name, tensor)] to broadcast, in the root's order, and what did not
+    match."""
+    problems, tensors = [], []
+    if max(layout, default=-1) >= len(params):
+        problems.append('%d parameters here, the root has state for parameter %d'
+                        % (len(params), max(layout)))
+    for position, entries in sorted(layout.items()):
+        p = params[position] if position < len(params) else None
+        state = optimizer.state[p] if p is not None else {}
+        for key in [k for k in state if k not in entries]:
+            del state[key]
+        for key, value in sorted(entries.items(), key=lambda kv: str(kv[0])):
+            if isinstance(value, _TensorSpec):
+                if not value.fits(state.get(key)):
+                    state[key] = value.make(p if p is not None else torch.empty(0))
+                tensors.append(('%d.%s' % (position, key), state[key]))
+            else:
+                state[key] = value
+    for position, p in enumerate(params):
+        if position not in layout:
+            optimizer.state.pop(p, None)
+    return tensors, problems
+
+
+# ==== objects ====================================================================================
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns root_rank's `obj` on every rank (pickled with cloudpickle)."""
-    label = name if name is not None else type(obj).__name__
-    if rank() == root_rank:
-        payload = io.BytesIO()
-        cloudpickle.dump(obj, payload)
-        data = torch.frombuffer(bytearray(payload.getvalue()), dtype=torch.uint8)
-        size = torch.tensor([data.numel()], dtype=torch.int64)
-    else:
-        size = torch.zeros(1, dtype=torch.int64)
+    """Returns root_rank's `obj` on every rank of the process set (root_rank
+    is a global rank). The object travels pickled with cloudpickle: its size,
+    then its bytes. Other ranks' `obj` is not used. name: the operations'
+    name, "broadcast_object" by default (the same on every rank, whatever
+    each passes as obj)."""
+    label = _label(name, 'broadcast_object')
+    is_root = rank() == root_rank
+    data = _pickled(obj) if is_root else None
+    size = torch.tensor([data.numel() if is_root else 0], dtype=torch.int64)
     broadcast_(size, root_rank, name='%s.sz' % label, process_set=process_set)
-    if rank() != root_rank:
-        data = torch.zeros(int(size.item()), dtype=torch.uint8)
+    if not is_root:
+        data = torch.empty(int(size.item()), dtype=torch.uint8)
     broadcast_(data, root_rank, name='%s.t' % label, process_set=process_set)
-    if rank() == root_rank:
-        return obj
-    return cloudpickle.loads(data.numpy().tobytes())
+    return obj if is_root else _unpickled(data)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every rank's `obj`, in rank order."""
-    label = name if name is not None else type(obj).__name__
-    payload = io.BytesIO()
-    cloudpickle.dump(obj, payload)
-    data = torch.frombuffer(bytearray(payload.getvalue()), dtype=torch.uint8)
+    """Returns the list of every rank's `obj`, in the process set's rank
+    order (pickled with cloudpickle: sizes, then bytes). name: the
+    operations' name, "allgather_object" by default."""
+    label = _label(name, 'allgather_object')
+    data = _pickled(obj)
     sizes = allgather(torch.tensor([data.numel()], dtype=torch.int64), name='%s.sz' % label,
                       process_set=process_set)
-    gathered = allgather(data, name='%s.t' % label, process_set=process_set).numpy().tobytes()
+    gathered = allgather(data, name='%s.t' % label, process_set=process_set)
     objects, offset = [], 0
     for n in sizes.tolist():
-        objects.append(cloudpickle.loads(gathered[offset:offset + n]))
+        objects.append(_unpickled(gathered[offset:offset + n]))
         offset += n
     return objects
 
 
-__all__ = ['broadcast_parameters', 'broadcast_optimizer_state', 'broadcast_object',
-           'allgather_object']
+def _label(name, default):
+    if name is None:
+        return default
+    if not isinstance(name, str):
+        raise ValueError('name must be a str, not %r' % (name,))
+    return name
+
+
+def _pickled(obj):
+    buf = io.BytesIO()
+    cloudpickle.dump(obj, buf)
+    return torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+
+
+def _unpickled(data):
+    return cloudpickle.loads(data.numpy().tobytes())
