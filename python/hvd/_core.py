@@ -15,7 +15,9 @@ would take the GIL on hvd's loop thread.
 import atexit
 import ctypes
 import itertools
+import sys
 import threading
+import weakref
 from ctypes import byref, c_int, c_size_t, c_void_p
 
 from hvd import _lib
@@ -97,10 +99,11 @@ def init(comm=None, process_sets=None):
     with _lock:
         if not lib.hvd_is_initialized():
             status = lib.hvd_init()
+            if status == _lib.ERR_REMOVED:
+                exit_removed(last_error(status))
             if status != _lib.OK:
                 raise_for(status, invalid=ValueError)
-            global_process_set.process_set_id = _lib.PROCESS_SET_GLOBAL
-            global_process_set.ranks = list(range(lib.hvd_size()))
+            begin_round()
         if not _atexit_registered:
             atexit.register(shutdown)
             _atexit_registered = True
@@ -113,7 +116,34 @@ def shutdown():
     """Leaves the job (hvd_shutdown) and releases the handles nobody
     synchronized; every pending operation fails. A no-op when not initialized."""
     lib.hvd_shutdown()
+    end_round()
+
+
+def begin_round():
+    """hvd was initialized (by init, or again by an elastic reset)."""
+    global_process_set.ranks = list(range(lib.hvd_size()))
+
+
+def end_round():
+    """hvd was shut down (by shutdown, or by an elastic reset before it
+    joins the next round): every operation has completed, so the handles
+    nobody synchronized are released; the process sets added are gone from
+    the library, so their ProcessSet objects become unregistered (add them
+    again to use them)."""
     release_all()
+    for ps in list(_registered):
+        ps._invalidate()
+    _registered.clear()
+
+
+def exit_removed(message):
+    """The elastic driver has no place for this worker (the job finished, or
+    shrank without it): say so and exit 0, as hvd.h advises; the driver
+    does not count a removed worker's exit."""
+    end_round()
+    print('hvd: this worker was removed from the elastic job (%s); exiting' % message,
+          file=sys.stderr, flush=True)
+    sys.exit(0)
 
 
 def is_initialized():
@@ -360,16 +390,10 @@ class ProcessSet(object):
 
     __repr__ = __str__
 
-    def __eq__(self, other):
-        return isinstance(other, ProcessSet) and self.ranks == other.ranks and \
-            self.process_set_id == other.process_set_id
-
-    def __hash__(self):
-        return hash((tuple(self.ranks), self.process_set_id))
-
 
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = _lib.PROCESS_SET_GLOBAL
+_registered = weakref.WeakSet()  # the sets add_process_set registered, until end_round
 
 
 def _set_id(process_set):
@@ -405,6 +429,7 @@ def add_process_set(process_set):
     new_id = c_int(-1)
     check(lib.hvd_process_set_add(ranks, n, byref(new_id)), invalid=ValueError)
     ps.process_set_id = new_id.value
+    _registered.add(ps)
     return ps
 
 
@@ -418,6 +443,7 @@ def remove_process_set(process_set):
         return False
     check(lib.hvd_process_set_remove(process_set.process_set_id), invalid=ValueError)
     process_set._invalidate()
+    _registered.discard(process_set)
     return True
 
 

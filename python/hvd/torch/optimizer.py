@@ -228,20 +228,32 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self.process_set.included():
             self._synchronized = True
             return
-        self._submit_missing()
-        for key, (handle, ctx) in self._handles.items():
-            if isinstance(key, tuple):
-                outputs = synchronize(handle)
-                for p, output, pctx in zip(key, outputs, ctx):
-                    self._allreduce_delay[p] = self.backward_passes_per_step
-                    self._set_grad(p, self._compression.decompress(output, pctx))
-            else:
-                output = handle() if callable(handle) else synchronize(handle)
-                self._allreduce_delay[key] = self.backward_passes_per_step
-                self._set_grad(key, output if callable(handle)
-                               else self._compression.decompress(output, ctx))
-        self._handles.clear()
+        try:
+            self._submit_missing()
+            for key, (handle, ctx) in self._handles.items():
+                if isinstance(key, tuple):
+                    outputs = synchronize(handle)
+                    for p, output, pctx in zip(key, outputs, ctx):
+                        self._set_grad(p, self._compression.decompress(output, pctx))
+                else:
+                    output = handle() if callable(handle) else synchronize(handle)
+                    self._set_grad(key, output if callable(handle)
+                                   else self._compression.decompress(output, ctx))
+        finally:
+            # Also after a failure (a peer died): the handles are finished
+            # either way, and the next step starts afresh.
+            self._reset_reductions()
         self._synchronized = True
+
+    def _reset_reductions(self):
+        """Forgets the reductions of this step: their handles, the passes
+        counted towards backward_passes_per_step, the groups' counts. For a
+        step that failed (an elastic job restores and resets after it)."""
+        self._handles.clear()
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        for group in self._group_counts:
+            self._group_counts[group] = 0
 
     def _submit_missing(self):
         submitted = set()

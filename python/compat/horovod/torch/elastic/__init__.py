@@ -1,10 +1,14 @@
 """horovod.torch.elastic, provided by hvd: hvd.torch.elastic's API (the run
-decorator, TorchState, ElasticSampler) and the State and ObjectState
-classes it builds on, the very same objects."""
+decorator, TorchState, ElasticSampler, State, ObjectState), the very same
+objects; horovod.torch.elastic.state and .sampler are hvd.torch.elastic's
+modules themselves."""
 
-from hvd.elastic import ObjectState, State
+import importlib
+import sys
+
 from hvd.torch.elastic import *  # noqa: F401,F403 (Horovod's names)
-from hvd.torch.elastic import __all__ as _elastic_all
-from hvd.torch.elastic import ElasticSampler, TorchState, run
+from hvd.torch.elastic import __all__  # noqa: F401 (star imports get the same names)
 
-__all__ = list(_elastic_all) + [n for n in ('State', 'ObjectState') if n not in _elastic_all]
+for _short in ('state', 'sampler'):
+    sys.modules['%s.%s' % (__name__, _short)] = importlib.import_module(
+        'hvd.torch.elastic.' + _short)
