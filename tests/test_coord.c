@@ -473,6 +473,47 @@ static int grouped_scatter_values(int rank, int size, void *arg) {
   return 0;
 }
 
+/* Empty tensors come without buffers (NULL, as hvd.h allows) and travel
+ * with others: fused into an allreduce, alone in an alltoall and an
+ * allgather. Under the sanitizers, no copy may touch NULL. */
+static int empty_without_buffers(int rank, int size, void *arg) {
+  int64_t big_shape[1] = {300}, empty_shape[2] = {0, 5};
+  float big[300];
+  hvd_tensor ts[2] = {{"empty.big", HVD_FLOAT32, 1, big_shape, big, big},
+                      {"empty.none", HVD_FLOAT32, 2, empty_shape, NULL, NULL}};
+  int32_t splits[16] = {0};
+  hvd_handle h[2];
+  void *out;
+  size_t bytes;
+  int64_t shape[HVD_MAX_DIMS];
+  (void)arg;
+
+  for (int i = 0; i < 300; i++)
+    big[i] = (float)(rank + i);
+  CALL(hvd_allreduce_async(&ts[0], NULL, &h[0]));
+  CALL(hvd_allreduce_async(&ts[1], NULL, &h[1]));
+  CALL(hvd_handle_wait(h[0]));
+  CALL(hvd_handle_wait(h[1]));
+  hvd_handle_release(h[0]);
+  hvd_handle_release(h[1]);
+  EXPECT(big[7] == (float)(size * 7 + size * (size - 1) / 2), "fused with an empty tensor: %g",
+         big[7]);
+  CALL(hvd_alltoall_async(&ts[1], splits, NULL, &h[0]));
+  CALL(hvd_handle_wait(h[0]));
+  CALL(hvd_handle_output(h[0], &out, &bytes, shape));
+  EXPECT(bytes == 0 && out != NULL && shape[0] == 0 && shape[1] == 5, "empty alltoall output");
+  hvd_handle_release(h[0]);
+  CALL(hvd_allgather_async(&ts[1], NULL, &h[0]));
+  CALL(hvd_handle_wait(h[0]));
+  CALL(hvd_handle_output(h[0], &out, &bytes, shape));
+  EXPECT(bytes == 0 && shape[0] == 0, "empty allgather output");
+  hvd_handle_release(h[0]);
+  return 0;
+}
+
+START_TEST(empty_tensors_without_buffers) { run_ok(_i, empty_without_buffers, NULL); }
+END_TEST
+
 START_TEST(allreduce_all_types) { run_ok(_i, allreduce_values, NULL); }
 END_TEST
 START_TEST(allreduce_scale_factors) { run_ok(_i, allreduce_scaled, NULL); }
@@ -1480,6 +1521,7 @@ static Suite *collectives_suite(void) {
   tcase_add_loop_test(tc, grouped_allreduce, 2, 4);
   tcase_add_loop_test(tc, grouped_allgather, 1, 4);
   tcase_add_loop_test(tc, grouped_reducescatter, 1, 4);
+  tcase_add_loop_test(tc, empty_tensors_without_buffers, 1, 4);
   return s;
 }
 

@@ -356,6 +356,7 @@ class ProcessSet(object):
             raise ValueError('ProcessSet takes a list of ranks, not %r' % (ranks,)) from None
         self.ranks = sorted(ranks)
         self.process_set_id = None
+        self.mpi_comm = None  # Horovod's MPI communicator of a set; hvd has no MPI
 
     def _invalidate(self):
         self.process_set_id = None
@@ -386,7 +387,8 @@ class ProcessSet(object):
         return self.rank() >= 0
 
     def __str__(self):
-        return 'ProcessSet(process_set_id=%s, ranks=%s)' % (self.process_set_id, self.ranks)
+        return 'ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=None)' % (self.process_set_id,
+                                                                           self.ranks)
 
     __repr__ = __str__
 

@@ -130,6 +130,11 @@ static hvd_status check_tensor(const char *what, const hvd_tensor *t, bool outpu
 
 /* ==== entries =============================================================================== */
 
+/* An empty tensor may come without buffers (hvd.h allows NULL then): its
+ * entry points here instead, so that every copy of its 0 bytes has an
+ * address (memcpy from or to NULL is undefined, even for 0 bytes). */
+static unsigned char no_bytes[1];
+
 static struct coord_entry *entry_new(int type, const hvd_tensor *t, const hvd_options *o,
                                      struct hvd_handle_s *h) {
   struct coord_entry *e = calloc(1, sizeof(*e));
@@ -150,6 +155,12 @@ static struct coord_entry *entry_new(int type, const hvd_tensor *t, const hvd_op
       memcpy(e->req.shape, t->shape, (size_t)t->ndims * sizeof(e->req.shape[0]));
     e->input = t->input;
     e->output = t->output;
+    if (o->device == HVD_DEVICE_CPU) {
+      if (e->input == NULL)
+        e->input = no_bytes;
+      if (e->output == NULL)
+        e->output = no_bytes;
+    }
   }
   e->handle = h;
   return e;

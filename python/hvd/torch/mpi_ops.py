@@ -83,6 +83,20 @@ def _dtype_device(tensor, what):
     raise ValueError('%s: tensors on %s are not supported' % (what, tensor.device))
 
 
+def _new_output(tensor, what):
+    """An output shaped like `tensor`, which is checked first."""
+    _dtype_device(tensor, what)
+    return torch.empty_like(tensor, memory_format=torch.contiguous_format)
+
+
+def _check_list(tensors, what):
+    """A grouped call's tensors, every one checked before anything runs."""
+    if not isinstance(tensors, (list, tuple)) or len(tensors) == 0:
+        raise ValueError('%s takes a non-empty list of tensors' % what)
+    for t in tensors:
+        _dtype_device(t, what)
+
+
 def _name(kind, name):
     if name is None:
         return None
@@ -174,8 +188,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     input must not change until then. prescale_factor multiplies every
     input, postscale_factor the result."""
     op = _op_from(op, average, 'allreduce')
-    output = torch.empty_like(tensor, memory_format=torch.contiguous_format) \
-        if isinstance(tensor, torch.Tensor) else None
+    output = _new_output(tensor, 'allreduce')
     return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
                             process_set)
 
@@ -215,6 +228,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """Reduces `tensor` over the ranks of the process set and returns the
     result as a new tensor (differentiable). compression decides what
     travels (Compression.fp16: float16)."""
+    _dtype_device(tensor, 'allreduce')
     tensor_compressed, ctx = compression.compress(tensor)
     reduced = HorovodAllreduce.apply(tensor_compressed, average, name, op, prescale_factor,
                                      postscale_factor, process_set)
@@ -243,10 +257,8 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     """Allreduces a list of tensors as one group (negotiated and completed
     together); synchronize() returns the list of results."""
     op = _op_from(op, average, 'grouped_allreduce')
-    if not isinstance(tensors, (list, tuple)):
-        raise ValueError('grouped_allreduce takes a list of tensors')
-    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format)
-               if isinstance(t, torch.Tensor) else None for t in tensors]
+    _check_list(tensors, 'grouped_allreduce')
+    outputs = [_new_output(t, 'grouped_allreduce') for t in tensors]
     return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor,
                                     postscale_factor, process_set)
 
@@ -287,8 +299,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Allreduces a list of tensors as one group; returns the list of results
     (differentiable)."""
-    if not isinstance(tensors, (list, tuple)):
-        raise ValueError('grouped_allreduce takes a list of tensors')
+    _check_list(tensors, 'grouped_allreduce')
     compressed = [compression.compress(t) for t in tensors]
     reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor,
                                             process_set, *[t for t, _ in compressed])
@@ -344,7 +355,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 
 class HorovodAllgather(torch.autograd.Function):
-    """Allgather with a gradient: this rank's rows of the gradients' sum."""
+    """Allgather with a gradient: this rank's rows of the gradients' average."""
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
@@ -358,7 +369,8 @@ class HorovodAllgather(torch.autograd.Function):
 
 
 def _gathered_rows_grad(ctx, grad_output):
-    grad_reduced = allreduce(grad_output, op=Sum, process_set=ctx.process_set)
+    # Horovod's convention: the gradient averaged over the ranks.
+    grad_reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
     dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.process_set)
     offset = int(dims[:ctx.process_set.rank()].sum().item())
     return grad_reduced.narrow(0, offset, ctx.dim)
@@ -367,6 +379,7 @@ def _gathered_rows_grad(ctx, grad_output):
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates every rank's `tensor` along the first dimension and
     returns the result (differentiable)."""
+    _dtype_device(tensor, 'allgather')
     return HorovodAllgather.apply(tensor, name, process_set)
 
 
@@ -394,7 +407,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_output):
-        grads = grouped_allreduce([g.contiguous() for g in grad_output], op=Sum,
+        grads = grouped_allreduce([g.contiguous() for g in grad_output], op=Average,
                                   process_set=ctx.process_set)
         dims = allgather(torch.tensor([ctx.dims], dtype=torch.int64),
                          process_set=ctx.process_set)
@@ -406,8 +419,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers a list of tensors as one group; returns the list of results
     (differentiable)."""
-    if not isinstance(tensors, (list, tuple)):
-        raise ValueError('grouped_allgather takes a list of tensors')
+    _check_list(tensors, 'grouped_allgather')
     return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
 
@@ -441,8 +453,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts sending root_rank's `tensor` (a global rank) to every rank of
     the set; synchronize() returns the received copy."""
-    output = torch.empty_like(tensor, memory_format=torch.contiguous_format) \
-        if isinstance(tensor, torch.Tensor) else None
+    output = _new_output(tensor, 'broadcast')
     return _broadcast_async(tensor, output, root_rank, name, process_set)
 
 
@@ -452,7 +463,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 
 class HorovodBroadcast(torch.autograd.Function):
-    """Broadcast with a gradient: the gradients' sum, on the root only."""
+    """Broadcast with a gradient: the gradients' average, on the root only."""
 
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
@@ -462,7 +473,8 @@ class HorovodBroadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad_reduced = allreduce(grad_output.contiguous(), op=Sum, process_set=ctx.process_set)
+        grad_reduced = allreduce(grad_output.contiguous(), op=Average,
+                                 process_set=ctx.process_set)
         if rank() != ctx.root_rank:
             grad_reduced *= 0
         return grad_reduced, None, None, None
@@ -470,6 +482,7 @@ class HorovodBroadcast(torch.autograd.Function):
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns root_rank's `tensor` on every rank of the set (differentiable)."""
+    _dtype_device(tensor, 'broadcast')
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 
@@ -542,6 +555,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends splits[p] rows of `tensor` to each rank p of the set and returns
     what this rank received, in rank order; with splits given, also the rows
     received from each rank (an int32 tensor). Differentiable."""
+    _dtype_device(tensor, 'alltoall')
     output, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
     return output if splits is None else (output, received)
 
@@ -557,8 +571,8 @@ def _scatter_output(tensor, process_set, what):
     return tensor.new_empty((rows,) + tuple(tensor.shape[1:]))
 
 
-def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
-                        postscale_factor=1.0, process_set=global_process_set):
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
     """Starts reducing `tensor` over the set and leaving this rank its share
     of the first dimension (the first dim0 % size ranks get one row more);
     synchronize() returns the share."""
@@ -572,42 +586,44 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
                         (tensor, output, t, o), lambda c: output)
 
 
+def _scattered_grads(op, process_set, grads):
+    """Every rank's share of the gradients gathered back, in Horovod's
+    convention: times the set's size for Sum, as is for Average."""
+    gathered = grouped_allgather([g.contiguous() for g in grads], process_set=process_set)
+    if op == Sum:
+        gathered = [g * process_set.size() for g in gathered]
+    return gathered
+
+
 class HorovodReducescatter(torch.autograd.Function):
     """Reducescatter with a gradient: every rank's share gathered back."""
 
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         ctx.op = op
-        ctx.scale = _scale(prescale_factor, 'prescale_factor') * \
-            _scale(postscale_factor, 'postscale_factor')
         ctx.process_set = process_set
-        return synchronize(reducescatter_async(tensor, name, op, prescale_factor,
-                                               postscale_factor, process_set))
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                               postscale_factor))
 
     @staticmethod
     def backward(ctx, grad_output):
-        return (_scattered_grad(ctx, grad_output.contiguous()), None, None, None, None, None)
-
-
-def _scattered_grad(ctx, grad_output):
-    grad = allgather(grad_output, process_set=ctx.process_set)
-    if ctx.op == Average:
-        grad = grad / ctx.process_set.size()
-    return grad * ctx.scale if ctx.scale != 1.0 else grad
+        grad, = _scattered_grads(ctx.op, ctx.process_set, [grad_output])
+        return grad, None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over the set and returns this rank's share of the
     first dimension (differentiable)."""
+    _dtype_device(tensor, 'reducescatter')
     compressed, ctx = compression.compress(tensor)
-    share = HorovodReducescatter.apply(compressed, name, op, prescale_factor, postscale_factor,
-                                       process_set)
+    share = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                                       postscale_factor)
     return compression.decompress(share, ctx)
 
 
-def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0,
-                                postscale_factor=1.0, process_set=global_process_set):
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatters a list of tensors as one group; synchronize() returns
     the list of shares."""
     if not isinstance(tensors, (list, tuple)):
@@ -624,35 +640,27 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=
 class HorovodGroupedReducescatter(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
         ctx.op = op
-        ctx.scale = _scale(prescale_factor, 'prescale_factor') * \
-            _scale(postscale_factor, 'postscale_factor')
         ctx.process_set = process_set
         return tuple(synchronize(grouped_reducescatter_async(
-            list(tensors), name, op, prescale_factor, postscale_factor, process_set)))
+            list(tensors), name, op, process_set, prescale_factor, postscale_factor)))
 
     @staticmethod
     def backward(ctx, *grad_output):
-        grads = grouped_allgather([g.contiguous() for g in grad_output],
-                                  process_set=ctx.process_set)
-        if ctx.op == Average:
-            grads = [g / ctx.process_set.size() for g in grads]
-        if ctx.scale != 1.0:
-            grads = [g * ctx.scale for g in grads]
+        grads = _scattered_grads(ctx.op, ctx.process_set, grad_output)
         return (None, None, None, None, None) + tuple(grads)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
-                          prescale_factor=1.0, postscale_factor=1.0,
-                          process_set=global_process_set):
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
     """Reducescatters a list of tensors as one group; returns the list of
     shares (differentiable)."""
-    if not isinstance(tensors, (list, tuple)):
-        raise ValueError('grouped_reducescatter takes a list of tensors')
+    _check_list(tensors, 'grouped_reducescatter')
     compressed = [compression.compress(t) for t in tensors]
-    shares = HorovodGroupedReducescatter.apply(name, op, prescale_factor, postscale_factor,
-                                               process_set, *[t for t, _ in compressed])
+    shares = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                               postscale_factor, *[t for t, _ in compressed])
     return [compression.decompress(t, ctx) for t, (_, ctx) in zip(shares, compressed)]
 
 
