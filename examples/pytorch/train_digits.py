@@ -113,7 +113,7 @@ def split_digits(seed):
 def shard(x, y, rank, size):
     """This rank's rows rank::size. The training set is first cut to a multiple
     of size, so that every rank takes the same number of steps: a rank with
-    one step more would wait forever for the others' gradients."""
+    one step more would wait for gradients the others never send."""
     n = len(y) - len(y) % size
     return x[rank:n:size], y[rank:n:size]
 

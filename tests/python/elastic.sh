@@ -8,7 +8,7 @@
 # for the job to survive one. The discovery script prints a file the test
 # rewrites. Every hvdrun runs under `timeout`, every wait has a deadline.
 # Exit 0: every case passed; 1: one failed (with the job's output); 2: an
-# unknown case; 77 (ctest's "skipped"): /usr/bin/python3 has no torch.
+# unknown case; 77 (ctest's "skipped"): see python_env.sh.
 set -eu
 
 bin=$(cd "$1" && pwd)
@@ -16,11 +16,9 @@ shift
 cases=${*:-kill remove add}
 here=$(cd "$(dirname "$0")" && pwd)
 example="$here/../../examples/pytorch/train_elastic.py"
-python=/usr/bin/python3
-if ! "$python" -c 'import torch' 2>/dev/null; then
-    echo "skipped: $python cannot import torch (./scripts/setup.sh installs it)"
-    exit 77
-fi
+build=$(dirname "$bin")
+. "$here/python_env.sh" # skips without torch; preloads ASan for an ASan build
+python=$PYTHON
 
 work=$(mktemp -d)
 # A name that only this run's workers carry in their command line.
@@ -68,7 +66,7 @@ start() {
     rm -f "$work/out" "$work/err" "$work/rc" "$work/$marker".pid.*
     (
         set +e
-        timeout -k 10 120 "$bin/hvdrun" --host-discovery-script "$work/discover" \
+        with_preload timeout -k 10 120 "$bin/hvdrun" --host-discovery-script "$work/discover" \
             --ssh-command "$work/fake-ssh" "${args[@]}" \
             "$python" "$example" --pid-file "$work/$marker.pid" "$@" \
             >"$work/out" 2>"$work/err"

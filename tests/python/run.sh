@@ -25,7 +25,6 @@
 # hvd's leaks).
 set -eu
 
-PYTHON=/usr/bin/python3
 TIME_LIMIT=240 # seconds for the whole file; ctest's own limit is 300
 
 usage() {
@@ -42,43 +41,11 @@ case $np in '' | *[!0-9]*) usage ;; esac
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(dirname "$bin")
 
-if ! "$PYTHON" -c 'import torch, pytest' 2>/dev/null; then
-    echo "skipped: $PYTHON cannot import torch and pytest (./scripts/setup.sh installs them)"
-    exit 77
-fi
-
-export PYTHONDONTWRITEBYTECODE=1
-
-# The build's sanitizers, from its cache ("HVD_SANITIZE:STRING=address,undefined").
-sanitize=$(sed -n 's/^HVD_SANITIZE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
-capture=()
-case $sanitize in
-*thread*)
-    echo "skipped: the Python tests do not run against a ThreadSanitizer build" \
-        "(the interpreter and torch are not instrumented)"
-    exit 77
-    ;;
-*address*)
-    # libasan first of all; libstdc++ with it, so that ASan's __cxa_throw
-    # interceptor finds the real one (torch throws C++ exceptions, which
-    # would otherwise stop the process in a failed ASan CHECK).
-    cc=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
-    libasan=$("${cc:-gcc}" -print-file-name=libasan.so)
-    libstdcxx=$("${cc:-gcc}" -print-file-name=libstdc++.so.6)
-    for lib in "$libasan" "$libstdcxx"; do
-        if [ ! -f "$lib" ]; then
-            echo "$0: ${cc:-gcc} does not know where '$lib' is; cannot run Python" \
-                "against an AddressSanitizer build" >&2
-            exit 1
-        fi
-    done
-    export LD_PRELOAD="$libasan:$libstdcxx${LD_PRELOAD:+:$LD_PRELOAD}"
-    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-    ;;
-esac
+. "$(dirname "$0")/python_env.sh"
 # A sanitizer's report goes to file descriptor 2 and ends the process;
 # pytest's default capture would hide it in a temporary file. Capturing at
 # the level of sys.stdout/sys.stderr only leaves it on the terminal.
+capture=()
 [ -z "$sanitize" ] || capture=(--capture=sys)
 
 cd "$root"
@@ -90,9 +57,9 @@ if [ "$np" -eq 0 ]; then
     export PYTHONPATH="$build/lib/hvd/python${PYTHONPATH:+:$PYTHONPATH}"
     export HVD_BIN_DIR="$bin"
     set +e
-    timeout -k 10 "$TIME_LIMIT" "${pytest[@]}"
+    with_preload timeout -k 10 "$TIME_LIMIT" "${pytest[@]}"
 else
     set +e
-    timeout -k 10 "$TIME_LIMIT" "$bin/hvdrun" -np "$np" "${pytest[@]}"
+    with_preload timeout -k 10 "$TIME_LIMIT" "$bin/hvdrun" -np "$np" "${pytest[@]}"
 fi
 exit $?
