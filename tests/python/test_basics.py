@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 import tempfile
+import threading
+import time
 
 import pytest
 import torch
@@ -133,3 +135,37 @@ def test_shutdown_releases_pending_operations_and_the_job_goes_on(rank, size):
     assert _allreduce_works(rank, size)
     assert pending or size == 1
     assert released is None
+
+
+def test_waiting_releases_the_gil(rank, size, shared_dir):
+    """Rank 0 waits in synchronize() for an allreduce that the last rank
+    submits only once a Python thread of rank 0 has written a file while
+    rank 0 waits: if the wait held the GIL, that thread could not run, the
+    file would never appear, and the last rank gives up after 30 s."""
+    alive = os.path.join(shared_dir, 'rank0_thread_ran')
+    if size == 1:
+        return
+    if rank == 0:
+        waiting = threading.Event()
+
+        def write_while_rank0_waits():
+            waiting.wait()
+            time.sleep(0.2)  # rank 0 is inside the C call by now
+            with open(alive, 'w') as f:
+                f.write('ran')
+
+        thread = threading.Thread(target=write_while_rank0_waits)
+        thread.start()
+        handle = hvd.allreduce_async(torch.ones(3), name='gil.wait', op=hvd.Sum)
+        waiting.set()
+        result = hvd.synchronize(handle)
+        thread.join()
+    else:
+        if rank == size - 1:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(alive) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        result = hvd.allreduce(torch.ones(3), name='gil.wait', op=hvd.Sum)
+        seen = os.path.exists(alive)
+        assert seen or rank != size - 1, 'rank 0\'s thread never ran while rank 0 waited'
+    assert torch.equal(result, torch.full((3,), float(size)))
