@@ -1090,6 +1090,47 @@ static int join_all(int rank, int size, void *arg) {
 START_TEST(join_twice) { run_ok(_i, join_all, NULL); }
 END_TEST
 
+/* Operations without names are numbered per rank; a joined rank runs the
+ * others' without calling them, and must still agree on the next numbers.
+ * A stall shuts the job down quickly, so a mismatch fails instead of hanging. */
+static int join_keeps_numbers(int rank, int size, void *arg) {
+  const int one[1] = {1}; /* a set that is not the global one at any size */
+  int last = -1, sum = 0, id = -1;
+  (void)arg;
+
+  if (rank != 0) {
+    int64_t shape[1] = {2};
+    int32_t v[2] = {1, 2}, out[2];
+    hvd_tensor group[2] = {{NULL, HVD_INT32, 1, shape, v, out},
+                           {NULL, HVD_INT32, 1, shape, v, out}};
+    hvd_tensor b = {NULL, HVD_INT32, 1, shape, v, v};
+    CALL(hvd_barrier(HVD_PROCESS_SET_GLOBAL));
+    CALL(allreduce_int(1, HVD_SUM, &sum));
+    EXPECT(sum == size - 1, "allreduce beside a joined rank: %d", sum);
+    CALL(hvd_grouped_allreduce(group, 2, NULL));
+    CALL(hvd_process_set_add(one, 1, &id));
+    CALL(hvd_process_set_remove(id));
+    EXPECT(hvd_broadcast(&b, NULL) == HVD_ERR_PRECONDITION, "broadcast beside a joined rank");
+  }
+  CALL(hvd_join(&last));
+  CALL(hvd_barrier(HVD_PROCESS_SET_GLOBAL));
+  CALL(allreduce_int(rank, HVD_SUM, &sum));
+  EXPECT(sum == size * (size - 1) / 2, "allreduce after the join: %d", sum);
+  CALL(hvd_process_set_add(one, 1, &id));
+  if (rank == 1)
+    CALL(hvd_barrier(id));
+  CALL(hvd_process_set_remove(id));
+  CALL(hvd_barrier(HVD_PROCESS_SET_GLOBAL));
+  return 0;
+}
+
+START_TEST(join_keeps_generated_names) {
+  job.env[0] = "HOROVOD_STALL_CHECK_TIME_SECONDS=1";
+  job.env[1] = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=3";
+  run_ok(_i, join_keeps_numbers, NULL);
+}
+END_TEST
+
 /* ==== barrier ================================================================================== */
 
 static int barrier_counts(int rank, int size, void *arg) {
@@ -1553,6 +1594,7 @@ static Suite *join_suite(void) {
   TCase *tc = mp_case(s, "join", 120);
   tcase_add_loop_test(tc, join_each_rank_first, 0, 6);
   tcase_add_loop_test(tc, join_twice, 1, 4);
+  tcase_add_loop_test(tc, join_keeps_generated_names, 2, 4);
   tcase_add_loop_test(tc, barrier_waits_for_all, 2, 4);
   return s;
 }

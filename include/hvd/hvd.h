@@ -324,9 +324,14 @@ HVD_API hvd_status hvd_grouped_reducescatter(const hvd_tensor *tensors, size_t n
  * joined. Meanwhile the other ranks' allreduces go on without this rank,
  * which contributes the reduction's identity (0 for sum: an average still
  * divides by the full size); their allgather, broadcast, alltoall and
- * reducescatter fail on every rank with HVD_ERR_PRECONDITION. *last_joined_rank (if not NULL)
- * receives the rank that joined last, the same on every rank. Global
- * process set only. Thread-safe; one join at a time per rank.
+ * reducescatter fail on every rank with HVD_ERR_PRECONDITION. Barriers and
+ * process set additions and removals by the other ranks complete, the
+ * joined rank taking part (it registers or removes the set too), and count
+ * as its calls: after the join, unnamed operations match up again.
+ * *last_joined_rank (if not NULL) receives the rank that joined last, the
+ * same on every rank. Global process set only. Thread-safe; one join at a
+ * time per rank; while a rank is joined, its other threads must not submit
+ * unnamed operations.
  */
 HVD_API hvd_status hvd_join(int *last_joined_rank);
 

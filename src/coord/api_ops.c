@@ -16,20 +16,6 @@ static const hvd_options default_options = HVD_OPTIONS_INIT;
 
 /* ==== names ================================================================================ */
 
-/* The next number for generated names of this kind in this set (under s->lock). */
-static uint64_t next_number(struct coord_state *s, int set, const char *kind) {
-  char key[64];
-  size_t len = (size_t)snprintf(key, sizeof(key), "%d:%s", set, kind);
-  uintptr_t n;
-
-  pthread_mutex_lock(&s->lock);
-  n = (uintptr_t)hvd_map_get(&s->noname, key, len);
-  if (hvd_map_put(&s->noname, key, len, (void *)(n + 1), NULL) != HVD_OK)
-    n = UINTPTR_MAX; /* out of memory: the name will not match; the coordinator says so */
-  pthread_mutex_unlock(&s->lock);
-  return n;
-}
-
 static hvd_status set_name(struct coord_request *req, const char *name) {
   size_t len = strlen(name);
   if (len == 0 || len > COORD_NAME_MAX)
@@ -241,7 +227,7 @@ static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const i
   if (n > 1 && tensors[0].name == NULL) {
     char kind[32];
     snprintf(kind, sizeof(kind), "grouped_%s", what);
-    snprintf(group, sizeof(group), "%s.noname.%" PRIu64, kind, next_number(s, tg.set, kind));
+    snprintf(group, sizeof(group), "%s.noname.%" PRIu64, kind, coord_name_number(s, tg.set, kind));
   }
   for (; made < n; made++) {
     const hvd_tensor *t = &tensors[made];
@@ -275,7 +261,7 @@ static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const i
     else if (n > 1)
       snprintf(name, sizeof(name), "%s.%zu", group, made);
     else
-      snprintf(name, sizeof(name), "%s.noname.%" PRIu64, what, next_number(s, tg.set, what));
+      snprintf(name, sizeof(name), "%s.noname.%" PRIu64, what, coord_name_number(s, tg.set, what));
     if (t->name != NULL && strlen(t->name) > COORD_NAME_MAX) {
       st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: tensor names must have at most %d bytes",
                      what, COORD_NAME_MAX);
@@ -481,7 +467,7 @@ static hvd_status control_op(int type, int set, const char *kind, const char *fi
   if (fixed_name != NULL)
     snprintf(name, sizeof(name), "%s", fixed_name);
   else
-    snprintf(name, sizeof(name), "hvd.%s.%" PRIu64, kind, next_number(s, set, kind));
+    snprintf(name, sizeof(name), "%s.noname.%" PRIu64, kind, coord_name_number(s, set, kind));
   st = set_name(&e->req, name);
   if (st == HVD_OK && nranks > 0) {
     if ((e->req.ranks = malloc(nranks * sizeof(*ranks))) == NULL)
@@ -523,7 +509,7 @@ HVD_API hvd_status hvd_join(int *last_joined_rank) {
 }
 
 HVD_API hvd_status hvd_barrier(int process_set) {
-  return control_op(COORD_BARRIER, process_set, "barrier", NULL, 0, NULL, 0, NULL);
+  return control_op(COORD_BARRIER, process_set, "hvd.barrier", NULL, 0, NULL, 0, NULL);
 }
 
 static int compare_int32(const void *a, const void *b) {
@@ -560,7 +546,7 @@ HVD_API hvd_status hvd_process_set_add(const int *ranks, size_t n, int *id) {
                        dup);
     }
   }
-  st = control_op(COORD_SET_ADD, HVD_PROCESS_SET_GLOBAL, "process_set_add", NULL, 0, sorted,
+  st = control_op(COORD_SET_ADD, HVD_PROCESS_SET_GLOBAL, "hvd.process_set_add", NULL, 0, sorted,
                   (uint32_t)n, &value);
   free(sorted);
   if (st == HVD_OK && id != NULL)
@@ -574,7 +560,7 @@ HVD_API hvd_status hvd_process_set_remove(int id) {
                      "hvd_process_set_remove: the global process set cannot be removed");
   if (id < 0)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_process_set_remove: %d is not a set id", id);
-  return control_op(COORD_SET_REMOVE, HVD_PROCESS_SET_GLOBAL, "process_set_remove", NULL, id,
+  return control_op(COORD_SET_REMOVE, HVD_PROCESS_SET_GLOBAL, "hvd.process_set_remove", NULL, id,
                     NULL, 0, NULL);
 }
 

@@ -652,6 +652,12 @@ void coord_release(void);
  * initialized or is being shut down. */
 struct coord_state *coord_try_acquire(void);
 
+/* Generated names (names.c): the next number of this kind in this set,
+ * and, on a joined rank, a response that ran under a generated name
+ * advances the counter past it. */
+uint64_t coord_name_number(struct coord_state *s, int set, const char *kind);
+void coord_names_seen(struct coord_state *s, int set, const char *name);
+
 /* "<set>:<name>" keys of the in-flight map and the cache. */
 size_t coord_key(char *out, size_t size, int set, const char *name, size_t len);
 enum { COORD_KEY_MAX = COORD_NAME_MAX + 16 };

@@ -53,6 +53,24 @@ static void find_entries(struct coord_state *s, const struct coord_response *r,
   pthread_mutex_unlock(&s->lock);
 }
 
+/* A rank in hvd_join runs the others' operations without entries of its
+ * own; their generated names still count as its calls (see names.c). */
+static void count_joined_calls(struct coord_state *s, const struct coord_response *r,
+                               struct coord_entry *const *entries) {
+  bool joined = false, checked = false;
+  for (uint32_t i = 0; i < r->ntensors; i++) {
+    if (entries[i] != NULL)
+      continue;
+    if (!checked) {
+      joined = coord_find_entry(s, HVD_PROCESS_SET_GLOBAL, "hvd.join") != NULL;
+      checked = true;
+    }
+    if (!joined)
+      return;
+    coord_names_seen(s, r->set, r->names[i]);
+  }
+}
+
 static void finish_all(struct coord_state *s, const struct coord_response *r,
                        struct coord_entry **entries, hvd_status st, const char *message) {
   for (uint32_t i = 0; i < r->ntensors; i++) {
@@ -414,6 +432,7 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot run a response of %u tensors", r->ntensors);
   one[0] = NULL;
   find_entries(s, r, entries);
+  count_joined_calls(s, r, entries);
   switch (r->type) {
   case COORD_ERROR:
     finish_all(s, r, entries, (hvd_status)r->status, r->error);
