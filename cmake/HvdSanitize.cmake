@@ -13,5 +13,9 @@ if(HVD_SANITIZE)
                       $<$<COMPILE_LANGUAGE:C>:-fno-omit-frame-pointer>
                       $<$<COMPILE_LANGUAGE:C>:-fno-sanitize-recover=all>)
   add_link_options(-fsanitize=${HVD_SANITIZE})
+  # GCC leaves out-of-range float-to-integer conversions out of "undefined".
+  if("undefined" IN_LIST _hvd_sanitizers)
+    add_compile_options($<$<COMPILE_LANGUAGE:C>:-fsanitize=float-cast-overflow>)
+  endif()
   message(STATUS "hvd: sanitizers ${HVD_SANITIZE}")
 endif()

@@ -9,7 +9,9 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -720,6 +722,13 @@ START_TEST(record_rejects_bad_fields) {
       "\"gen\":\"0\",\"port\":1,\"addrs\":[\"a\"]}",
       "{\"v\":1,\"global_rank\":0,\"host\":\"h\",\"local_rank\":0,\"pid\":1,"
       "\"gen\":\"0\",\"port\":1,\"addrs\":[\"a\"]}",
+      /* Numbers beyond any integer type (undefined to convert unchecked). */
+      "{\"v\":1e300,\"rank\":0,\"global_rank\":0,\"host\":\"h\",\"local_rank\":0,\"pid\":1,"
+      "\"gen\":\"0\",\"port\":1,\"addrs\":[\"a\"]}",
+      "{\"v\":1,\"rank\":-1e300,\"global_rank\":0,\"host\":\"h\",\"local_rank\":0,\"pid\":1,"
+      "\"gen\":\"0\",\"port\":1,\"addrs\":[\"a\"]}",
+      "{\"v\":1,\"rank\":0,\"global_rank\":0,\"host\":\"h\",\"local_rank\":0,\"pid\":1e19,"
+      "\"gen\":\"0\",\"port\":1,\"addrs\":[\"a\"]}",
   };
   struct rdzv_record r;
   for (size_t i = 0; i < HVD_ARRAY_SIZE(bad); i++)
@@ -912,6 +921,52 @@ START_TEST(http_planned_scope_over_http) {
   ck_assert_int_eq(rdzv_client_get(cli, "global", "0", &v, NULL), HVD_ERR_NOT_FOUND);
   ck_assert_int_eq(rdzv_client_get(cli, "global", "1", &v, NULL), HVD_ERR_NOT_FOUND);
   hvd_buf_fini(&v);
+}
+END_TEST
+
+/* Health requests that arrive while the server is still starting: the
+ * first one may be served before rdzv_server_start returns (a data race on
+ * the daemon's pointer once, which ThreadSanitizer saw). */
+static int race_port;
+static atomic_int race_ok;
+static atomic_bool race_stop;
+
+static void *health_hammer(void *arg) {
+  static const char req[] = "GET /_health HTTP/1.1\r\nHost: x\r\n\r\n";
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  (void)arg;
+  sin.sin_port = htons((uint16_t)race_port);
+  while (!atomic_load(&race_stop)) {
+    struct response r;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      break;
+    if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0) {
+      send_all(fd, req, sizeof(req) - 1);
+      if (read_response(fd, &r) == 200)
+        atomic_fetch_add(&race_ok, 1);
+    }
+    close(fd);
+  }
+  return NULL;
+}
+
+static void race_port_cfg(struct rdzv_server_config *cfg) { cfg->port = race_port; }
+
+START_TEST(http_health_while_starting) {
+  pthread_t th;
+  struct rdzv_server *s;
+  race_port = free_port();
+  atomic_store(&race_ok, 0);
+  atomic_store(&race_stop, false);
+  ck_assert_int_eq(pthread_create(&th, NULL, health_hammer, NULL), 0);
+  s = start_server_with(NULL, race_port_cfg);
+  for (int i = 0; i < 1000 && atomic_load(&race_ok) == 0; i++)
+    hvd_sleep_ns(10 * 1000000LL);
+  atomic_store(&race_stop, true);
+  pthread_join(th, NULL);
+  ck_assert_int_gt(atomic_load(&race_ok), 0);
+  rdzv_server_stop(s);
 }
 END_TEST
 
@@ -1383,6 +1438,19 @@ START_TEST(raw_malformed_requests) {
       {"PUT /a/b HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"1\"\r\nContent-Length: 1\r\n\r\nx", 400},
       {"BREW /a/b HTTP/1.1\r\nHost: x\r\n\r\n", 405},
       {"OPTIONS /a/b HTTP/1.1\r\nHost: x\r\n\r\n", 405},
+      /* Control characters, percent-encoded or not, in names and parameters. */
+      {"GET /a/b%00evil HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET /a%0a/b HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET /a/b%7f HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET /a%00 HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"GET /a/b?wait=5%00 HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+      {"PUT /a/b%00 HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx", 400},
+      /* Framing that lets a body be read two ways. */
+      {"PUT /a/b HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+       400},
+      {"PUT /a/b HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+       "Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+       400},
   };
   struct response r;
   int port = rdzv_server_port(srv);
@@ -1396,6 +1464,27 @@ START_TEST(raw_malformed_requests) {
     ck_assert_msg(r.body_len > 0, "case %zu has no reason", i);
   }
   ck_assert_int_eq(rdzv_client_set(cli, "still", "ok", S("yes")), HVD_OK);
+  /* Nothing was stored under a name cut short at the NUL. */
+  ck_assert_int_eq(raw_exchange(port, "GET /a/b HTTP/1.1\r\nHost: x\r\n\r\n", &r), 404);
+}
+END_TEST
+
+/* Two Content-Length headers: refused, and the connection closed, so that
+ * the rest of the body is never read as a request of its own. */
+START_TEST(raw_conflicting_content_length_closes) {
+  static const char smuggle[] = "PUT /c/k HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+                                "Content-Length: 44\r\n\r\n"
+                                "PUT /c/evil HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
+  struct response r;
+  int port = rdzv_server_port(srv), fd = connect_to(port);
+
+  send_all(fd, smuggle, sizeof(smuggle) - 1);
+  ck_assert_int_eq(read_response(fd, &r), 400);
+  ck_assert_ptr_nonnull(strstr(r.body, "Content-Length"));
+  ck_assert(closed_by_peer(fd));
+  close(fd);
+  ck_assert_int_eq(raw_exchange(port, "GET /c/evil HTTP/1.1\r\nHost: x\r\n\r\n", &r), 404);
+  ck_assert_int_eq(raw_exchange(port, "GET /c/k HTTP/1.1\r\nHost: x\r\n\r\n", &r), 404);
 }
 END_TEST
 
@@ -2045,6 +2134,7 @@ static Suite *http_suite(void) {
   tcase_add_test(tc, http_wait_deadline);
   tcase_add_test(tc, http_planned_scope_over_http);
   tcase_add_test(tc, http_health);
+  tcase_add_test(tc, http_health_while_starting);
   tcase_add_test(tc, http_client_reuses_its_connection);
   tcase_add_test(tc, http_no_server_fails_with_clear_message);
   tcase_add_test(tc, http_client_waits_for_late_server);
@@ -2066,6 +2156,7 @@ static Suite *robustness_suite(void) {
   tcase_add_checked_fixture(tc, http_setup, http_teardown);
   tcase_add_test(tc, raw_http10_and_keepalive);
   tcase_add_test(tc, raw_malformed_requests);
+  tcase_add_test(tc, raw_conflicting_content_length_closes);
   tcase_add_test(tc, raw_garbage_and_truncation);
   tcase_add_test(tc, raw_oversized_requests);
   tcase_add_test(tc, raw_token_and_content_length_everywhere);

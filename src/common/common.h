@@ -202,5 +202,9 @@ static inline uint64_t hvd_get_le64(const unsigned char *p) {
 char *hvd_strndup(const char *s, size_t len);
 /* Constant-time comparison for secrets. */
 bool hvd_secure_equal(const void *a, size_t a_len, const void *b, size_t b_len);
+/* Raises the soft open-file limit to the hard one (a flood of connections
+ * must meet the real ceiling, not the 1,024 default); returns the soft
+ * limit now in force, 0 when unknown, UINT64_MAX for unlimited. */
+uint64_t hvd_raise_fd_limit(void);
 
 #endif /* HVD_COMMON_H */

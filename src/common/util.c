@@ -1,6 +1,7 @@
-/* Small string helpers. */
+/* Small helpers: strings, secrets, the open-file limit. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "common.h"
 
@@ -22,4 +23,17 @@ bool hvd_secure_equal(const void *a, size_t a_len, const void *b, size_t b_len) 
   for (size_t i = 0; i < n; i++)
     diff |= x[i] ^ y[i];
   return diff == 0;
+}
+
+uint64_t hvd_raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return 0;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+      rl.rlim_cur = old;
+  }
+  return rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
 }

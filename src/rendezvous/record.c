@@ -56,8 +56,9 @@ oom:
 /* An integer field within [min, max]; false (with a message) otherwise. */
 static bool get_int(const cJSON *doc, const char *name, double min, double max, double *out) {
   const cJSON *item = cJSON_GetObjectItemCaseSensitive(doc, name);
-  if (!cJSON_IsNumber(item) || item->valuedouble != (double)(int64_t)item->valuedouble ||
-      item->valuedouble < min || item->valuedouble > max) {
+  /* The range first: converting a double outside int64_t's is undefined. */
+  if (!cJSON_IsNumber(item) || !(item->valuedouble >= min && item->valuedouble <= max) ||
+      item->valuedouble != (double)(int64_t)item->valuedouble) {
     hvd_error(HVD_ERR_PROTOCOL, "peer record: field '%s' is missing or not an integer in [%.0f, %.0f]",
               name, min, max);
     return false;

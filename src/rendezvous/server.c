@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -85,6 +85,7 @@ struct request {
   struct hvd_buf body;
   bool body_too_large;
   bool answered; /* a response is queued */
+  bool close;    /* the connection cannot be trusted with another request */
   bool parked;   /* suspended in the store's waiter list */
   bool counted;  /* counted in srv->parked until the request completes */
   struct rdzv_waiter waiter;
@@ -97,6 +98,8 @@ static enum MHD_Result queue(struct request *req, unsigned code, struct MHD_Resp
 
   if (resp == NULL)
     return MHD_NO; /* out of memory: drop the connection */
+  if (req->close)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
   if (code == MHD_HTTP_UNAUTHORIZED)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"hvd\"");
   if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
@@ -307,6 +310,15 @@ static unsigned parse_path(struct request *req, const char *url, char *why, size
              url);
     return MHD_HTTP_BAD_REQUEST;
   }
+  for (const char *c = scope; *c != '\0'; c++) {
+    if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+      snprintf(why, why_size,
+               "scope and key names hold no control characters, percent-encoded or not (one "
+               "at offset %zu of '/%.*s')",
+               (size_t)(c - scope), (int)(c - scope), scope);
+      return MHD_HTTP_BAD_REQUEST;
+    }
+  }
   if (scope[0] == '_') {
     snprintf(why, why_size, "scope names starting with '_' are reserved for the server");
     return MHD_HTTP_BAD_REQUEST;
@@ -325,6 +337,49 @@ static unsigned parse_path(struct request *req, const char *url, char *why, size
     return MHD_HTTP_SERVICE_UNAVAILABLE;
   }
   return 0;
+}
+
+/* libmicrohttpd's decoding, except that a decoded control character (a NUL
+ * above all, which would cut the name short) becomes DEL, which every check
+ * of a path or parameter then refuses. */
+static size_t unescape_cb(void *cls, struct MHD_Connection *conn, char *text) {
+  size_t len = MHD_http_unescape(text);
+  (void)cls;
+  (void)conn;
+  for (size_t i = 0; i < len; i++) {
+    if ((unsigned char)text[i] < 0x20)
+      text[i] = 0x7f;
+  }
+  return len;
+}
+
+/* Header-level framing problems (RFC 9112 6.3): more than one Content-Length,
+ * or one beside Transfer-Encoding, would let the body be read two ways. */
+struct framing {
+  unsigned content_lengths;
+  bool transfer_encoding;
+};
+
+static enum MHD_Result framing_cb(void *cls, enum MHD_ValueKind kind, const char *name,
+                                  const char *value) {
+  struct framing *f = cls;
+  (void)kind;
+  (void)value;
+  if (strcasecmp(name, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+    f->content_lengths++;
+  else if (strcasecmp(name, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
+    f->transfer_encoding = true;
+  return MHD_YES;
+}
+
+static const char *framing_problem(struct MHD_Connection *conn) {
+  struct framing f = {0};
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_cb, &f);
+  if (f.content_lengths > 1)
+    return "more than one Content-Length header";
+  if (f.content_lengths > 0 && f.transfer_encoding)
+    return "both Content-Length and Transfer-Encoding";
+  return NULL;
 }
 
 static enum op pick_op(const char *method, bool has_key, bool *known) {
@@ -360,6 +415,10 @@ static enum MHD_Result begin(struct request *req, const char *url) {
   bool known;
 
   req->wait_ms = -1;
+  if ((reason = framing_problem(req->conn)) != NULL) {
+    req->close = true;
+    return answer_text(req, MHD_HTTP_BAD_REQUEST, "%s: the body's length is ambiguous", reason);
+  }
   if (strcmp(url, HEALTH_PATH) == 0) {
     req->op = OP_HEALTH;
     if (strcmp(req->method, MHD_HTTP_METHOD_GET) != 0 &&
@@ -476,8 +535,14 @@ static enum MHD_Result start_wait(struct request *req) {
 static enum MHD_Result answer_health(struct request *req) {
   struct rdzv_server *srv = req->srv;
   struct rdzv_store_stats stats;
+  /* The connection's daemon, not srv->daemon: a request can arrive before
+   * MHD_start_daemon has returned and that pointer is written. */
+  const union MHD_ConnectionInfo *conn_info =
+      MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_DAEMON);
   const union MHD_DaemonInfo *info =
-      MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+      conn_info != NULL
+          ? MHD_get_daemon_info(conn_info->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS)
+          : NULL;
   cJSON *doc = cJSON_CreateObject();
   struct MHD_Response *resp;
   char *text;
@@ -691,18 +756,12 @@ static void destroy(struct rdzv_server *srv) {
 
 /* Connections the file-descriptor limit allows, after raising it to the hard limit. */
 static unsigned connection_capacity(void) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+  uint64_t limit = hvd_raise_fd_limit();
+  if (limit == 0)
     return 1024;
-  if (rl.rlim_cur < rl.rlim_max) {
-    rlim_t old = rl.rlim_cur;
-    rl.rlim_cur = rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-      rl.rlim_cur = old;
-  }
-  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 1u << 20)
+  if (limit > 1u << 20)
     return 1u << 20;
-  return rl.rlim_cur > 2 * FD_RESERVE ? (unsigned)(rl.rlim_cur - FD_RESERVE) : FD_RESERVE;
+  return limit > 2 * FD_RESERVE ? (unsigned)(limit - FD_RESERVE) : FD_RESERVE;
 }
 
 static unsigned default_threads(void) {
@@ -762,7 +821,8 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
       MHD_OPTION_CONNECTION_LIMIT, max_conn,
       MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header_bytes,
-      MHD_OPTION_NOTIFY_COMPLETED, completed_cb, srv, MHD_OPTION_END);
+      MHD_OPTION_NOTIFY_COMPLETED, completed_cb, srv,
+      MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL, MHD_OPTION_END);
   if (srv->daemon == NULL) {
     st = hvd_error(HVD_ERR_IO,
                    "rendezvous server: libmicrohttpd could not start on %s (see debug log)",
