@@ -25,11 +25,13 @@
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,6 +64,7 @@ struct options {
   bool per_op; /* -I: per-operation time percentiles */
   double target_s; /* -T: time each size this long instead of -n iterations */
   size_t sizes[32]; /* --sizes: explicit list instead of -b/-e/-f */
+  int flood;        /* --flood: silent connections to rank 0 (local mode) */
   size_t nsizes;
 };
 
@@ -93,6 +96,8 @@ static const char usage_text[] =
     "                      environment, or 1)\n"
     "      --hosts H       local mode: spread the ranks over H fake hosts (default 1)\n"
     "      --hierarchical  hierarchical allreduce/allgather over the hosts\n"
+    "      --flood N       with --np: a stranger opens N connections to rank 0's\n"
+    "                      transport port and holds them, silent, while it runs\n"
     "  -h, --help          this text\n";
 
 static int HVD_PRINTF(1, 2) usage_error(const char *fmt, ...) {
@@ -172,7 +177,7 @@ static bool parse_int(const char *t, int64_t min, int64_t max, int *out) {
 
 /* Returns -1 to go on, or an exit code. */
 static int parse_args(int argc, char **argv, struct options *o) {
-  enum { OPT_NP = 256, OPT_HOSTS, OPT_HIER, OPT_SIZES };
+  enum { OPT_NP = 256, OPT_HOSTS, OPT_HIER, OPT_SIZES, OPT_FLOOD };
   static const struct option longopts[] = {
       {"minbytes", required_argument, NULL, 'b'}, {"maxbytes", required_argument, NULL, 'e'},
       {"stepfactor", required_argument, NULL, 'f'}, {"stepbytes", required_argument, NULL, 'i'},
@@ -184,6 +189,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"sizes", required_argument, NULL, OPT_SIZES},
       {"np", required_argument, NULL, OPT_NP},    {"hosts", required_argument, NULL, OPT_HOSTS},
       {"hierarchical", no_argument, NULL, OPT_HIER}, {"help", no_argument, NULL, 'h'},
+      {"flood", required_argument, NULL, OPT_FLOOD},
       {NULL, 0, NULL, 0}};
   int opt, flag, first;
 
@@ -292,6 +298,10 @@ static int parse_args(int argc, char **argv, struct options *o) {
       break;
     case OPT_HIER:
       o->hierarchical = true;
+      break;
+    case OPT_FLOOD:
+      if (!parse_int(optarg, 0, 100000, &o->flood))
+        return usage_error("--flood '%s' must be 0-100000", optarg);
       break;
     case 'h':
       fputs(usage_text, stdout);
@@ -814,7 +824,25 @@ static void set_int_env(const char *name, int v) {
   setenv(name, text, 1);
 }
 
-/* Local mode: a process serves the store; n rank processes meet in it. */
+/* --flood: a stranger that opens n connections to port and holds them,
+ * silent, until it is killed. */
+static void flood_main(int port, int n) {
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  /* Nothing of the rank's: a stranger shares none of its sockets. */
+  for (int fd = 3; fd < 1024; fd++)
+    close(fd);
+  (void)hvd_raise_fd_limit();
+  for (int i = 0; i < n; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      break;
+    (void)connect(fd, (struct sockaddr *)&sin, sizeof(sin));
+  }
+  for (;;)
+    pause();
+}
+
 static int run_local(const struct options *o) {
   struct rdzv_server_config scfg;
   struct rdzv_server_child server;
@@ -871,7 +899,16 @@ static int run_local(const struct options *o) {
         fprintf(stderr, "hvd-bench: rank %d: %s\n", r, hvd_last_error_message());
         _exit(EXIT_FAIL);
       }
+      pid_t flooder = -1;
+      if (r == 0 && o->flood > 0 && (flooder = fork()) == 0)
+        flood_main(net_ctx_port(w->ctx), o->flood);
+      if (flooder > 0)
+        hvd_sleep_ns(500 * 1000000LL); /* let the flood arrive first */
       rc = bench_rank(o, w);
+      if (flooder > 0) {
+        kill(flooder, SIGKILL);
+        waitpid(flooder, NULL, 0);
+      }
       fflush(stdout);
       net_world_destroy(w);
       rdzv_client_destroy(store);

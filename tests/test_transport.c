@@ -7,6 +7,7 @@
 #include <check.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -816,6 +817,84 @@ START_TEST(stray_connections_rejected) {
 }
 END_TEST
 
+static int dial(int port) {
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+  return fd;
+}
+
+/* Whether the rank closes fd within ms (EOF or a reset). */
+static bool closed_within(int fd, int ms) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  char c;
+  if (poll(&p, 1, ms) <= 0)
+    return false;
+  return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+enum { FLOOD = 600 };
+
+/* Silent strangers beyond the handshake cap push the oldest out at once
+ * (long before any deadline), a valid HELLO still gets through the flood,
+ * and a validated socket nobody claims is closed after the job's timeout. */
+START_TEST(stray_flood_is_bounded_and_parked_sockets_expire) {
+  int codes[3], pipefd[2], port, flood[FLOOD], parked;
+  struct net_hello h = {.version = NET_PROTOCOL_VERSION, .comm_id = 777, .from = 1, .to = 0,
+                        .token_len = 8};
+  unsigned char buf[NET_HELLO_MAX], ack[NET_ACK_BYTES];
+  uint16_t version, status;
+  struct rdzv_client *c = NULL;
+  struct hvd_buf v;
+  pid_t runner;
+  size_t len;
+
+  job.token = "jobtoken";
+  job.timeout_ms = 4000;
+  memcpy(h.token, "jobtoken", 8);
+  ck_assert_int_eq(pipe(pipefd), 0);
+  runner = fork();
+  if (runner == 0) {
+    close(pipefd[0]);
+    run_job(&job, 3, busy_fn, NULL, codes, 60);
+    ck_assert_int_eq(write(pipefd[1], codes, sizeof(codes)), sizeof(codes));
+    _exit(0);
+  }
+  close(pipefd[1]);
+  hvd_buf_init(&v, 0);
+  ck_assert_int_eq(rdzv_client_create("127.0.0.1", job.port, "jobtoken", 30000, &c), HVD_OK);
+  ck_assert_int_eq(rdzv_client_wait(c, "test", "port0", -1, &v), HVD_OK);
+  port = atoi(v.data);
+
+  for (int i = 0; i < FLOOD; i++)
+    flood[i] = dial(port);
+  /* The handshake deadline is 3 s; the first are gone long before. */
+  ck_assert_msg(closed_within(flood[0], 1500), "the oldest stranger was not dropped for newer ones");
+  parked = dial(port);
+  len = net_hello_encode(&h, buf);
+  ck_assert_int_eq(send(parked, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+  ck_assert_int_eq(recv(parked, ack, sizeof(ack), MSG_WAITALL), (ssize_t)sizeof(ack));
+  ck_assert_int_eq(net_ack_decode(ack, &version, &status), HVD_OK);
+  ck_assert_int_eq(status, NET_ACK_OK);
+  for (int i = 0; i < FLOOD; i++) {
+    ck_assert_msg(closed_within(flood[i], 10000), "stranger %d still connected", i);
+    close(flood[i]);
+  }
+  /* Communicator 777 never exists: the parked socket goes after the timeout. */
+  ck_assert_msg(closed_within(parked, 15000), "an unclaimed socket stayed parked");
+  close(parked);
+
+  ck_assert_int_eq(rdzv_client_set(c, "test", "stop", "1", 1), HVD_OK);
+  ck_assert_int_eq(read(pipefd[0], codes, sizeof(codes)), sizeof(codes));
+  waitpid(runner, NULL, 0);
+  expect_all(codes, 3, 0);
+  rdzv_client_destroy(c);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
 /* A rank with another token cannot join: its peer refuses it. */
 static int lone_token_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
   (void)store;
@@ -1005,6 +1084,7 @@ static Suite *failure_suite(void) {
   tcase_add_test(tc, killed_peer_fails_others_fast);
   tcase_add_test(tc, silent_peer_times_out);
   tcase_add_test(tc, stray_connections_rejected);
+  tcase_add_test(tc, stray_flood_is_bounded_and_parked_sockets_expire);
   tcase_add_test(tc, wrong_token_rank_is_refused);
   tcase_add_test(tc, abandoned_round_fails_the_communicator);
   tcase_add_test(tc, abandoned_round_ends_waiting_ranks);

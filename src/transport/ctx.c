@@ -11,21 +11,36 @@
  * else is disturbed. An accepted one is parked until its communicator claims
  * it by (communicator id, sender, receiver). Whichever communicator is
  * waiting drives this, so no extra thread is needed.
+ *
+ * The listener faces the network, so strangers cost little and not for
+ * long: the listener and every socket in its handshake sit in one epoll
+ * set, which is a single descriptor in the engine's poll(); at most
+ * HANDSHAKES_MAX handshakes run at once (the oldest is dropped for a new
+ * one), each must finish within HANDSHAKE_TIMEOUT_MS, a parked socket
+ * nobody claims within the job's timeout is closed, and at EMFILE a reserve
+ * descriptor lets the listener accept and close what waits instead of
+ * waking for it forever. Drops are logged at most once a second.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include "transport_private.h"
 
 enum {
-  INCOMING_MAX = 4096,          /* sockets in handshake or parked */
-  HANDSHAKE_TIMEOUT_MS = 10000, /* a connector must send its HELLO by then */
+  HANDSHAKES_MAX = 256,        /* sockets in their handshake at once */
+  PARKED_MAX = 4096,           /* validated sockets waiting for their communicator */
+  HANDSHAKE_TIMEOUT_MS = 3000, /* a connector sends its HELLO at once; by then at the latest */
+  EPOLL_BATCH = 64,
+  ACCEPT_BATCH = 64, /* per call: a connection storm must not starve the collectives */
+  LOG_INTERVAL_MS = 1000,
   SPIN_US_DEFAULT = 50,
   IO_CHUNK_DEFAULT = 1 << 20,
   SOCKET_BUFFER_MIN = 1 << 16,
@@ -40,6 +55,8 @@ hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out
   if (ctx == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the transport context");
   ctx->listen_fd = -1;
+  ctx->epoll_fd = -1;
+  ctx->reserve_fd = -1;
   ctx->rank = cfg->rank;
   ctx->generation = cfg->generation;
   ctx->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : RDZV_DEFAULT_TIMEOUT_MS;
@@ -86,6 +103,15 @@ hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out
   st = net_listen(family, cfg->port_range, &ctx->listen_fd, &ctx->port);
   if (st != HVD_OK)
     goto fail;
+  (void)hvd_raise_fd_limit();
+  ctx->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  if (ctx->epoll_fd < 0 ||
+      epoll_ctl(ctx->epoll_fd, EPOLL_CTL_ADD, ctx->listen_fd,
+                &(struct epoll_event){.events = EPOLLIN, .data.ptr = NULL}) != 0) {
+    st = hvd_error(HVD_ERR_IO, "transport: epoll for the listener: %s", strerror(errno));
+    goto fail;
+  }
+  ctx->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (hvd_log_enabled(HVD_LOG_DEBUG)) {
     char first[80];
     net_addr_format(&ctx->addrs[0], first, sizeof(first));
@@ -99,19 +125,59 @@ fail:
   return st;
 }
 
-static void drop_incoming(struct net_ctx *ctx, struct net_incoming **link) {
-  struct net_incoming *in = *link;
-  *link = in->next;
-  close(in->fd);
+static void list_push(struct net_incoming_list *l, struct net_incoming *in) {
+  in->prev = l->tail;
+  in->next = NULL;
+  if (l->tail != NULL)
+    l->tail->next = in;
+  else
+    l->head = in;
+  l->tail = in;
+  l->n++;
+}
+
+static void list_remove(struct net_incoming_list *l, struct net_incoming *in) {
+  if (in->prev != NULL)
+    in->prev->next = in->next;
+  else
+    l->head = in->next;
+  if (in->next != NULL)
+    in->next->prev = in->prev;
+  else
+    l->tail = in->prev;
+  l->n--;
+}
+
+static void drop_incoming(struct net_incoming_list *l, struct net_incoming *in) {
+  list_remove(l, in);
+  close(in->fd); /* leaves the epoll set with it */
   free(in);
-  ctx->nincoming--;
+}
+
+/* true at most once per LOG_INTERVAL_MS; *suppressed says how many were not. */
+static bool log_due(struct net_log_limit *l, unsigned *suppressed) {
+  int64_t now = hvd_now_ns();
+  if (now < l->next_ns) {
+    l->suppressed++;
+    return false;
+  }
+  l->next_ns = now + (int64_t)LOG_INTERVAL_MS * 1000000;
+  *suppressed = l->suppressed;
+  l->suppressed = 0;
+  return true;
 }
 
 void net_ctx_destroy(struct net_ctx *ctx) {
   if (ctx == NULL)
     return;
-  while (ctx->incoming != NULL)
-    drop_incoming(ctx, &ctx->incoming);
+  while (ctx->handshaking.head != NULL)
+    drop_incoming(&ctx->handshaking, ctx->handshaking.head);
+  while (ctx->parked.head != NULL)
+    drop_incoming(&ctx->parked, ctx->parked.head);
+  if (ctx->epoll_fd >= 0)
+    close(ctx->epoll_fd);
+  if (ctx->reserve_fd >= 0)
+    close(ctx->reserve_fd);
   if (ctx->listen_fd >= 0)
     close(ctx->listen_fd);
   free(ctx);
@@ -141,40 +207,6 @@ void ctx_tune_socket(const struct net_ctx *ctx, int fd) {
 }
 
 /* ---- accepting ------------------------------------------------------------------- */
-
-static void accept_new(struct net_ctx *ctx, bool *progressed) {
-  for (;;) {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    int fd = accept4(ctx->listen_fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    struct net_incoming *in;
-    struct net_addr peer;
-
-    if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-        HVD_LOG_WARN("transport: accept: %s", strerror(errno));
-      return;
-    }
-    *progressed = true;
-    if (ctx->nincoming >= INCOMING_MAX || (in = calloc(1, sizeof(*in))) == NULL) {
-      HVD_LOG_WARN("transport: refusing a connection: %zu are already waiting", ctx->nincoming);
-      close(fd);
-      continue;
-    }
-    memcpy(&peer.ss, &ss, sizeof(ss));
-    peer.len = len;
-    net_addr_format_port(&peer, ntohs(((struct sockaddr_in *)&ss)->sin_port), in->from_text,
-                         sizeof(in->from_text));
-    in->fd = fd;
-    in->need = NET_HELLO_FIXED;
-    in->deadline_ns = hvd_deadline_after_ms(HANDSHAKE_TIMEOUT_MS < ctx->timeout_ms
-                                                ? HANDSHAKE_TIMEOUT_MS
-                                                : ctx->timeout_ms);
-    in->next = ctx->incoming;
-    ctx->incoming = in;
-    ctx->nincoming++;
-  }
-}
 
 /* Decides on a complete HELLO; prepares the ACK. */
 static void judge(struct net_ctx *ctx, struct net_incoming *in) {
@@ -243,69 +275,188 @@ static bool advance(struct net_ctx *ctx, struct net_incoming *in, bool *progress
   return true;
 }
 
-static bool parked(const struct net_incoming *in) {
-  return in->validated && in->ack_sent == NET_ACK_BYTES;
+/* A socket whose handshake is done leaves the epoll set for the parked
+ * list, where its communicator will find it. */
+static void park(struct net_ctx *ctx, struct net_incoming *in) {
+  unsigned suppressed;
+  list_remove(&ctx->handshaking, in);
+  (void)epoll_ctl(ctx->epoll_fd, EPOLL_CTL_DEL, in->fd, NULL);
+  if (ctx->parked.n >= PARKED_MAX) {
+    if (log_due(&ctx->drop_log, &suppressed))
+      HVD_LOG_WARN("transport: %d validated connections wait for a communicator; dropping the "
+                   "oldest (%u more dropped since the last message)",
+                   PARKED_MAX, suppressed);
+    drop_incoming(&ctx->parked, ctx->parked.head);
+  }
+  in->deadline_ns = hvd_deadline_after_ms(ctx->timeout_ms);
+  list_push(&ctx->parked, in);
+}
+
+/* Drops the handshakes and parked sockets whose time is up: each list is in
+ * arrival order with one lifetime, so the expired ones are at its head. */
+static void expire(struct net_ctx *ctx, int64_t now) {
+  unsigned suppressed;
+  while (ctx->handshaking.head != NULL && ctx->handshaking.head->deadline_ns <= now) {
+    if (log_due(&ctx->drop_log, &suppressed))
+      HVD_LOG_WARN("transport: dropped a connection from %s: no complete handshake in time "
+                   "(%u more dropped since the last message)",
+                   ctx->handshaking.head->from_text, suppressed);
+    drop_incoming(&ctx->handshaking, ctx->handshaking.head);
+  }
+  while (ctx->parked.head != NULL && ctx->parked.head->deadline_ns <= now) {
+    const struct net_hello *h = &ctx->parked.head->hello;
+    if (log_due(&ctx->drop_log, &suppressed))
+      HVD_LOG_WARN("transport: dropped a connection from %s (rank %u of communicator %u): no "
+                   "communicator claimed it within %lld ms (%u more dropped since the last "
+                   "message)",
+                   ctx->parked.head->from_text, h->from, h->comm_id,
+                   (long long)ctx->timeout_ms, suppressed);
+    drop_incoming(&ctx->parked, ctx->parked.head);
+  }
+}
+
+/* Advances a handshake and moves the socket on: dropped, parked, or
+ * waiting for room to send its ACK. */
+static void settle(struct net_ctx *ctx, struct net_incoming *in, bool *progressed) {
+  if (!advance(ctx, in, progressed)) {
+    drop_incoming(&ctx->handshaking, in);
+  } else if (in->validated && in->ack_sent == NET_ACK_BYTES) {
+    park(ctx, in);
+  } else if (in->have == in->need && !in->want_write) {
+    in->want_write = true;
+    (void)epoll_ctl(ctx->epoll_fd, EPOLL_CTL_MOD, in->fd,
+                    &(struct epoll_event){.events = EPOLLOUT, .data.ptr = in});
+  }
+}
+
+/* Out of descriptors: accept with the reserve one and close at once, so
+ * that the waiting connection leaves the backlog instead of waking the
+ * listener on every pass. */
+static bool shed_one(struct net_ctx *ctx) {
+  int fd;
+  if (ctx->reserve_fd < 0)
+    return false;
+  close(ctx->reserve_fd);
+  fd = accept4(ctx->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+  if (fd >= 0)
+    close(fd);
+  ctx->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  return fd >= 0;
+}
+
+
+static void accept_new(struct net_ctx *ctx, bool *progressed) {
+  for (int k = 0; k < ACCEPT_BATCH; k++) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    int fd = accept4(ctx->listen_fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct net_incoming *in;
+    struct net_addr peer;
+    unsigned suppressed;
+
+    if (fd < 0) {
+      int err = errno;
+      bool shed;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED)
+        return;
+      shed = (err == EMFILE || err == ENFILE) && shed_one(ctx);
+      if (log_due(&ctx->accept_log, &suppressed))
+        HVD_LOG_WARN("transport: accept: %s%s (%u more since the last message)", strerror(err),
+                     shed ? "; closing the connections that wait" : "", suppressed);
+      if (!shed)
+        return;
+      *progressed = true;
+      continue;
+    }
+    *progressed = true;
+    if ((in = calloc(1, sizeof(*in))) == NULL) {
+      close(fd);
+      continue;
+    }
+    if (ctx->handshaking.n >= HANDSHAKES_MAX) {
+      struct net_incoming *oldest = ctx->handshaking.head;
+      if (log_due(&ctx->drop_log, &suppressed))
+        HVD_LOG_WARN("transport: %d connections are in their handshake; dropping the oldest, "
+                     "from %s (%u more dropped since the last message)",
+                     HANDSHAKES_MAX, oldest->from_text, suppressed);
+      drop_incoming(&ctx->handshaking, oldest);
+    }
+    memcpy(&peer.ss, &ss, sizeof(ss));
+    peer.len = len;
+    net_addr_format_port(&peer, ntohs(((struct sockaddr_in *)&ss)->sin_port), in->from_text,
+                         sizeof(in->from_text));
+    in->fd = fd;
+    in->need = NET_HELLO_FIXED;
+    in->deadline_ns = hvd_deadline_after_ms(HANDSHAKE_TIMEOUT_MS < ctx->timeout_ms
+                                                ? HANDSHAKE_TIMEOUT_MS
+                                                : ctx->timeout_ms);
+    if (epoll_ctl(ctx->epoll_fd, EPOLL_CTL_ADD, fd,
+                  &(struct epoll_event){.events = EPOLLIN, .data.ptr = in}) != 0) {
+      close(fd);
+      free(in);
+      continue;
+    }
+    list_push(&ctx->handshaking, in);
+    /* A peer's HELLO is usually here already: finish it before a flood
+     * behind it can push it out. */
+    settle(ctx, in, progressed);
+  }
 }
 
 void ctx_progress_incoming(struct net_ctx *ctx, bool *progressed) {
-  int64_t now = 0;
+  struct epoll_event events[EPOLL_BATCH];
+  int n = epoll_wait(ctx->epoll_fd, events, EPOLL_BATCH, 0);
+  bool listener = false;
 
-  accept_new(ctx, progressed);
-  for (struct net_incoming **link = &ctx->incoming; *link != NULL;) {
-    struct net_incoming *in = *link;
-    if (parked(in)) {
-      link = &in->next;
-      continue;
-    }
-    if (!advance(ctx, in, progressed)) {
-      drop_incoming(ctx, link);
-      continue;
-    }
-    if (!parked(in)) {
-      if (now == 0)
-        now = hvd_now_ns();
-      if (now > in->deadline_ns) {
-        HVD_LOG_WARN("transport: dropped a connection from %s: no complete handshake in time",
-                     in->from_text);
-        drop_incoming(ctx, link);
-        continue;
-      }
-    }
-    link = &in->next;
+  /* Handshakes first: accepting may drop the oldest, which an event of
+   * this batch could name. */
+  for (int i = 0; i < n; i++) {
+    if (events[i].data.ptr == NULL)
+      listener = true;
+    else
+      settle(ctx, events[i].data.ptr, progressed);
   }
+  if (listener)
+    accept_new(ctx, progressed);
+  if (ctx->handshaking.head != NULL || ctx->parked.head != NULL)
+    expire(ctx, hvd_now_ns());
 }
 
 void ctx_poll_fds(struct net_ctx *ctx, struct pollfd *fds, size_t *n, size_t max) {
   if (*n < max)
-    fds[(*n)++] = (struct pollfd){.fd = ctx->listen_fd, .events = POLLIN};
-  for (struct net_incoming *in = ctx->incoming; in != NULL && *n < max; in = in->next) {
-    if (parked(in))
-      continue;
-    fds[(*n)++] =
-        (struct pollfd){.fd = in->fd, .events = in->have < in->need ? POLLIN : POLLOUT};
-  }
+    fds[(*n)++] = (struct pollfd){.fd = ctx->epoll_fd, .events = POLLIN};
 }
 
 int64_t ctx_next_deadline(const struct net_ctx *ctx) {
   int64_t next = HVD_NO_DEADLINE;
-  for (const struct net_incoming *in = ctx->incoming; in != NULL; in = in->next) {
-    if (!parked(in) && in->deadline_ns < next)
-      next = in->deadline_ns;
-  }
+  if (ctx->handshaking.head != NULL)
+    next = ctx->handshaking.head->deadline_ns;
+  if (ctx->parked.head != NULL && ctx->parked.head->deadline_ns < next)
+    next = ctx->parked.head->deadline_ns;
   return next;
 }
 
+/* Whether the peer has closed a parked socket (a connector that gave up
+ * and dialled again leaves its first socket behind). */
+static bool peer_closed(int fd) {
+  char c;
+  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 int ctx_claim(struct net_ctx *ctx, uint32_t comm_id, uint32_t from, uint32_t to) {
-  for (struct net_incoming **link = &ctx->incoming; *link != NULL; link = &(*link)->next) {
-    struct net_incoming *in = *link;
-    if (parked(in) && in->hello.comm_id == comm_id && in->hello.from == from &&
-        in->hello.to == to) {
-      int fd = in->fd;
-      *link = in->next;
-      free(in);
-      ctx->nincoming--;
-      return fd;
+  for (struct net_incoming *in = ctx->parked.head, *next; in != NULL; in = next) {
+    next = in->next;
+    if (in->hello.comm_id != comm_id || in->hello.from != from || in->hello.to != to)
+      continue;
+    if (peer_closed(in->fd)) {
+      drop_incoming(&ctx->parked, in);
+      continue;
     }
+    int fd = in->fd;
+    list_remove(&ctx->parked, in);
+    free(in);
+    return fd;
   }
   return -1;
 }

@@ -453,7 +453,7 @@ static int poll_timeout_ms(const struct net_comm *comm, int64_t now, int64_t pro
  * *woken whether wake_fd is readable. */
 static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_fd, bool *ready,
                                 bool *woken) {
-  size_t need = 2 * (size_t)comm->nactive + 2 + comm->ctx->nincoming;
+  size_t need = 2 * (size_t)comm->nactive + 2;
   size_t n = 0;
 
   if (need > comm->pfds_cap) {

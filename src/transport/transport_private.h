@@ -62,10 +62,11 @@ void net_header_encode(uint32_t seq, uint64_t len, unsigned char *out);
 /* An accepted socket whose HELLO is being read, or a validated one waiting
  * for its communicator to claim it. */
 struct net_incoming {
-  struct net_incoming *next;
+  struct net_incoming *prev, *next; /* in its list, oldest first */
   int fd;
   bool validated;
-  int64_t deadline_ns; /* the HELLO must arrive by then */
+  bool want_write;     /* registered for EPOLLOUT: the ACK did not fit at once */
+  int64_t deadline_ns; /* handshaking: the HELLO's; parked: a communicator's claim */
   unsigned char buf[NET_HELLO_MAX];
   size_t have;
   size_t need;
@@ -93,18 +94,29 @@ struct net_ctx {
   int port;
   struct net_addr addrs[NET_MAX_ADDRS];
   size_t naddrs;
-  struct net_incoming *incoming; /* handshakes in progress and parked sockets */
-  size_t nincoming;
+  /* Accepted sockets (ctx.c): the epoll set holds the listener and every
+   * socket still in its handshake, so the engine's poll() sees one
+   * descriptor however many strangers connect. */
+  int epoll_fd;
+  int reserve_fd; /* given up to accept (and close) a connection at EMFILE */
+  struct net_incoming_list {
+    struct net_incoming *head, *tail;
+    size_t n;
+  } handshaking, parked;
+  struct net_log_limit {
+    int64_t next_ns;
+    unsigned suppressed;
+  } drop_log, accept_log;
 };
 
 /* Accepts what is waiting on the listener and advances incoming handshakes. */
 void ctx_progress_incoming(struct net_ctx *ctx, bool *progressed);
-/* Adds the listener and unfinished handshakes to a poll set. */
+/* Adds the context's one descriptor (listener and handshakes) to a poll set. */
 void ctx_poll_fds(struct net_ctx *ctx, struct pollfd *fds, size_t *n, size_t max);
-/* The earliest deadline of an unfinished handshake (HVD_NO_DEADLINE if none). */
+/* The earliest deadline of a handshake or a parked socket (HVD_NO_DEADLINE if none). */
 int64_t ctx_next_deadline(const struct net_ctx *ctx);
 /* Takes the validated socket that rank `from` of communicator comm_id opened
- * to rank `to`, or returns -1. */
+ * to rank `to` (the oldest still open, if there are several), or returns -1. */
 int ctx_claim(struct net_ctx *ctx, uint32_t comm_id, uint32_t from, uint32_t to);
 /* Socket options of an established connection. */
 void ctx_tune_socket(const struct net_ctx *ctx, int fd);
