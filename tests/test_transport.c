@@ -5,6 +5,7 @@
  * they report through their exit code and stderr; the parent asserts.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -895,6 +897,70 @@ START_TEST(stray_flood_is_bounded_and_parked_sockets_expire) {
 }
 END_TEST
 
+/* Rank 0 runs out of descriptors: few above what it holds once its world
+ * is up. */
+static int busy_low_fd_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  if (w->rank == 0) {
+    struct rlimit rl;
+    int open_now = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+      return EXIT_FAILED;
+    while (readdir(d) != NULL)
+      open_now++;
+    closedir(d);
+    rl.rlim_cur = rl.rlim_max = (rlim_t)open_now + 8;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+      return EXIT_FAILED;
+  }
+  return busy_fn(w, store, arg);
+}
+
+/* At EMFILE the rank accepts and closes what waits (a reserve descriptor)
+ * instead of leaving it in the backlog, and its ring goes on. */
+START_TEST(listener_at_emfile_sheds_connections) {
+  enum { STRANGERS = 40 };
+  int codes[3], pipefd[2], port, fds[STRANGERS];
+  struct rdzv_client *c = NULL;
+  struct hvd_buf v;
+  pid_t runner;
+
+  job.token = "jobtoken";
+  job.timeout_ms = 30000; /* no deadline closes them during the test */
+  ck_assert_int_eq(pipe(pipefd), 0);
+  runner = fork();
+  if (runner == 0) {
+    close(pipefd[0]);
+    run_job(&job, 3, busy_low_fd_fn, NULL, codes, 60);
+    ck_assert_int_eq(write(pipefd[1], codes, sizeof(codes)), sizeof(codes));
+    _exit(0);
+  }
+  close(pipefd[1]);
+  hvd_buf_init(&v, 0);
+  ck_assert_int_eq(rdzv_client_create("127.0.0.1", job.port, "jobtoken", 30000, &c), HVD_OK);
+  ck_assert_int_eq(rdzv_client_wait(c, "test", "port0", -1, &v), HVD_OK);
+  port = atoi(v.data);
+  hvd_sleep_ns(200 * 1000000LL); /* rank 0 has lowered its limit */
+  for (int i = 0; i < STRANGERS; i++)
+    fds[i] = dial(port);
+  /* Beyond the few that fit, each is accepted and closed at once. */
+  int closed = closed_within(fds[STRANGERS - 1], 2500);
+  for (int i = 0; i < STRANGERS - 1; i++) {
+    closed += closed_within(fds[i], 100);
+    close(fds[i]);
+  }
+  close(fds[STRANGERS - 1]);
+  ck_assert_msg(closed >= STRANGERS - 12, "only %d of %d strangers were shed", closed, STRANGERS);
+
+  ck_assert_int_eq(rdzv_client_set(c, "test", "stop", "1", 1), HVD_OK);
+  ck_assert_int_eq(read(pipefd[0], codes, sizeof(codes)), sizeof(codes));
+  waitpid(runner, NULL, 0);
+  expect_all(codes, 3, 0);
+  rdzv_client_destroy(c);
+  hvd_buf_fini(&v);
+}
+END_TEST
+
 /* A rank with another token cannot join: its peer refuses it. */
 static int lone_token_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
   (void)store;
@@ -1085,6 +1151,7 @@ static Suite *failure_suite(void) {
   tcase_add_test(tc, silent_peer_times_out);
   tcase_add_test(tc, stray_connections_rejected);
   tcase_add_test(tc, stray_flood_is_bounded_and_parked_sockets_expire);
+  tcase_add_test(tc, listener_at_emfile_sheds_connections);
   tcase_add_test(tc, wrong_token_rank_is_refused);
   tcase_add_test(tc, abandoned_round_fails_the_communicator);
   tcase_add_test(tc, abandoned_round_ends_waiting_ranks);
