@@ -87,6 +87,33 @@ static hvd_status collect(struct net_comm *comm) {
   return st;
 }
 
+/* Each rank dials both neighbours and hears from both before the token
+ * goes round. Without this, a rank waited for its left neighbour's dial
+ * before dialling right, so when a rank died before dialling, the one to
+ * its right waited for a connection that never came until the timeout
+ * (and an elastic driver waited for it to leave the round). Now the ranks
+ * beside a dead one learn at once (a refused dial, or a connection that
+ * ends), fail, and their failure travels around the ring the same way. */
+static hvd_status greet_neighbours(struct net_comm *comm) {
+  int peers[2] = {(comm->rank + 1) % comm->size, (comm->rank + comm->size - 1) % comm->size};
+  int npeers = peers[0] == peers[1] ? 1 : 2;
+  struct net_req sends[2], recvs[2];
+  struct net_req *all[4];
+  size_t n = 0;
+  hvd_status st = HVD_OK;
+
+  for (int i = 0; i < npeers && st == HVD_OK; i++) {
+    st = net_isend(comm, peers[i], NULL, 0, &sends[i]);
+    if (st == HVD_OK) {
+      all[n++] = &sends[i];
+      st = net_irecv(comm, peers[i], NULL, 0, &recvs[i]);
+    }
+    if (st == HVD_OK)
+      all[n++] = &recvs[i];
+  }
+  return st == HVD_OK ? net_wait(comm, all, n) : st;
+}
+
 /* Two passes of a token around the ring (see DESIGN). */
 static hvd_status ring_barrier(struct net_comm *comm) {
   int left = (comm->rank + comm->size - 1) % comm->size;
@@ -159,6 +186,8 @@ hvd_status net_comm_create(struct net_ctx *ctx, const char *scope, uint32_t comm
   st = publish(comm);
   if (st == HVD_OK)
     st = collect(comm);
+  if (st == HVD_OK && size > 1)
+    st = greet_neighbours(comm);
   if (st == HVD_OK)
     st = ring_barrier(comm);
   snprintf(key, sizeof(key), "%d", rank);

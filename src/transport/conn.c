@@ -49,6 +49,7 @@ void conn_start_tx(struct net_comm *comm, struct net_conn *c) {
   c->tx_fd = -1;
   c->retry_at_ns = 0;
   c->attempts = 0;
+  c->refusals = 0;
   c->backoff_ms = BACKOFF_FIRST_MS;
 }
 
@@ -67,6 +68,22 @@ void conn_claim_rx(struct net_comm *comm, struct net_conn *c, bool *progressed) 
   c->rx_fd = ctx_claim(comm->ctx, comm->id, (uint32_t)c->peer, (uint32_t)comm->rank);
   if (c->rx_fd >= 0)
     *progressed = true;
+}
+
+hvd_status conn_check_peer_alive(struct net_comm *comm, struct net_conn *c) {
+  char who[NET_WHO_MAX], byte;
+  ssize_t n;
+
+  if (c->tx != TX_READY || c->tx_fd < 0)
+    return HVD_OK;
+  n = recv(c->tx_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+    return HVD_OK;
+  comm_describe_peer(comm, c->peer, who, sizeof(who));
+  return hvd_error(HVD_ERR_NETWORK,
+                   "%s closed the connection this rank dialled before dialling back (%s): it "
+                   "has exited or left the round",
+                   who, n == 0 ? "end of stream" : strerror(errno));
 }
 
 void conn_close(struct net_conn *c) {
@@ -112,13 +129,24 @@ static void close_fd(struct net_conn *c) {
   c->tx_fd = -1;
 }
 
-/* A failed attempt: retry later if the error can pass, otherwise fail. */
+/* A failed attempt: retry later if the error can pass, otherwise fail.
+ * naddrs: how many addresses the peer has (0: unknown). A peer publishes
+ * its record only once it listens and listens until it leaves, so when
+ * every one of its addresses refused in a row, it is gone: waiting for the
+ * timeout would only hold up everyone who waits for this rank. */
 static hvd_status attempt_failed(struct net_comm *comm, struct net_conn *c, int err,
-                                 const char *where) {
+                                 const char *where, size_t naddrs) {
   char who[NET_WHO_MAX];
 
   close_fd(c);
   c->attempts++;
+  c->refusals = err == ECONNREFUSED ? c->refusals + 1 : 0;
+  if (naddrs > 0 && c->refusals >= naddrs) {
+    comm_describe_peer(comm, c->peer, who, sizeof(who));
+    return hvd_error(HVD_ERR_NETWORK,
+                     "%s refused the connection on %s (%s): it has exited or left the round",
+                     who, naddrs > 1 ? "all its addresses" : "its address", where);
+  }
   switch (err) {
   case ECONNREFUSED:
   case ETIMEDOUT:
@@ -163,10 +191,10 @@ static hvd_status dial(struct net_comm *comm, struct net_conn *c, bool *progress
   if (connect(c->tx_fd, (struct sockaddr *)&addr.ss, addr.len) != 0 && errno != EISCONN) {
     int err = errno;
     if ((err == EINPROGRESS || err == EALREADY) && hvd_now_ns() >= c->attempt_deadline_ns)
-      return attempt_failed(comm, c, ETIMEDOUT, where); /* the next address, then */
+      return attempt_failed(comm, c, ETIMEDOUT, where, count); /* the next address, then */
     if (err == EINPROGRESS || err == EALREADY || err == EINTR)
       return HVD_OK;
-    return attempt_failed(comm, c, err, where);
+    return attempt_failed(comm, c, err, where, count);
   }
   *progressed = true;
   ctx_tune_socket(comm->ctx, c->tx_fd);
@@ -185,7 +213,7 @@ static hvd_status send_hello(struct net_comm *comm, struct net_conn *c, bool *pr
         return HVD_OK;
       c->tx = TX_CONNECTING;
       c->hello_sent = 0;
-      return attempt_failed(comm, c, errno, "the peer");
+      return attempt_failed(comm, c, errno, "the peer", 0);
     }
     *progressed = true;
     c->hello_sent += (size_t)n;

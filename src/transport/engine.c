@@ -384,8 +384,11 @@ static hvd_status pass(struct net_comm *comm, bool *progressed) {
     }
     if (c->send_head != NULL && c->tx != TX_READY)
       st = conn_progress_tx(comm, c, progressed);
-    if (st == HVD_OK && c->recv_head != NULL && c->rx_fd < 0)
+    if (st == HVD_OK && c->recv_head != NULL && c->rx_fd < 0) {
       conn_claim_rx(comm, c, progressed);
+      if (c->rx_fd < 0)
+        st = conn_check_peer_alive(comm, c);
+    }
     if (st == HVD_OK)
       st = progress_io(comm, c, progressed);
     if (st != HVD_OK && comm->isolate) {
@@ -472,6 +475,8 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_
     }
     if (c->rx_fd >= 0 && c->recv_head != NULL)
       comm->pfds[n++] = (struct pollfd){.fd = c->rx_fd, .events = POLLIN};
+    else if (c->recv_head != NULL && c->tx == TX_READY && c->tx_fd >= 0 && c->send_head == NULL)
+      comm->pfds[n++] = (struct pollfd){.fd = c->tx_fd, .events = POLLIN}; /* its end: see pass */
   }
   ctx_poll_fds(comm->ctx, comm->pfds, &n, comm->pfds_cap);
   if (wake_fd >= 0)

@@ -146,6 +146,7 @@ struct net_conn {
   int64_t retry_at_ns;
   int64_t attempt_deadline_ns; /* a pending connect() to one of several addresses gives up then */
   unsigned attempts;
+  unsigned refusals; /* ECONNREFUSED in a row */
   int64_t backoff_ms;
   unsigned char hello[NET_HELLO_MAX];
   size_t hello_len, hello_sent;
@@ -189,6 +190,9 @@ hvd_status conn_progress_tx(struct net_comm *comm, struct net_conn *c, bool *pro
 short conn_tx_events(const struct net_conn *c);
 /* Takes the peer's connection from the context if it has arrived. */
 void conn_claim_rx(struct net_comm *comm, struct net_conn *c, bool *progressed);
+/* While this rank waits for the peer's dial: an error if the connection
+ * this rank dialled to it has ended (the peer is gone, and will not dial). */
+hvd_status conn_check_peer_alive(struct net_comm *comm, struct net_conn *c);
 /* Closes both connections. */
 void conn_close(struct net_conn *c);
 /* Puts the connection on the active list (idempotent). */
