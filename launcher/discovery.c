@@ -242,7 +242,7 @@ hvd_status hvdrun_run_discovery(const char *script, int64_t timeout_ms, char **o
     goto out;
   }
   if (pid == 0) {
-    hvdrun_child_setup(parent, outp[1], errp[1]);
+    hvdrun_child_setup(parent, -1, outp[1], errp[1]);
     execl("/bin/sh", "sh", "-c", script, (char *)NULL);
     child_fail("hvdrun: cannot run /bin/sh: ");
     _exit(127);

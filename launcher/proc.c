@@ -5,7 +5,11 @@
  *
  * DESIGN. A local rank starts by fork and exec with hvdrun's environment
  * plus the rank's; a remote one through ssh (or --ssh-command) with `cd`
- * to this directory and the rank's variables on an `env` command line.
+ * to this directory and the rank's variables on an `env` command line,
+ * except the job token: command lines are visible to every user of both
+ * hosts (ps), so the token travels as the first line of the remote
+ * command's standard input, which a small `sh -c` reads into HVD_TOKEN
+ * before it execs the rank.
  * Every rank runs in a process group of its own, so that stopping it stops
  * everything it started, and dies with hvdrun (PR_SET_PDEATHSIG). Between
  * fork and exec the child only makes async-signal-safe calls: the store's
@@ -159,8 +163,18 @@ hvd_status hvdrun_slot_vars(const char *host, const struct hvdrun_slot *s, struc
   return st;
 }
 
+#define TOKEN_VAR "HVD_TOKEN"
+/* The remote side's first step, single-quoted for any login shell: the
+ * token from the first line of stdin, then the rank. */
+#define READ_TOKEN                                                                             \
+  "'IFS= read -r HVD_TOKEN && [ -n \"$HVD_TOKEN\" ] || { echo \"hvdrun: no job token on "      \
+  "standard input (the remote shell must pass its stdin on, as ssh and kubectl exec -i do)\" "  \
+  ">&2; exit 126; }; export HVD_TOKEN; exec \"$@\"'"
+
+static bool is_token(const char *kv) { return strncmp(kv, TOKEN_VAR "=", sizeof(TOKEN_VAR)) == 0; }
+
 /* What to exec: argv, and env for a local rank (a remote one carries its
- * variables on its command line). */
+ * variables on its command line, and its token on stdin). */
 static hvd_status command(const struct hvdrun_options *o, const char *host, bool remote,
                           const struct hvdrun_env *rank_vars, struct hvdrun_argv *argv,
                           struct hvdrun_env *env) {
@@ -170,11 +184,13 @@ static hvd_status command(const struct hvdrun_options *o, const char *host, bool
   hvd_status st = HVD_OK;
 
   for (char **e = environ; *e != NULL && st == HVD_OK; e++) {
-    if (!remote || exported_remotely(*e))
+    if (!remote || (exported_remotely(*e) && !is_token(*e)))
       st = hvdrun_env_put(&vars, *e);
   }
-  for (size_t i = 0; i < rank_vars->n && st == HVD_OK; i++)
-    st = hvdrun_env_put(&vars, rank_vars->vars[i]);
+  for (size_t i = 0; i < rank_vars->n && st == HVD_OK; i++) {
+    if (!remote || !is_token(rank_vars->vars[i]))
+      st = hvdrun_env_put(&vars, rank_vars->vars[i]);
+  }
   if (st != HVD_OK || !remote) {
     for (int i = 0; i < o->ncommand && st == HVD_OK; i++)
       st = hvdrun_argv_add(argv, o->command[i]);
@@ -195,6 +211,8 @@ static hvd_status command(const struct hvdrun_options *o, const char *host, bool
     if (st == HVD_OK)
       st = hvdrun_shell_quote(vars.vars[i], &text, &len, &cap);
   }
+  if (st == HVD_OK)
+    st = hvdrun_append(&text, &len, &cap, " sh -c " READ_TOKEN " hvdrun-rank");
   for (int i = 0; i < o->ncommand && st == HVD_OK; i++) {
     st = hvdrun_append(&text, &len, &cap, " ");
     if (st == HVD_OK)
@@ -202,7 +220,7 @@ static hvd_status command(const struct hvdrun_options *o, const char *host, bool
   }
   hvdrun_env_fini(&vars);
   if (st == HVD_OK && strcmp(o->ssh_command, "ssh") == 0) {
-    /* As horovodrun runs it; stdin is /dev/null anyway. */
+    /* As horovodrun runs it (stdin carries the token, then ends). */
     const char *fixed[] = {"ssh", "-o", "PasswordAuthentication=no", "-o",
                            "StrictHostKeyChecking=no"};
     for (size_t i = 0; i < HVD_ARRAY_SIZE(fixed) && st == HVD_OK; i++)
@@ -252,9 +270,10 @@ static void child_fail(const char *what, const char *arg) {
   (void)!write(2, "\n", 1);
 }
 
-void hvdrun_child_setup(pid_t parent, int out, int err) {
+void hvdrun_child_setup(pid_t parent, int in, int out, int err) {
   sigset_t none;
-  int in = open("/dev/null", O_RDONLY);
+  if (in < 0)
+    in = open("/dev/null", O_RDONLY);
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   signal(SIGPIPE, SIG_DFL);
@@ -285,19 +304,43 @@ hvd_status hvdrun_signal_fd(int *fd) {
   return HVD_OK;
 }
 
+/* A pipe that already holds the token's line and its end: a remote rank's
+ * stdin (in[0]); the kernel's buffer keeps the few bytes, so nobody has to
+ * write while the rank starts. */
+static hvd_status token_pipe(const struct hvdrun_env *vars, int in[2]) {
+  const char *token = NULL;
+  size_t len;
+  for (size_t i = 0; i < vars->n; i++) {
+    if (is_token(vars->vars[i]))
+      token = vars->vars[i] + sizeof(TOKEN_VAR);
+  }
+  if (token == NULL)
+    return hvd_error(HVD_ERR_INTERNAL, "a remote rank's variables hold no job token");
+  len = strlen(token);
+  if (pipe2(in, O_CLOEXEC) != 0)
+    return hvd_error(HVD_ERR_IO, "pipe: %s", strerror(errno));
+  if (write(in[1], token, len) != (ssize_t)len || write(in[1], "\n", 1) != 1)
+    return hvd_error(HVD_ERR_IO, "cannot write the job token to a pipe: %s", strerror(errno));
+  close(in[1]);
+  in[1] = -1;
+  return HVD_OK;
+}
+
 hvd_status hvdrun_proc_start(struct hvdrun_proc *p, const struct hvdrun_options *o,
                              const char *host, bool remote, const struct hvdrun_env *vars,
                              int label) {
   struct hvdrun_argv argv = {0};
   struct hvdrun_env env = {0};
   char **envp = NULL;
-  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
   hvd_status st = command(o, host, remote, vars, &argv, &env);
 
   if (st == HVD_OK && (envp = hvdrun_env_array(&env)) == NULL)
     st = hvd_error(HVD_ERR_NO_MEMORY, "cannot build rank %d's environment", label);
   if (st == HVD_OK && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))
     st = hvd_error(HVD_ERR_IO, "pipe: %s", strerror(errno));
+  if (st == HVD_OK && remote)
+    st = token_pipe(vars, in);
   if (st == HVD_OK && o->verbose) {
     fprintf(stderr, "hvdrun: [%d] on %s:", label, host);
     for (size_t i = 0; i < argv.n; i++)
@@ -309,7 +352,7 @@ hvd_status hvdrun_proc_start(struct hvdrun_proc *p, const struct hvdrun_options 
     if (pid < 0) {
       st = hvd_error(HVD_ERR_IO, "fork: %s", strerror(errno));
     } else if (pid == 0) {
-      hvdrun_child_setup(parent, out[1], err[1]);
+      hvdrun_child_setup(parent, in[0], out[1], err[1]);
       execvpe(argv.v[0], argv.v, envp);
       child_fail("cannot run ", argv.v[0]);
       _exit(127);
@@ -323,6 +366,8 @@ hvd_status hvdrun_proc_start(struct hvdrun_proc *p, const struct hvdrun_options 
     }
   }
   for (int k = 0; k < 2; k++) {
+    if (in[k] >= 0)
+      close(in[k]);
     if (out[k] >= 0)
       close(out[k]);
     if (err[k] >= 0)

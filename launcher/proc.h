@@ -31,9 +31,9 @@ hvd_status hvdrun_slot_vars(const char *host, const struct hvdrun_slot *s, struc
 hvd_status hvdrun_signal_fd(int *fd);
 /* In a child between fork and exec (async-signal-safe calls only): no
  * blocked signals, a process group of its own, death with hvdrun (exits
- * at once if hvdrun is already gone), stdin from /dev/null, stdout and
- * stderr to out and err. */
-void hvdrun_child_setup(pid_t parent, int out, int err);
+ * at once if hvdrun is already gone), stdin from in (-1: /dev/null),
+ * stdout and stderr to out and err. */
+void hvdrun_child_setup(pid_t parent, int in, int out, int err);
 
 /* One started rank (or elastic worker). */
 struct hvdrun_proc {

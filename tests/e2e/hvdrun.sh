@@ -48,11 +48,15 @@ environment)
 hosts)
     # Two host names that only the stand-in remote shell knows: real local
     # and cross rings, ranks assigned host by host.
-    run -H e2e-host-a:2,e2e-host-b:1 --ssh-command "$work/fake-ssh" sh -c 'echo "rank=$HOROVOD_RANK host=$HOROVOD_HOSTNAME local=$HOROVOD_LOCAL_RANK/$HOROVOD_LOCAL_SIZE cross=$HOROVOD_CROSS_RANK/$HOROVOD_CROSS_SIZE dir=$(pwd)"'
+    run -H e2e-host-a:2,e2e-host-b:1 --ssh-command "$work/fake-ssh" --verbose sh -c 'echo "rank=$HOROVOD_RANK host=$HOROVOD_HOSTNAME local=$HOROVOD_LOCAL_RANK/$HOROVOD_LOCAL_SIZE cross=$HOROVOD_CROSS_RANK/$HOROVOD_CROSS_SIZE dir=$(pwd) token=${#HVD_TOKEN}"'
     expect_rc 0
-    expect_out "^\[0\]<stdout>:rank=0 host=e2e-host-a local=0/2 cross=0/2 dir=$(pwd)$"
-    expect_out "^\[1\]<stdout>:rank=1 host=e2e-host-a local=1/2 cross=0/1 dir="
-    expect_out "^\[2\]<stdout>:rank=2 host=e2e-host-b local=0/1 cross=1/2 dir="
+    expect_out "^\[0\]<stdout>:rank=0 host=e2e-host-a local=0/2 cross=0/2 dir=$(pwd) token=48$"
+    expect_out "^\[1\]<stdout>:rank=1 host=e2e-host-a local=1/2 cross=0/1 dir=.* token=48$"
+    expect_out "^\[2\]<stdout>:rank=2 host=e2e-host-b local=0/1 cross=1/2 dir=.* token=48$"
+    # The remote command lines (--verbose prints them) do not carry the
+    # token: every user of both hosts could read it with ps.
+    expect_err "exec env .*hvdrun-rank"
+    if grep -q "HVD_TOKEN=" "$work/err"; then fail "a remote command line carries HVD_TOKEN"; fi
     run -H e2e-host-a:2,e2e-host-b:2 --ssh-command "$work/fake-ssh" --hierarchical-allreduce \
         "$bin/hvd-bench" allreduce -b 8 -e 1M -f 32 -c 1
     expect_rc 0

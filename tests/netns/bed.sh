@@ -270,8 +270,11 @@ ssh)
         exit 255
     fi
     [ $# = 2 ] || { echo "bed.sh ssh: usage: ssh HOST COMMAND" >&2; exit 255; }
+    # A background command's stdin would be /dev/null: hand ours on, as
+    # ssh does (hvdrun sends the job token there).
+    exec 3<&0
     ip netns exec "$ns" unshare --uts setsid -w sh -c "$remote_side" bed-ssh "$host" "$2" \
-        "$state/exit" &
+        "$state/exit" <&3 3<&- &
     # The child has the command's stderr; the shell's own "Killed" is noise.
     exec 2>/dev/null
     wait $!
