@@ -207,6 +207,8 @@ int hvdrun_hosts_view_slots(const struct hvdrun_hosts_view *v);
 /* Prefixes and forwards one stream of one rank, line by line; "\r" ends a
  * line too (progress bars). A partial line waits for the rest, and is
  * flushed at the end with a newline added. */
+enum { HVDRUN_WAITED_MAX = 4 };
+
 struct hvdrun_stream {
   int rank;
   bool is_stderr;
@@ -216,6 +218,10 @@ struct hvdrun_stream {
   char *line;
   size_t len, cap;
   bool after_cr; /* the last chunk ended in "\r": a "\n" next belongs to it */
+  /* Global ranks this rank's transport timed out waiting for, as its
+   * "no progress" message names them (stderr only; see output.c). */
+  int waited_on[HVDRUN_WAITED_MAX];
+  int nwaited;
 };
 
 void hvdrun_stream_init(struct hvdrun_stream *s, int rank, bool is_stderr, FILE *out, FILE *file,

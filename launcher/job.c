@@ -314,6 +314,48 @@ static int supervise(struct job *j) {
   return j->exit_code;
 }
 
+/* A rank that stopped (SIGSTOP, a hung host) fails nobody itself: the
+ * others time out waiting for it, and the first of them to exit is what
+ * stops the job. Their messages name whom they waited for; say it last.
+ * A rank that timed out itself was waiting too (for the stopped one,
+ * maybe through others), so the ranks named are those waited for that did
+ * not time out, when there are such. */
+static void name_waited_on(const struct job *j) {
+  bool any_silent = false;
+  for (int r = 0; r < j->size && !any_silent; r++) {
+    const struct hvdrun_stream *s = &j->procs[r].p.streams[1];
+    for (int k = 0; k < s->nwaited; k++) {
+      int t = s->waited_on[k];
+      if (t >= 0 && t < j->size && j->procs[t].p.streams[1].nwaited == 0)
+        any_silent = true;
+    }
+  }
+  for (int target = 0; target < j->size; target++) {
+    char waiters[256];
+    size_t len = 0;
+    int n = 0;
+    if (any_silent && j->procs[target].p.streams[1].nwaited > 0)
+      continue;
+    waiters[0] = '\0';
+    for (int r = 0; r < j->size; r++) {
+      const struct hvdrun_stream *s = &j->procs[r].p.streams[1];
+      for (int k = 0; k < s->nwaited; k++) {
+        if (s->waited_on[k] != target)
+          continue;
+        if (len < sizeof(waiters))
+          len += (size_t)snprintf(waiters + len, sizeof(waiters) - len, "%s%d", n ? ", " : "", r);
+        n++;
+        break;
+      }
+    }
+    if (n > 0)
+      fprintf(stderr,
+              "hvdrun: rank%s %s timed out waiting for rank %d on host %s: it made no progress "
+              "(stopped, hung, or cut off from the others?)\n",
+              n > 1 ? "s" : "", waiters, target, host_of(j, target));
+  }
+}
+
 /* ==== the whole job ========================================================= */
 
 int hvdrun_run(const struct hvdrun_options *o, const struct hvdrun_host *hosts, size_t nhosts,
@@ -359,6 +401,8 @@ int hvdrun_run(const struct hvdrun_options *o, const struct hvdrun_host *hosts, 
     stop_job(&j, 1);
   }
   code = supervise(&j);
+  if (code != 0)
+    name_waited_on(&j);
   rdzv_server_stop(j.server);
   for (int r = 0; r < size; r++)
     hvdrun_proc_fini(&j.procs[r].p);

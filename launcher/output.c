@@ -10,6 +10,7 @@
  * the prefix. The --output-filename copy gets the bytes as the rank wrote
  * them, unprefixed.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,11 +30,39 @@ void hvdrun_stream_init(struct hvdrun_stream *s, int rank, bool is_stderr, FILE 
   s->timestamp = timestamp;
 }
 
+/* A transport timeout names the peers it waited for: "no progress for 30.0
+ * s: receiving 4 bytes from rank 2 (global rank 2 on h3); ...". hvdrun
+ * keeps those global ranks, so that its last lines can name a rank that
+ * stopped (SIGSTOP, a hung host) while the others timed out. */
+static void note_waits(struct hvdrun_stream *s, const char *line, size_t len) {
+  static const char timeout[] = "no progress for ", who[] = "(global rank ";
+  char text[1024];
+  const char *p;
+
+  if (!s->is_stderr || len < sizeof(timeout))
+    return;
+  len = len < sizeof(text) - 1 ? len : sizeof(text) - 1;
+  memcpy(text, line, len);
+  text[len] = '\0';
+  if ((p = strstr(text, timeout)) == NULL)
+    return;
+  s->nwaited = 0;
+  while ((p = strstr(p, who)) != NULL && s->nwaited < HVDRUN_WAITED_MAX) {
+    const char *digits = p + sizeof(who) - 1;
+    char *end;
+    long g = strtol(digits, &end, 10);
+    p = end;
+    if (end != digits && g >= 0 && g <= INT32_MAX)
+      s->waited_on[s->nwaited++] = (int)g;
+  }
+}
+
 /* Writes line[0 .. len) (without its end) with the prefix and a newline. */
 static void emit(struct hvdrun_stream *s, const char *line, size_t len) {
   char head[96];
   size_t hlen = 0;
 
+  note_waits(s, line, len);
   if (s->timestamp) {
     time_t now = time(NULL);
     struct tm tm;

@@ -93,6 +93,36 @@ failure)
     expect_rc 127
     expect_err "cannot run ./no-such-program-here"
     ;;
+frozen)
+    # A rank stops (SIGSTOP) in the middle of allreduces: the others time
+    # out, and hvdrun's last lines name the stopped rank, not only the
+    # first rank that gave up.
+    "$bin/hvdrun" -np 3 --gloo-timeout-seconds 3 "$bin/hvd-bench" allreduce -b 64K -e 64K \
+        -n 10000000 -w 1 -c 0 >"$work/out" 2>"$work/err" &
+    pid=$!
+    victim=
+    for _ in $(seq 100); do
+        for p in $(pgrep -f "hvd-bench allreduce"); do
+            if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "HOROVOD_RANK=2"; then
+                victim=$p
+            fi
+        done
+        [ -n "$victim" ] && break
+        sleep 0.1
+    done
+    [ -n "$victim" ] || fail "no rank 2"
+    sleep 1
+    kill -STOP "$victim"
+    wait $pid
+    code=$?
+    [ $code != 0 ] || fail "hvdrun exited with 0 with a rank stopped"
+    expect_err "timed out waiting for rank 2 on host localhost"
+    if grep -q "timed out waiting for rank [01] " "$work/err"; then
+        fail "hvdrun blamed a rank that was itself waiting"
+    fi
+    sleep 0.2
+    if kill -0 "$victim" 2>/dev/null; then fail "the stopped rank outlived hvdrun"; fi
+    ;;
 signal)
     # SIGTERM to hvdrun stops ranks that ignore SIGTERM, after the grace period.
     timeout 60 "$bin/hvdrun" -np 2 sh -c "trap '' TERM; $sleeper 60; true" >"$work/out" 2>"$work/err" &
