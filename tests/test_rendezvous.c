@@ -970,6 +970,68 @@ START_TEST(http_health_while_starting) {
 }
 END_TEST
 
+/* Slow clients (a byte at a time, never a whole request) fill every
+ * connection slot; each is closed at its header deadline, so a rank still
+ * gets in and completes its rendezvous. */
+enum { SLOW_CLIENTS = 600, SLOTS = 500 };
+static atomic_bool trickle_stop;
+
+static void *trickle(void *arg) {
+  int *fds = arg;
+  while (!atomic_load(&trickle_stop)) {
+    for (int i = 0; i < SLOW_CLIENTS; i++)
+      (void)send(fds[i], "G", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    hvd_sleep_ns(200 * 1000000LL);
+  }
+  return NULL;
+}
+
+static void few_slots(struct rdzv_server_config *cfg) {
+  cfg->max_connections = SLOTS;
+  cfg->header_timeout_ms = 1000;
+}
+
+START_TEST(http_slow_clients_do_not_lock_ranks_out) {
+  struct rdzv_server *s = start_server_with(NULL, few_slots);
+  int port = rdzv_server_port(s), *fds = calloc(SLOW_CLIENTS, sizeof(int)), closed = 0;
+  struct rdzv_client *c;
+  struct hvd_buf v, health;
+  pthread_t th;
+  cJSON *doc;
+
+  ck_assert_ptr_nonnull(fds);
+  for (int i = 0; i < SLOW_CLIENTS; i++)
+    fds[i] = connect_to(port);
+  atomic_store(&trickle_stop, false);
+  ck_assert_int_eq(pthread_create(&th, NULL, trickle, fds), 0);
+  hvd_sleep_ns(300 * 1000000LL); /* every slot taken */
+  c = client_for(s, NULL, 30000);
+  hvd_buf_init(&v, 0);
+  hvd_buf_init(&health, 0);
+  ck_assert_msg(rdzv_client_set(c, "job", "rank0", S("here")) == HVD_OK, "%s",
+                hvd_last_error_message());
+  ck_assert_int_eq(rdzv_client_get(c, "job", "rank0", &v, NULL), HVD_OK);
+  ck_assert_str_eq(v.data, "here");
+  atomic_store(&trickle_stop, true);
+  pthread_join(th, NULL);
+  for (int i = 0; i < SLOW_CLIENTS; i++) {
+    closed += closed_by_peer(fds[i]);
+    close(fds[i]);
+  }
+  ck_assert_int_eq(closed, SLOW_CLIENTS);
+  ck_assert_int_eq(rdzv_client_health(c, &health), HVD_OK);
+  doc = cJSON_Parse(health.data);
+  ck_assert_ptr_nonnull(doc);
+  ck_assert_int_ge(cJSON_GetObjectItem(doc, "slow_connections_closed")->valueint, SLOTS - 10);
+  cJSON_Delete(doc);
+  rdzv_client_destroy(c);
+  rdzv_server_stop(s);
+  hvd_buf_fini(&v);
+  hvd_buf_fini(&health);
+  free(fds);
+}
+END_TEST
+
 START_TEST(http_health) {
   struct hvd_buf json;
   cJSON *doc;
@@ -2135,6 +2197,7 @@ static Suite *http_suite(void) {
   tcase_add_test(tc, http_planned_scope_over_http);
   tcase_add_test(tc, http_health);
   tcase_add_test(tc, http_health_while_starting);
+  tcase_add_test(tc, http_slow_clients_do_not_lock_ranks_out);
   tcase_add_test(tc, http_client_reuses_its_connection);
   tcase_add_test(tc, http_no_server_fails_with_clear_message);
   tcase_add_test(tc, http_client_waits_for_late_server);

@@ -220,6 +220,10 @@ struct rdzv_server_config {
   unsigned threads;           /* event loops; 0: one per CPU, at most 4 */
   unsigned max_connections;   /* 0: as many as the file limit allows */
   unsigned idle_timeout_s;    /* close connections idle this long */
+  /* A connection must send a request's headers within this many ms of its
+   * start or of its previous request's end, and bodies and answers must
+   * move at 1 MiB/s after 10 s (guard.c); 0: 5000. */
+  unsigned header_timeout_ms;
   size_t max_header_bytes;    /* per connection, request line and headers */
   /* A GET of one key of this scope (if not NULL) waits for the key, as a
    * long-poll of up to RDZV_BLOCKING_GET_MS, even without ?wait: how

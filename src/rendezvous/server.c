@@ -23,6 +23,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "guard.h"
 #include "listen.h"
 #include "rendezvous.h"
 
@@ -37,6 +38,7 @@ enum {
 
 struct rdzv_server {
   struct MHD_Daemon *daemon;
+  struct rdzv_guard *guard; /* deadlines of slow connections (guard.c) */
   struct rdzv_store *store;
   int listen_fd;  /* ours until the daemon starts, then the daemon's (it closes it) */
   atomic_bool stopping; /* new connections are refused */
@@ -86,6 +88,7 @@ struct request {
   bool body_too_large;
   bool answered; /* a response is queued */
   bool close;    /* the connection cannot be trusted with another request */
+  uint64_t reply_bytes; /* the answer's length, for its deadline */
   bool parked;   /* suspended in the store's waiter list */
   bool counted;  /* counted in srv->parked until the request completes */
   struct rdzv_waiter waiter;
@@ -100,6 +103,7 @@ static enum MHD_Result queue(struct request *req, unsigned code, struct MHD_Resp
     return MHD_NO; /* out of memory: drop the connection */
   if (req->close)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+  rdzv_guard_enter(req->conn, RDZV_GUARD_REPLY, req->reply_bytes);
   if (code == MHD_HTTP_UNAUTHORIZED)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"hvd\"");
   if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
@@ -167,6 +171,7 @@ static enum MHD_Result answer_blob(struct request *req, unsigned code, struct rd
     add_etag(resp, blob->version);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
   }
+  req->reply_bytes = blob->len;
   return queue(req, code, resp);
 }
 
@@ -472,6 +477,7 @@ static void park_cb(struct rdzv_waiter *w, void *arg) {
   (void)arg;
   req->parked = true;
   req->counted = true;
+  rdzv_guard_enter(req->conn, RDZV_GUARD_PARKED, 0);
   pthread_mutex_lock(&req->srv->parked_mu);
   req->srv->parked++;
   pthread_mutex_unlock(&req->srv->parked_mu);
@@ -563,6 +569,7 @@ static enum MHD_Result answer_health(struct request *req) {
   cJSON_AddNumberToObject(doc, "max_bytes", (double)srv->limits.max_total_bytes);
   cJSON_AddNumberToObject(doc, "waiters", (double)stats.waiters);
   cJSON_AddBoolToObject(doc, "token_required", srv->token != NULL);
+  cJSON_AddNumberToObject(doc, "slow_connections_closed", (double)rdzv_guard_closed(srv->guard));
   text = cJSON_PrintUnformatted(doc);
   cJSON_Delete(doc);
   if (text == NULL)
@@ -672,6 +679,12 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
   if (req == NULL) {
     /* First call: request line and headers only. */
     struct rdzv_server *srv = cls;
+    const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+    int64_t declared = 0;
+    if (length == NULL || !hvd_parse_int64(length, strlen(length), &declared) || declared < 0)
+      declared = 0;
+    rdzv_guard_enter(conn, RDZV_GUARD_BODY, (uint64_t)declared);
     req = calloc(1, sizeof(*req));
     if (req == NULL)
       return MHD_NO;
@@ -702,9 +715,9 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   struct request *req = *con_cls;
   (void)cls;
-  (void)conn;
   (void)toe;
 
+  rdzv_guard_enter(conn, RDZV_GUARD_HEADERS, 0); /* the next request on this connection */
   if (req == NULL)
     return;
   *con_cls = NULL;
@@ -743,6 +756,7 @@ void rdzv_server_config_default(struct rdzv_server_config *cfg) {
   memset(cfg, 0, sizeof(*cfg));
   rdzv_store_limits_default(&cfg->limits);
   cfg->idle_timeout_s = 60;
+  cfg->header_timeout_ms = 5000;
   cfg->max_header_bytes = 32 * 1024;
 }
 
@@ -805,6 +819,9 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
   if (max_conn < threads)
     threads = 1;
   st = rdzv_store_create(&cfg->limits, fire_cb, srv, &srv->store);
+  if (st == HVD_OK)
+    st = rdzv_guard_start(cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms : 5000,
+                          &srv->guard);
   if (st != HVD_OK)
     goto fail;
   st = rdzv_listen(cfg->bind_address, cfg->port, &srv->listen_fd, srv->address,
@@ -822,7 +839,8 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
       MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header_bytes,
       MHD_OPTION_NOTIFY_COMPLETED, completed_cb, srv,
-      MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL, MHD_OPTION_END);
+      MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL,
+      MHD_OPTION_NOTIFY_CONNECTION, rdzv_guard_notify, srv->guard, MHD_OPTION_END);
   if (srv->daemon == NULL) {
     st = hvd_error(HVD_ERR_IO,
                    "rendezvous server: libmicrohttpd could not start on %s (see debug log)",
@@ -838,6 +856,7 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
 fail:
   if (srv->listen_fd >= 0)
     close(srv->listen_fd);
+  rdzv_guard_stop(srv->guard);
   rdzv_store_destroy(srv->store);
   destroy(srv);
   return st;
@@ -860,6 +879,7 @@ void rdzv_server_stop(struct rdzv_server *srv) {
   }
   pthread_mutex_unlock(&srv->parked_mu);
   MHD_stop_daemon(srv->daemon);
+  rdzv_guard_stop(srv->guard);
   rdzv_store_destroy(srv->store);
   destroy(srv);
 }

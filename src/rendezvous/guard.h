@@ -1,0 +1,31 @@
+/* Deadlines for the rendezvous server's connections (guard.c). */
+#ifndef HVD_RENDEZVOUS_GUARD_H
+#define HVD_RENDEZVOUS_GUARD_H
+
+#include <microhttpd.h>
+
+#include "common/common.h"
+
+/* What a connection is doing, which decides how long it may take. */
+enum rdzv_guard_phase {
+  RDZV_GUARD_HEADERS, /* until a request's headers are in */
+  RDZV_GUARD_BODY,    /* reading a body of the given length */
+  RDZV_GUARD_PARKED,  /* a long-poll in the store: its own deadline applies */
+  RDZV_GUARD_REPLY,   /* sending an answer of the given length */
+};
+
+struct rdzv_guard;
+
+/* header_ms: how long a connection may take to send a request's headers
+ * (from its start, or the end of its previous request). */
+hvd_status rdzv_guard_start(int64_t header_ms, struct rdzv_guard **out);
+void rdzv_guard_stop(struct rdzv_guard *g);
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback; cls is the guard. */
+void rdzv_guard_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                       enum MHD_ConnectionNotificationCode code);
+/* The connection enters a phase; bytes: the body's or the answer's length. */
+void rdzv_guard_enter(struct MHD_Connection *conn, enum rdzv_guard_phase phase, uint64_t bytes);
+/* Connections closed for missing a deadline so far. */
+uint64_t rdzv_guard_closed(struct rdzv_guard *g);
+
+#endif
