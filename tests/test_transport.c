@@ -745,6 +745,48 @@ struct stray_result {
   int ack_status; /* -1: closed without an ACK */
 };
 
+/* A 3-rank job running fn (busy_fn or a variant) in a child process, while
+ * this process plays the stranger against rank 0's listener. */
+struct busy_job {
+  pid_t runner;
+  int pipefd[2];
+  struct rdzv_client *store;
+  int port; /* rank 0's transport port */
+};
+
+static void busy_job_start(struct busy_job *b, rank_fn fn) {
+  int codes[3];
+  struct hvd_buf v;
+
+  job.token = "jobtoken";
+  ck_assert_int_eq(pipe(b->pipefd), 0);
+  b->runner = fork();
+  if (b->runner == 0) {
+    close(b->pipefd[0]);
+    run_job(&job, 3, fn, NULL, codes, 60);
+    ck_assert_int_eq(write(b->pipefd[1], codes, sizeof(codes)), sizeof(codes));
+    _exit(0);
+  }
+  close(b->pipefd[1]);
+  hvd_buf_init(&v, 0);
+  ck_assert_int_eq(rdzv_client_create("127.0.0.1", job.port, "jobtoken", 30000, &b->store),
+                   HVD_OK);
+  ck_assert_int_eq(rdzv_client_wait(b->store, "test", "port0", -1, &v), HVD_OK);
+  b->port = atoi(v.data);
+  hvd_buf_fini(&v);
+}
+
+/* Tells the ranks to stop and checks that every one of them succeeded. */
+static void busy_job_finish(struct busy_job *b) {
+  int codes[3];
+  ck_assert_int_eq(rdzv_client_set(b->store, "test", "stop", "1", 1), HVD_OK);
+  ck_assert_int_eq(read(b->pipefd[0], codes, sizeof(codes)), sizeof(codes));
+  close(b->pipefd[0]);
+  waitpid(b->runner, NULL, 0);
+  expect_all(codes, 3, 0);
+  rdzv_client_destroy(b->store);
+}
+
 static int stray_hello(int port, const struct net_hello *h, const void *raw, size_t raw_len) {
   struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -771,30 +813,14 @@ static int stray_hello(int port, const struct net_hello *h, const void *raw, siz
 }
 
 START_TEST(stray_connections_rejected) {
-  int codes[3];
-  pid_t runner;
-  int pipefd[2];
   struct net_hello h = {.version = NET_PROTOCOL_VERSION, .comm_id = NET_COMM_GLOBAL, .from = 1,
                         .to = 0};
-  struct rdzv_client *c = NULL;
-  struct hvd_buf v;
+  struct busy_job b;
   int port;
 
-  job.token = "jobtoken";
   job.timeout_ms = 3000; /* also how long a silent stranger may hold a socket */
-  ck_assert_int_eq(pipe(pipefd), 0);
-  runner = fork(); /* runs the job while this process plays the stranger */
-  if (runner == 0) {
-    close(pipefd[0]);
-    run_job(&job, 3, busy_fn, NULL, codes, 60);
-    ck_assert_int_eq(write(pipefd[1], codes, sizeof(codes)), sizeof(codes));
-    _exit(0);
-  }
-  close(pipefd[1]);
-  hvd_buf_init(&v, 0);
-  ck_assert_int_eq(rdzv_client_create("127.0.0.1", job.port, "jobtoken", 30000, &c), HVD_OK);
-  ck_assert_int_eq(rdzv_client_wait(c, "test", "port0", -1, &v), HVD_OK);
-  port = atoi(v.data);
+  busy_job_start(&b, busy_fn);
+  port = b.port;
 
   memcpy(h.token, "wrongtoken", 10);
   h.token_len = 10;
@@ -809,13 +835,7 @@ START_TEST(stray_connections_rejected) {
   static const char http[] = "GET / HTTP/1.1\r\nHost: somewhere.example\r\n\r\n"; /* > 36 bytes */
   ck_assert_int_eq(stray_hello(port, NULL, http, sizeof(http) - 1), -1);
   ck_assert_int_eq(stray_hello(port, NULL, "", 0), -1); /* connects and says nothing... */
-
-  ck_assert_int_eq(rdzv_client_set(c, "test", "stop", "1", 1), HVD_OK);
-  ck_assert_int_eq(read(pipefd[0], codes, sizeof(codes)), sizeof(codes));
-  waitpid(runner, NULL, 0);
-  expect_all(codes, 3, 0); /* ...and the job went on */
-  rdzv_client_destroy(c);
-  hvd_buf_fini(&v);
+  busy_job_finish(&b); /* ...and the job went on */
 }
 END_TEST
 
@@ -843,38 +863,22 @@ enum { FLOOD = 600 };
  * (long before any deadline), a valid HELLO still gets through the flood,
  * and a validated socket nobody claims is closed after the job's timeout. */
 START_TEST(stray_flood_is_bounded_and_parked_sockets_expire) {
-  int codes[3], pipefd[2], port, flood[FLOOD], parked;
+  int flood[FLOOD], parked;
   struct net_hello h = {.version = NET_PROTOCOL_VERSION, .comm_id = 777, .from = 1, .to = 0,
                         .token_len = 8};
   unsigned char buf[NET_HELLO_MAX], ack[NET_ACK_BYTES];
   uint16_t version, status;
-  struct rdzv_client *c = NULL;
-  struct hvd_buf v;
-  pid_t runner;
+  struct busy_job b;
   size_t len;
 
-  job.token = "jobtoken";
   job.timeout_ms = 4000;
   memcpy(h.token, "jobtoken", 8);
-  ck_assert_int_eq(pipe(pipefd), 0);
-  runner = fork();
-  if (runner == 0) {
-    close(pipefd[0]);
-    run_job(&job, 3, busy_fn, NULL, codes, 60);
-    ck_assert_int_eq(write(pipefd[1], codes, sizeof(codes)), sizeof(codes));
-    _exit(0);
-  }
-  close(pipefd[1]);
-  hvd_buf_init(&v, 0);
-  ck_assert_int_eq(rdzv_client_create("127.0.0.1", job.port, "jobtoken", 30000, &c), HVD_OK);
-  ck_assert_int_eq(rdzv_client_wait(c, "test", "port0", -1, &v), HVD_OK);
-  port = atoi(v.data);
-
+  busy_job_start(&b, busy_fn);
   for (int i = 0; i < FLOOD; i++)
-    flood[i] = dial(port);
+    flood[i] = dial(b.port);
   /* The handshake deadline is 3 s; the first are gone long before. */
   ck_assert_msg(closed_within(flood[0], 1500), "the oldest stranger was not dropped for newer ones");
-  parked = dial(port);
+  parked = dial(b.port);
   len = net_hello_encode(&h, buf);
   ck_assert_int_eq(send(parked, buf, len, MSG_NOSIGNAL), (ssize_t)len);
   ck_assert_int_eq(recv(parked, ack, sizeof(ack), MSG_WAITALL), (ssize_t)sizeof(ack));
@@ -887,13 +891,7 @@ START_TEST(stray_flood_is_bounded_and_parked_sockets_expire) {
   /* Communicator 777 never exists: the parked socket goes after the timeout. */
   ck_assert_msg(closed_within(parked, 15000), "an unclaimed socket stayed parked");
   close(parked);
-
-  ck_assert_int_eq(rdzv_client_set(c, "test", "stop", "1", 1), HVD_OK);
-  ck_assert_int_eq(read(pipefd[0], codes, sizeof(codes)), sizeof(codes));
-  waitpid(runner, NULL, 0);
-  expect_all(codes, 3, 0);
-  rdzv_client_destroy(c);
-  hvd_buf_fini(&v);
+  busy_job_finish(&b);
 }
 END_TEST
 
@@ -920,44 +918,23 @@ static int busy_low_fd_fn(struct net_world *w, struct rdzv_client *store, void *
  * instead of leaving it in the backlog, and its ring goes on. */
 START_TEST(listener_at_emfile_sheds_connections) {
   enum { STRANGERS = 40 };
-  int codes[3], pipefd[2], port, fds[STRANGERS];
-  struct rdzv_client *c = NULL;
-  struct hvd_buf v;
-  pid_t runner;
+  int fds[STRANGERS], closed;
+  struct busy_job b;
 
-  job.token = "jobtoken";
   job.timeout_ms = 30000; /* no deadline closes them during the test */
-  ck_assert_int_eq(pipe(pipefd), 0);
-  runner = fork();
-  if (runner == 0) {
-    close(pipefd[0]);
-    run_job(&job, 3, busy_low_fd_fn, NULL, codes, 60);
-    ck_assert_int_eq(write(pipefd[1], codes, sizeof(codes)), sizeof(codes));
-    _exit(0);
-  }
-  close(pipefd[1]);
-  hvd_buf_init(&v, 0);
-  ck_assert_int_eq(rdzv_client_create("127.0.0.1", job.port, "jobtoken", 30000, &c), HVD_OK);
-  ck_assert_int_eq(rdzv_client_wait(c, "test", "port0", -1, &v), HVD_OK);
-  port = atoi(v.data);
+  busy_job_start(&b, busy_low_fd_fn);
   hvd_sleep_ns(200 * 1000000LL); /* rank 0 has lowered its limit */
   for (int i = 0; i < STRANGERS; i++)
-    fds[i] = dial(port);
+    fds[i] = dial(b.port);
   /* Beyond the few that fit, each is accepted and closed at once. */
-  int closed = closed_within(fds[STRANGERS - 1], 2500);
+  closed = closed_within(fds[STRANGERS - 1], 2500);
   for (int i = 0; i < STRANGERS - 1; i++) {
     closed += closed_within(fds[i], 100);
     close(fds[i]);
   }
   close(fds[STRANGERS - 1]);
   ck_assert_msg(closed >= STRANGERS - 12, "only %d of %d strangers were shed", closed, STRANGERS);
-
-  ck_assert_int_eq(rdzv_client_set(c, "test", "stop", "1", 1), HVD_OK);
-  ck_assert_int_eq(read(pipefd[0], codes, sizeof(codes)), sizeof(codes));
-  waitpid(runner, NULL, 0);
-  expect_all(codes, 3, 0);
-  rdzv_client_destroy(c);
-  hvd_buf_fini(&v);
+  busy_job_finish(&b);
 }
 END_TEST
 

@@ -9,12 +9,14 @@
  * with one socket, this rank's sendmsg and the peer's incoming segments
  * contend for the same socket lock, and a 512 KiB exchange between two
  * processes on two cores took ~200 us instead of ~100-130 us.
- * Dialling is non-blocking: connect(), HELLO, ACK. Refused or unreachable
- * attempts (the peer may not be listening yet, or one of its addresses may
- * be unreachable from here) are retried with backoff, cycling through the
- * peer's advertised addresses, until the communicator's progress timeout; an
- * address that silently drops the attempt (a firewall) is given up after
- * CONNECT_ATTEMPT_MS when the peer has others to try. A
+ * Dialling is non-blocking: connect(), HELLO, ACK. Failed attempts (one of
+ * the peer's addresses may be unreachable from here) are retried with
+ * backoff, cycling through the peer's advertised addresses, until the
+ * communicator's progress timeout; an address that silently drops the
+ * attempt (a firewall) is given up after CONNECT_ATTEMPT_MS when the peer
+ * has others to try. A peer that refuses on every one of its addresses in a
+ * row is gone (it listens before it publishes its record, and until it
+ * leaves), and the dial fails at once. A
  * peer on another host is dialled on its non-loopback addresses first: a
  * loopback address only works between ranks on one host.
  */

@@ -344,7 +344,6 @@ static bool shed_one(struct net_ctx *ctx) {
   return fd >= 0;
 }
 
-
 static void accept_new(struct net_ctx *ctx, bool *progressed) {
   for (int k = 0; k < ACCEPT_BATCH; k++) {
     struct sockaddr_storage ss;
