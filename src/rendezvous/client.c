@@ -223,6 +223,9 @@ static hvd_status configure(struct rdzv_client *c, const struct call *call, cons
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  /* The server closes a connection that sends no request for 5 s
+   * (guard.c): do not reuse one idle that long. */
+  curl_easy_setopt(h, CURLOPT_MAXAGE_CONN, 3L);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->curl_error);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, c);

@@ -8,7 +8,9 @@
  * gives each connection an absolute deadline for what it is doing: its
  * request's headers within header_ms, a body or an answer at a minimum
  * rate (BASE_MS plus a second per MIN_RATE bytes), none while a long-poll
- * waits in the store (the store's own deadline ends it). A thread looks
+ * waits in the store (the store's own deadline ends it). A keep-alive
+ * connection idle between requests is closed after header_ms too, quietly
+ * (clients do not reuse connections idle that long). A thread looks
  * every TICK_MS and shuts down the socket of a connection past its
  * deadline; libmicrohttpd then sees it fail and closes it as usual.
  * libmicrohttpd says a connection closed before it closes the socket, and
@@ -35,6 +37,8 @@ struct tracked {
   struct rdzv_guard *guard;
   int fd;
   int64_t deadline_ns;
+  enum rdzv_guard_phase phase;
+  bool served; /* a request has completed here: in HEADERS, it is only idle */
   bool shut;
 };
 
@@ -77,7 +81,10 @@ static void *guard_main(void *arg) {
       if (!t->shut && t->deadline_ns <= now) {
         shutdown(t->fd, SHUT_RDWR);
         t->shut = true;
-        g->closed++;
+        /* A keep-alive connection that waits for its next request is not
+         * slow, and closing it costs its client one reconnection. */
+        if (!(t->phase == RDZV_GUARD_HEADERS && t->served))
+          g->closed++;
       }
     }
     if (g->closed > g->closed_logged && now >= g->next_log_ns) {
@@ -169,6 +176,9 @@ void rdzv_guard_enter(struct MHD_Connection *conn, enum rdzv_guard_phase phase, 
     return;
   g = t->guard;
   pthread_mutex_lock(&g->mu);
+  if (phase == RDZV_GUARD_HEADERS && t->phase != RDZV_GUARD_HEADERS)
+    t->served = true;
+  t->phase = phase;
   switch (phase) {
   case RDZV_GUARD_HEADERS:
     t->deadline_ns = now + g->header_ns;

@@ -25,7 +25,8 @@ void rdzv_guard_notify(void *cls, struct MHD_Connection *conn, void **socket_con
                        enum MHD_ConnectionNotificationCode code);
 /* The connection enters a phase; bytes: the body's or the answer's length. */
 void rdzv_guard_enter(struct MHD_Connection *conn, enum rdzv_guard_phase phase, uint64_t bytes);
-/* Connections closed for missing a deadline so far. */
+/* Connections closed for missing a deadline so far (keep-alive ones closed
+ * while idle between requests are not counted). */
 uint64_t rdzv_guard_closed(struct rdzv_guard *g);
 
 #endif
