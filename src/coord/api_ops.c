@@ -501,7 +501,7 @@ static hvd_status control_op(int type, int set, const char *kind, const char *fi
 
 HVD_API hvd_status hvd_join(int *last_joined_rank) {
   int last = -1;
-  hvd_status st = control_op(COORD_JOIN, HVD_PROCESS_SET_GLOBAL, "join", "hvd.join", 0, NULL, 0,
+  hvd_status st = control_op(COORD_JOIN, HVD_PROCESS_SET_GLOBAL, "join", COORD_JOIN_NAME, 0, NULL, 0,
                              &last);
   if (st == HVD_OK && last_joined_rank != NULL)
     *last_joined_rank = last;

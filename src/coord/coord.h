@@ -652,6 +652,9 @@ void coord_release(void);
  * initialized or is being shut down. */
 struct coord_state *coord_try_acquire(void);
 
+/* The name of a rank's join request (one at a time per rank). */
+#define COORD_JOIN_NAME "hvd.join"
+
 /* Generated names (names.c): the next number of this kind in this set,
  * and, on a joined rank, a response that ran under a generated name
  * advances the counter past it. */

@@ -62,7 +62,7 @@ static void count_joined_calls(struct coord_state *s, const struct coord_respons
     if (entries[i] != NULL)
       continue;
     if (!checked) {
-      joined = coord_find_entry(s, HVD_PROCESS_SET_GLOBAL, "hvd.join") != NULL;
+      joined = coord_find_entry(s, HVD_PROCESS_SET_GLOBAL, COORD_JOIN_NAME) != NULL;
       checked = true;
     }
     if (!joined)
@@ -421,7 +421,7 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
   hvd_status st = HVD_OK, failure = HVD_OK;
 
   if (r->type == COORD_JOIN) {
-    struct coord_entry *e = coord_find_entry(s, HVD_PROCESS_SET_GLOBAL, "hvd.join");
+    struct coord_entry *e = coord_find_entry(s, HVD_PROCESS_SET_GLOBAL, COORD_JOIN_NAME);
     if (e != NULL) {
       e->handle->value = r->last_joined;
       coord_finish_entry(s, e, HVD_OK, NULL);
