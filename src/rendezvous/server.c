@@ -89,6 +89,8 @@ struct request {
   bool answered; /* a response is queued */
   bool close;    /* the connection cannot be trusted with another request */
   uint64_t reply_bytes; /* the answer's length, for its deadline */
+  bool has_length;         /* a Content-Length that parses, in declared_length */
+  int64_t declared_length;
   bool parked;   /* suspended in the store's waiter list */
   bool counted;  /* counted in srv->parked until the request completes */
   struct rdzv_waiter waiter;
@@ -413,7 +415,6 @@ static unsigned allowed_params(enum op op) {
 /* Everything that can be decided from the request line and headers. */
 static enum MHD_Result begin(struct request *req, const char *url) {
   struct query_check qc = {.req = req};
-  const char *content_length;
   const char *reason = NULL;
   char why[256];
   unsigned code;
@@ -457,15 +458,10 @@ static enum MHD_Result begin(struct request *req, const char *url) {
   if (req->op == OP_PUT) {
     if (!parse_condition(req, &reason))
       return answer_text(req, MHD_HTTP_BAD_REQUEST, "%s", reason);
-    content_length = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
-    int64_t declared;
-    if (content_length != NULL &&
-        hvd_parse_int64(content_length, strlen(content_length), &declared) &&
-        (uint64_t)declared > req->srv->limits.max_value_bytes)
+    if (req->has_length && (uint64_t)req->declared_length > req->srv->limits.max_value_bytes)
       return answer_text(req, MHD_HTTP_CONTENT_TOO_LARGE,
-                         "value of %" PRId64 " bytes exceeds the limit of %zu bytes", declared,
-                         req->srv->limits.max_value_bytes);
+                         "value of %" PRId64 " bytes exceeds the limit of %zu bytes",
+                         req->declared_length, req->srv->limits.max_value_bytes);
   }
   return MHD_YES;
 }
@@ -681,13 +677,14 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
     struct rdzv_server *srv = cls;
     const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
-    int64_t declared = 0;
-    if (length == NULL || !hvd_parse_int64(length, strlen(length), &declared) || declared < 0)
-      declared = 0;
-    rdzv_guard_enter(conn, RDZV_GUARD_BODY, (uint64_t)declared);
     req = calloc(1, sizeof(*req));
     if (req == NULL)
       return MHD_NO;
+    req->has_length = length != NULL &&
+                      hvd_parse_int64(length, strlen(length), &req->declared_length);
+    rdzv_guard_enter(conn, RDZV_GUARD_BODY,
+                     req->has_length && req->declared_length > 0 ? (uint64_t)req->declared_length
+                                                                 : 0);
     *con_cls = req;
     req->srv = srv;
     req->conn = conn;
