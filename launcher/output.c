@@ -39,7 +39,8 @@ static void note_waits(struct hvdrun_stream *s, const char *line, size_t len) {
   char text[1024];
   const char *p;
 
-  if (!s->is_stderr || len < sizeof(timeout))
+  /* Every line of stderr passes here: look before copying. */
+  if (!s->is_stderr || memmem(line, len, timeout, sizeof(timeout) - 1) == NULL)
     return;
   len = len < sizeof(text) - 1 ? len : sizeof(text) - 1;
   memcpy(text, line, len);
