@@ -658,31 +658,29 @@ def driver(args):
 
 # ==== arguments ===================================================================================
 
-def positive_int(text):
+def _number(text, convert, noun):
     try:
-        value = int(text)
+        return convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError('%r is not an integer' % text) from None
+        raise argparse.ArgumentTypeError('%r is not %s' % (text, noun)) from None
+
+
+def positive_int(text):
+    value = _number(text, int, 'an integer')
     if value < 1:
         raise argparse.ArgumentTypeError('must be at least 1, not %d' % value)
     return value
 
 
 def nonnegative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError('%r is not an integer' % text) from None
+    value = _number(text, int, 'an integer')
     if value < 0:
         raise argparse.ArgumentTypeError('must be 0 or more, not %d' % value)
     return value
 
 
 def fraction(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError('%r is not a number' % text) from None
+    value = _number(text, float, 'a number')
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError('must be between 0 and 1, not %s' % text)
     return value
