@@ -57,6 +57,9 @@ static const char usage_text[] =
     "                         (repeatable)\n"
     "  --threads N            event loops (default: one per CPU, at most 4)\n"
     "  --max-connections N    concurrent connections (default: as the open-file limit allows)\n"
+    "  --max-connections-per-address N\n"
+    "                         concurrent connections from one address (default: a quarter\n"
+    "                         of --max-connections, at least 1024)\n"
     "  --max-value-bytes N    largest value (default 4194304)\n"
     "  --max-store-bytes N    all keys and values together (default 268435456)\n"
     "  --max-name-bytes N     longest scope name or key (default 512)\n"
@@ -160,8 +163,8 @@ static int check_driver(struct options *o) {
 static int parse_args(int argc, char **argv, struct options *o) {
   enum {
     OPT_BIND = 256, OPT_PORT, OPT_TOKEN_FILE, OPT_PLAN, OPT_THREADS, OPT_MAX_CONN,
-    OPT_MAX_VALUE, OPT_MAX_STORE, OPT_MAX_NAME, OPT_IDLE, OPT_LOG_LEVEL, OPT_VERSION,
-    OPT_MIN_NP, OPT_NP, OPT_MAX_NP, OPT_ELASTIC_TIMEOUT, OPT_POD_TIMEOUT, OPT_VERBOSE,
+    OPT_MAX_PER_ADDRESS, OPT_MAX_VALUE, OPT_MAX_STORE, OPT_MAX_NAME, OPT_IDLE, OPT_LOG_LEVEL,
+    OPT_VERSION, OPT_MIN_NP, OPT_NP, OPT_MAX_NP, OPT_ELASTIC_TIMEOUT, OPT_POD_TIMEOUT, OPT_VERBOSE,
   };
   static const struct option longopts[] = {
       {"bind", required_argument, NULL, OPT_BIND},
@@ -170,6 +173,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"plan", required_argument, NULL, OPT_PLAN},
       {"threads", required_argument, NULL, OPT_THREADS},
       {"max-connections", required_argument, NULL, OPT_MAX_CONN},
+      {"max-connections-per-address", required_argument, NULL, OPT_MAX_PER_ADDRESS},
       {"max-value-bytes", required_argument, NULL, OPT_MAX_VALUE},
       {"max-store-bytes", required_argument, NULL, OPT_MAX_STORE},
       {"max-name-bytes", required_argument, NULL, OPT_MAX_NAME},
@@ -215,6 +219,11 @@ static int parse_args(int argc, char **argv, struct options *o) {
       if (!parse_number(optarg, 1, 1 << 20, &n))
         return usage_error("--max-connections '%s' must be 1-1048576", optarg);
       o->server.max_connections = (unsigned)n;
+      break;
+    case OPT_MAX_PER_ADDRESS:
+      if (!parse_number(optarg, 1, 1 << 20, &n))
+        return usage_error("--max-connections-per-address '%s' must be 1-1048576", optarg);
+      o->server.max_connections_per_address = (unsigned)n;
       break;
     case OPT_MAX_VALUE:
       if (!parse_number(optarg, 1, INT64_C(1) << 30, &n))

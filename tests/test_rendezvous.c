@@ -69,18 +69,28 @@ static int free_port(void) {
   return ntohs(sin.sin_port);
 }
 
-static int connect_to(int port) {
+/* A connection to the loopback port, from the loopback address source
+ * (NULL: any). */
+static int connect_from(const char *source, int port) {
   struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   struct timeval tv = {.tv_sec = 10};
   int fd = socket(AF_INET, SOCK_STREAM, 0);
 
   ck_assert_int_ge(fd, 0);
+  if (source != NULL) {
+    struct sockaddr_in from = {.sin_family = AF_INET};
+    ck_assert_int_eq(inet_pton(AF_INET, source, &from.sin_addr), 1);
+    ck_assert_msg(bind(fd, (struct sockaddr *)&from, sizeof(from)) == 0, "bind: %s",
+                  strerror(errno));
+  }
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   ck_assert_msg(connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0, "connect: %s",
                 strerror(errno));
   return fd;
 }
+
+static int connect_to(int port) { return connect_from(NULL, port); }
 
 static void send_all(int fd, const char *data, size_t len) {
   while (len > 0) {
@@ -452,6 +462,65 @@ START_TEST(store_limits) {
   ck_assert_int_eq(rdzv_store_set(small, S("s"), S("x"), value, 16, RDZV_SET_ALWAYS, 0, NULL, NULL),
                    HVD_OK);
   rdzv_store_destroy(small);
+}
+END_TEST
+
+/* Values and scope bodies the store let go of while a reader still holds
+ * them count against its limit until the reader lets go. */
+START_TEST(store_held_values_count_against_the_limit) {
+  struct rdzv_store_limits limits = {.max_name_bytes = 8, .max_value_bytes = 40000,
+                                     .max_total_bytes = 60000};
+  struct rdzv_store *small = NULL;
+  struct rdzv_store_stats stats;
+  struct rdzv_blob *held = NULL, *body = NULL;
+  static char value[40000];
+  size_t count;
+
+  ck_assert_int_eq(rdzv_store_create(&limits, test_fire_cb, NULL, &small), HVD_OK);
+  ck_assert_int_eq(rdzv_store_set(small, S("s"), S("k"), value, 20000, RDZV_SET_ALWAYS, 0, NULL,
+                                  NULL),
+                   HVD_OK);
+  ck_assert_int_eq(rdzv_store_get(small, S("s"), S("k"), &held), HVD_OK);
+  /* Overwritten while a reader holds the old value: both are in memory. */
+  ck_assert_int_eq(rdzv_store_set(small, S("s"), S("k"), value, 20000, RDZV_SET_ALWAYS, 0, NULL,
+                                  NULL),
+                   HVD_OK);
+  rdzv_store_get_stats(small, &stats);
+  ck_assert_uint_eq(stats.held_bytes, 20000);
+  ck_assert_int_eq(rdzv_store_set(small, S("s"), S("k2"), value, 30000, RDZV_SET_ALWAYS, 0, NULL,
+                                  NULL),
+                   HVD_ERR_TOO_LARGE);
+  rdzv_blob_unref(held);
+  rdzv_store_get_stats(small, &stats);
+  ck_assert_uint_eq(stats.held_bytes, 0);
+  ck_assert_int_eq(rdzv_store_set(small, S("s"), S("k2"), value, 30000, RDZV_SET_ALWAYS, 0, NULL,
+                                  NULL),
+                   HVD_OK);
+
+  /* A cached scope body is charged while cached, and while held once stale. */
+  ck_assert_int_eq(rdzv_store_delete(small, S("s"), S("k2")), HVD_OK);
+  rdzv_store_get_stats(small, &stats);
+  size_t before = stats.bytes;
+  ck_assert_int_eq(rdzv_store_snapshot(small, S("s"), &body, &count), HVD_OK);
+  rdzv_store_get_stats(small, &stats);
+  ck_assert_uint_eq(stats.bytes, before + body->len);
+  ck_assert_int_eq(rdzv_store_delete(small, S("s"), S("k")), HVD_OK);
+  rdzv_store_get_stats(small, &stats);
+  ck_assert_uint_eq(stats.held_bytes, body->len);
+  ck_assert_int_eq(rdzv_store_set(small, S("s"), S("k3"), value, 40000, RDZV_SET_ALWAYS, 0, NULL,
+                                  NULL),
+                   HVD_ERR_TOO_LARGE);
+  rdzv_blob_unref(body);
+  rdzv_store_get_stats(small, &stats);
+  ck_assert_uint_eq(stats.held_bytes, 0);
+  ck_assert_int_eq(rdzv_store_set(small, S("s"), S("k3"), value, 40000, RDZV_SET_ALWAYS, 0, NULL,
+                                  NULL),
+                   HVD_OK);
+  /* A reader may outlive the store. */
+  ck_assert_int_eq(rdzv_store_get(small, S("s"), S("k3"), &held), HVD_OK);
+  rdzv_store_destroy(small);
+  ck_assert_uint_eq(held->len, 40000);
+  rdzv_blob_unref(held);
 }
 END_TEST
 
@@ -988,6 +1057,7 @@ static void *trickle(void *arg) {
 
 static void few_slots(struct rdzv_server_config *cfg) {
   cfg->max_connections = SLOTS;
+  cfg->max_connections_per_address = SLOTS; /* every client is 127.0.0.1 here */
   cfg->header_timeout_ms = 1000;
 }
 
@@ -1641,6 +1711,127 @@ START_TEST(raw_oversized_requests) {
 }
 END_TEST
 
+/* A long-poll whose client hangs up is dropped at once (the guard polls
+ * parked connections), not at the end of its wait. */
+START_TEST(raw_long_poll_client_leaves) {
+  int port = rdzv_server_port(srv);
+  struct response r;
+  int fd;
+
+  fd = connect_to(port);
+  send_all(fd, S("GET /s/never?wait=600000 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  await_waiters(1);
+  close(fd);
+  await_waiters(0);
+  fd = connect_to(port);
+  send_all(fd, S("GET /s?count=5&wait=600000 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  await_waiters(1);
+  shutdown(fd, SHUT_RDWR);
+  await_waiters(0);
+  close(fd);
+  ck_assert_int_eq(raw_exchange(port, "GET /s/never HTTP/1.1\r\nHost: x\r\n\r\n", &r), 404);
+  /* A waiter whose client stays is still answered. */
+  fd = connect_to(port);
+  send_all(fd, S("GET /s/later?wait=20000 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  await_waiters(1);
+  hvd_sleep_ns(600000000); /* a few of the guard's ticks */
+  ck_assert_int_eq(rdzv_client_set(cli, "s", "later", "v", 1), HVD_OK);
+  ck_assert_int_eq(read_response(fd, &r), 200);
+  ck_assert_str_eq(r.body, "v");
+  close(fd);
+}
+END_TEST
+
+static void bounded_total(struct rdzv_server_config *cfg) {
+  cfg->limits.max_value_bytes = 250000;
+  cfg->limits.max_total_bytes = 300000;
+}
+
+/* Request bodies on their way in count against the store's limit. */
+START_TEST(raw_upload_counts_against_the_limit) {
+  struct rdzv_server *small = start_server_with(NULL, bounded_total);
+  struct rdzv_store *st_small = rdzv_server_store(small);
+  int port = rdzv_server_port(small);
+  size_t head = 96, size = 200000;
+  char *put = malloc(head + size + 1);
+  char *partial = malloc(head + size);
+  struct rdzv_store_stats stats;
+  struct response r;
+  int64_t deadline = hvd_deadline_after_ms(20000);
+  int n, fd;
+
+  n = snprintf(put, head, "PUT /s/b HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n", size);
+  memset(put + n, 'b', size);
+  put[n + size] = '\0';
+  /* 200,000 of a 250,000-byte body, the rest never sent. */
+  int m = snprintf(partial, head, "PUT /s/a HTTP/1.1\r\nHost: x\r\nContent-Length: 250000\r\n\r\n");
+  memset(partial + m, 'a', size);
+  fd = connect_to(port);
+  send_all(fd, partial, (size_t)m + size);
+  do {
+    rdzv_store_get_stats(st_small, &stats);
+    if (stats.held_bytes >= 150000)
+      break;
+    hvd_sleep_ns(5000000);
+  } while (hvd_now_ns() < deadline);
+  ck_assert_uint_ge(stats.held_bytes, 150000);
+  ck_assert_int_eq(raw_exchange(port, put, &r), 507);
+  ck_assert_ptr_nonnull(strstr(r.body, "full"));
+  close(fd);
+  deadline = hvd_deadline_after_ms(20000);
+  do {
+    rdzv_store_get_stats(st_small, &stats);
+    if (stats.held_bytes == 0)
+      break;
+    hvd_sleep_ns(5000000);
+  } while (hvd_now_ns() < deadline);
+  ck_assert_uint_eq(stats.held_bytes, 0);
+  ck_assert_int_eq(raw_exchange(port, put, &r), 200);
+  free(put);
+  free(partial);
+  rdzv_server_stop(small);
+}
+END_TEST
+
+static void ten_per_address(struct rdzv_server_config *cfg) {
+  cfg->max_connections = 100;
+  cfg->max_connections_per_address = 10;
+}
+
+/* One address cannot take every slot: past its share it is turned away,
+ * while another address is still served. */
+START_TEST(raw_connections_per_address) {
+  struct rdzv_server *limited = start_server_with(NULL, ten_per_address);
+  int port = rdzv_server_port(limited);
+  int held[10], extra, other;
+  struct response r;
+
+  for (int i = 0; i < 10; i++)
+    held[i] = connect_from("127.0.0.1", port);
+  extra = connect_from("127.0.0.1", port);
+  ck_assert(closed_by_peer(extra));
+  close(extra);
+  other = connect_from("127.0.0.2", port);
+  send_all(other, S("GET /s/k HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ck_assert_int_eq(read_response(other, &r), 404);
+  close(other);
+  /* A slot freed is a slot to use again. */
+  close(held[0]);
+  int64_t deadline = hvd_deadline_after_ms(10000);
+  int code = 0;
+  while (code != 404 && hvd_now_ns() < deadline) {
+    int fd = connect_from("127.0.0.1", port);
+    send_all(fd, S("GET /s/k HTTP/1.1\r\nHost: x\r\n\r\n"));
+    code = read_response(fd, &r);
+    close(fd);
+  }
+  ck_assert_int_eq(code, 404);
+  for (int i = 1; i < 10; i++)
+    close(held[i]);
+  rdzv_server_stop(limited);
+}
+END_TEST
+
 START_TEST(raw_token_and_content_length_everywhere) {
   struct rdzv_server *secured = start_server_with("tok", NULL);
   int port = rdzv_server_port(secured);
@@ -2158,6 +2349,7 @@ static Suite *store_suite(void) {
   tcase_add_test(tc, store_planned_scope_cleanup);
   tcase_add_test(tc, store_reset_drops_keys_and_plans);
   tcase_add_test(tc, store_limits);
+  tcase_add_test(tc, store_held_values_count_against_the_limit);
   tcase_add_test(tc, store_snapshot_order_and_cache);
   tcase_add_test(tc, store_wait_ready_now_and_later);
   tcase_add_test(tc, store_wait_scope_count);
@@ -2222,6 +2414,9 @@ static Suite *robustness_suite(void) {
   tcase_add_test(tc, raw_conflicting_content_length_closes);
   tcase_add_test(tc, raw_garbage_and_truncation);
   tcase_add_test(tc, raw_oversized_requests);
+  tcase_add_test(tc, raw_long_poll_client_leaves);
+  tcase_add_test(tc, raw_upload_counts_against_the_limit);
+  tcase_add_test(tc, raw_connections_per_address);
   tcase_add_test(tc, raw_token_and_content_length_everywhere);
   suite_add_tcase(s, tc);
   return s;

@@ -16,8 +16,16 @@
  * libmicrohttpd says a connection closed before it closes the socket, and
  * that happens under the guard's lock, so the thread never touches a
  * descriptor that was closed and reused.
+ *
+ * libmicrohttpd does not watch a suspended connection, so a long-poll whose
+ * client went away would keep its waiter, slot and descriptor until the
+ * wait's deadline (up to an hour). On each tick the thread also polls the
+ * parked connections for end-of-file or an error and hands those to the
+ * gone callback, which drops the waiter. A client that half-closes its side
+ * and still reads is taken for gone too; no hvd client does that.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +48,8 @@ struct tracked {
   enum rdzv_guard_phase phase;
   bool served; /* a request has completed here: in HEADERS, it is only idle */
   bool shut;
+  void *parked; /* RDZV_GUARD_PARKED: the gone callback's argument */
+  bool gone;    /* parked and its client left: the callback took it */
 };
 
 struct rdzv_guard {
@@ -49,6 +59,11 @@ struct rdzv_guard {
   bool stop;
   int64_t header_ns;
   struct tracked *head;
+  rdzv_guard_gone_cb gone;
+  void *gone_arg;
+  struct pollfd *polls; /* scratch for the parked connections */
+  struct tracked **polled;
+  size_t polls_cap;
   uint64_t closed;       /* connections shut for a missed deadline */
   uint64_t closed_logged;
   int64_t next_log_ns;
@@ -71,12 +86,62 @@ static void unlink_tracked(struct rdzv_guard *g, struct tracked *t) {
     t->next->prev = t->prev;
 }
 
+/* Grows the poll scratch arrays to hold n entries; false if out of memory. */
+static bool reserve_polls(struct rdzv_guard *g, size_t n) {
+  struct pollfd *polls;
+  struct tracked **polled;
+  size_t cap = g->polls_cap == 0 ? 64 : g->polls_cap;
+
+  if (n <= g->polls_cap)
+    return true;
+  while (cap < n)
+    cap *= 2;
+  if ((polls = realloc(g->polls, cap * sizeof(*polls))) == NULL)
+    return false;
+  g->polls = polls;
+  if ((polled = realloc(g->polled, cap * sizeof(*polled))) == NULL)
+    return false;
+  g->polled = polled;
+  g->polls_cap = cap;
+  return true;
+}
+
+/* Hands parked connections whose client has left to the gone callback. */
+static void check_parked(struct rdzv_guard *g) {
+  size_t n = 0;
+
+  for (struct tracked *t = g->head; t != NULL; t = t->next) {
+    if (t->phase != RDZV_GUARD_PARKED || t->parked == NULL || t->gone || t->shut)
+      continue;
+    if (!reserve_polls(g, n + 1))
+      break; /* the rest wait for their deadline */
+    g->polls[n] = (struct pollfd){.fd = t->fd, .events = POLLIN | POLLRDHUP};
+    g->polled[n++] = t;
+  }
+  if (n == 0 || poll(g->polls, n, 0) <= 0)
+    return;
+  for (size_t i = 0; i < n; i++) {
+    short ev = g->polls[i].revents;
+    char byte;
+    if (ev == 0)
+      continue;
+    /* Readable without hang-up: the client sent more (a pipelined request);
+     * only end-of-file or an error says it left. */
+    if (!(ev & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) &&
+        recv(g->polls[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) != 0)
+      continue;
+    if (g->gone(g->gone_arg, g->polled[i]->parked))
+      g->polled[i]->gone = true;
+  }
+}
+
 static void *guard_main(void *arg) {
   struct rdzv_guard *g = arg;
 
   pthread_mutex_lock(&g->mu);
   while (!g->stop) {
     int64_t now = hvd_now_ns();
+    check_parked(g);
     for (struct tracked *t = g->head; t != NULL; t = t->next) {
       if (!t->shut && t->deadline_ns <= now) {
         shutdown(t->fd, SHUT_RDWR);
@@ -101,7 +166,8 @@ static void *guard_main(void *arg) {
   return NULL;
 }
 
-hvd_status rdzv_guard_start(int64_t header_ms, struct rdzv_guard **out) {
+hvd_status rdzv_guard_start(int64_t header_ms, rdzv_guard_gone_cb gone, void *gone_arg,
+                            struct rdzv_guard **out) {
   struct rdzv_guard *g = calloc(1, sizeof(*g));
   int err;
 
@@ -110,6 +176,8 @@ hvd_status rdzv_guard_start(int64_t header_ms, struct rdzv_guard **out) {
   pthread_mutex_init(&g->mu, NULL);
   hvd_cond_init(&g->cond);
   g->header_ns = header_ms * 1000000;
+  g->gone = gone;
+  g->gone_arg = gone_arg;
   if ((err = pthread_create(&g->thread, NULL, guard_main, g)) != 0) {
     pthread_cond_destroy(&g->cond);
     pthread_mutex_destroy(&g->mu);
@@ -134,6 +202,8 @@ void rdzv_guard_stop(struct rdzv_guard *g) {
     unlink_tracked(g, t);
     free(t);
   }
+  free(g->polls);
+  free(g->polled);
   pthread_cond_destroy(&g->cond);
   pthread_mutex_destroy(&g->mu);
   free(g);
@@ -165,23 +235,24 @@ void rdzv_guard_notify(void *cls, struct MHD_Connection *conn, void **socket_con
   }
 }
 
-void rdzv_guard_enter(struct MHD_Connection *conn, enum rdzv_guard_phase phase, uint64_t bytes) {
+static struct tracked *tracked_of(struct MHD_Connection *conn) {
   const union MHD_ConnectionInfo *info =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-  struct tracked *t = info != NULL ? info->socket_context : NULL;
-  struct rdzv_guard *g;
+  return info != NULL ? info->socket_context : NULL;
+}
+
+static void enter_locked(struct tracked *t, enum rdzv_guard_phase phase, uint64_t bytes,
+                         void *parked) {
   int64_t now = hvd_now_ns();
 
-  if (t == NULL)
-    return;
-  g = t->guard;
-  pthread_mutex_lock(&g->mu);
   if (phase == RDZV_GUARD_HEADERS && t->phase != RDZV_GUARD_HEADERS)
     t->served = true;
   t->phase = phase;
+  t->parked = parked;
+  t->gone = false;
   switch (phase) {
   case RDZV_GUARD_HEADERS:
-    t->deadline_ns = now + g->header_ns;
+    t->deadline_ns = now + t->guard->header_ns;
     break;
   case RDZV_GUARD_PARKED:
     t->deadline_ns = INT64_MAX;
@@ -193,7 +264,26 @@ void rdzv_guard_enter(struct MHD_Connection *conn, enum rdzv_guard_phase phase, 
     break;
   }
   }
-  pthread_mutex_unlock(&g->mu);
+}
+
+void rdzv_guard_enter(struct MHD_Connection *conn, enum rdzv_guard_phase phase, uint64_t bytes) {
+  struct tracked *t = tracked_of(conn);
+
+  if (t == NULL)
+    return;
+  pthread_mutex_lock(&t->guard->mu);
+  enter_locked(t, phase, bytes, NULL);
+  pthread_mutex_unlock(&t->guard->mu);
+}
+
+void rdzv_guard_park(struct MHD_Connection *conn, void *parked) {
+  struct tracked *t = tracked_of(conn);
+
+  if (t == NULL)
+    return;
+  pthread_mutex_lock(&t->guard->mu);
+  enter_locked(t, RDZV_GUARD_PARKED, 0, parked);
+  pthread_mutex_unlock(&t->guard->mu);
 }
 
 uint64_t rdzv_guard_closed(struct rdzv_guard *g) {
@@ -203,3 +293,4 @@ uint64_t rdzv_guard_closed(struct rdzv_guard *g) {
   pthread_mutex_unlock(&g->mu);
   return n;
 }
+

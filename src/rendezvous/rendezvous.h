@@ -21,16 +21,30 @@
  * scope. Readers take a reference under the store lock and send it without
  * copying; the last unref frees it. data[len] is always '\0'.
  */
+struct rdzv_ledger;
+
 struct rdzv_blob {
   atomic_size_t refs;
   uint64_t version; /* store-wide write counter at creation (the ETag) */
   size_t len;
+  struct rdzv_ledger *ledger; /* set once its owner let go while others held it */
   unsigned char data[];
 };
 
 struct rdzv_blob *rdzv_blob_create(const void *data, size_t len, uint64_t version);
 struct rdzv_blob *rdzv_blob_ref(struct rdzv_blob *b);
 void rdzv_blob_unref(struct rdzv_blob *b);
+/* The owner drops its reference; while others still hold b, its length is
+ * counted in l (until the last reference goes). */
+void rdzv_blob_release_to(struct rdzv_blob *b, struct rdzv_ledger *l);
+
+/* Bytes held outside a store on its behalf: values it let go of that readers
+ * still hold, request bodies being received. Thread-safe, lock-free. */
+struct rdzv_ledger *rdzv_ledger_create(void);
+void rdzv_ledger_unref(struct rdzv_ledger *l);
+size_t rdzv_ledger_bytes(struct rdzv_ledger *l);
+void rdzv_ledger_charge(struct rdzv_ledger *l, size_t bytes);
+void rdzv_ledger_discharge(struct rdzv_ledger *l, size_t bytes);
 
 /* ==== whole-scope body (scope_codec.c) ======================================
  * A scope travels as a sequence of entries, each
@@ -100,7 +114,7 @@ struct rdzv_store;
 struct rdzv_store_limits {
   size_t max_name_bytes;  /* per scope name and per key */
   size_t max_value_bytes; /* per value */
-  size_t max_total_bytes; /* keys + values + per-entry overhead, all scopes */
+  size_t max_total_bytes; /* keys, values, scope bodies, overheads, and what readers hold */
 };
 
 void rdzv_store_limits_default(struct rdzv_store_limits *limits);
@@ -110,6 +124,7 @@ enum rdzv_wait_result {
   RDZV_WAIT_READY,     /* value holds the key's value or the scope's body */
   RDZV_WAIT_TIMEOUT,   /* the deadline passed first */
   RDZV_WAIT_CANCELLED, /* the store is closing */
+  RDZV_WAIT_ABANDONED, /* its requester went away (rdzv_store_abandon_wait) */
 };
 
 /*
@@ -135,6 +150,7 @@ struct rdzv_waiter {
   struct rdzv_waiter *prev, *next;
   struct rdzv_waiter *fired_next;
   size_t heap_index;
+  bool abandoned;
 };
 
 /* Called, without the store lock, once for every waiter that finishes after
@@ -154,7 +170,8 @@ enum rdzv_set_condition {
 struct rdzv_store_stats {
   size_t scopes;
   size_t keys;
-  size_t bytes;
+  size_t bytes;      /* charged by what the store holds */
+  size_t held_bytes; /* charged by what readers and uploads hold (also limited) */
   size_t waiters;
   size_t planned_scopes;
 };
@@ -207,10 +224,22 @@ hvd_status rdzv_store_snapshot(struct rdzv_store *s, const char *scope, size_t s
  */
 hvd_status rdzv_store_wait(struct rdzv_store *s, struct rdzv_waiter *w, rdzv_park_cb park,
                            void *park_arg);
+/* The waiter's requester went away: if it is still pending, the deadline
+ * thread soon finishes it as RDZV_WAIT_ABANDONED (through the fire
+ * callback, as always) and true is returned; false if it is not pending
+ * (not registered yet, or finished). w must stay valid during the call;
+ * this takes only the store lock, so it may be called under other locks. */
+bool rdzv_store_abandon_wait(struct rdzv_store *s, struct rdzv_waiter *w);
 void rdzv_store_get_stats(struct rdzv_store *s, struct rdzv_store_stats *out);
+/* Charges bytes held outside the store (a request body being received) to
+ * its limit; HVD_ERR_TOO_LARGE when they do not fit. */
+hvd_status rdzv_store_reserve(struct rdzv_store *s, size_t bytes);
+void rdzv_store_unreserve(struct rdzv_store *s, size_t bytes);
 
 /* ==== the HTTP server (server.c) ============================================ */
 struct rdzv_server;
+
+enum { RDZV_MIN_PER_ADDRESS = 1024 };
 
 struct rdzv_server_config {
   const char *bind_address; /* NULL or "": all interfaces, IPv6 and IPv4 */
@@ -219,6 +248,10 @@ struct rdzv_server_config {
   struct rdzv_store_limits limits;
   unsigned threads;           /* event loops; 0: one per CPU, at most 4 */
   unsigned max_connections;   /* 0: as many as the file limit allows */
+  /* From one address, so one host cannot take every slot; 0: a quarter of
+   * max_connections, at least RDZV_MIN_PER_ADDRESS (the ranks of a host
+   * share its address). */
+  unsigned max_connections_per_address;
   unsigned idle_timeout_s;    /* close connections idle this long */
   /* A connection must send a request's headers within this many ms of its
    * start or of its previous request's end, and bodies and answers must

@@ -85,7 +85,9 @@ struct request {
   enum rdzv_set_condition cond;
   uint64_t expected_version;
   struct hvd_buf body;
+  size_t reserved; /* body bytes charged to the store's limit */
   bool body_too_large;
+  bool store_full; /* the body did not fit in the store's limit */
   bool answered; /* a response is queued */
   bool close;    /* the connection cannot be trusted with another request */
   uint64_t reply_bytes; /* the answer's length, for its deadline */
@@ -473,7 +475,6 @@ static void park_cb(struct rdzv_waiter *w, void *arg) {
   (void)arg;
   req->parked = true;
   req->counted = true;
-  rdzv_guard_enter(req->conn, RDZV_GUARD_PARKED, 0);
   pthread_mutex_lock(&req->srv->parked_mu);
   req->srv->parked++;
   pthread_mutex_unlock(&req->srv->parked_mu);
@@ -484,6 +485,15 @@ static void fire_cb(struct rdzv_waiter *w, void *arg) {
   struct request *req = w->owner;
   (void)arg;
   MHD_resume_connection(req->conn);
+}
+
+/* The guard saw a parked request's client leave (under the guard's lock,
+ * which keeps req alive: it is freed only after its connection leaves the
+ * parked phase). */
+static bool waiter_gone(void *arg, void *parked) {
+  struct rdzv_server *srv = arg;
+  struct request *req = parked;
+  return rdzv_store_abandon_wait(srv->store, &req->waiter);
 }
 
 static enum MHD_Result answer_wait(struct request *req) {
@@ -505,6 +515,9 @@ static enum MHD_Result answer_wait(struct request *req) {
                        "timed out after %" PRId64 " ms waiting for scope '%s' to hold %" PRId64
                        " keys",
                        wait_ms, req->scope, req->count);
+  case RDZV_WAIT_ABANDONED:
+    HVD_LOG_DEBUG("rendezvous server: the client of a long-poll on scope '%s' left", req->scope);
+    return MHD_NO; /* nobody to answer: close the connection */
   case RDZV_WAIT_CANCELLED:
   default:
     rdzv_blob_unref(value);
@@ -524,6 +537,10 @@ static enum MHD_Result start_wait(struct request *req) {
   w->min_count = (size_t)req->count;
   w->deadline_ns = hvd_deadline_after_ms(req->wait_ms < 0 ? 0 : req->wait_ms);
   w->owner = req;
+  /* The guard watches for the client leaving from now on; it enters the
+   * parked phase here, not in park_cb, because park_cb runs under the store
+   * lock and the guard calls into the store under its own. */
+  rdzv_guard_park(req->conn, req);
   st = rdzv_store_wait(req->srv->store, w, park_cb, NULL);
   if (st != HVD_OK)
     return answer_store_error(req, st);
@@ -562,6 +579,7 @@ static enum MHD_Result answer_health(struct request *req) {
   cJSON_AddNumberToObject(doc, "planned_scopes", (double)stats.planned_scopes);
   cJSON_AddNumberToObject(doc, "keys", (double)stats.keys);
   cJSON_AddNumberToObject(doc, "bytes", (double)stats.bytes);
+  cJSON_AddNumberToObject(doc, "held_bytes", (double)stats.held_bytes);
   cJSON_AddNumberToObject(doc, "max_bytes", (double)srv->limits.max_total_bytes);
   cJSON_AddNumberToObject(doc, "waiters", (double)stats.waiters);
   cJSON_AddBoolToObject(doc, "token_required", srv->token != NULL);
@@ -612,6 +630,14 @@ static enum MHD_Result execute(struct request *req) {
     if (req->body_too_large)
       return answer_text(req, MHD_HTTP_CONTENT_TOO_LARGE,
                          "value exceeds the limit of %zu bytes", req->srv->limits.max_value_bytes);
+    if (req->store_full)
+      return answer_text(req, MHD_HTTP_INSUFFICIENT_STORAGE,
+                         "the store is full: the request body does not fit in its limit of %zu "
+                         "bytes",
+                         req->srv->limits.max_total_bytes);
+    /* The store charges the value itself from here on. */
+    rdzv_store_unreserve(store, req->reserved);
+    req->reserved = 0;
     st = rdzv_store_set(store, req->scope, req->scope_len, req->key, req->key_len, req->body.data,
                         req->body.len, req->cond, req->expected_version, &version, &blob);
     if (st == HVD_ERR_CONFLICT) {
@@ -694,10 +720,18 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
     return begin(req, url);
   }
   if (*upload_data_size > 0) {
-    /* Only PUT keeps its body; an oversized one is drained, then refused. */
-    if (req->op == OP_PUT && !req->answered && !req->body_too_large &&
-        hvd_buf_append(&req->body, upload_data, *upload_data_size) != HVD_OK)
-      req->body_too_large = true;
+    /* Only PUT keeps its body, charged to the store's limit while it
+     * arrives; an oversized one, or one that does not fit, is drained, then
+     * refused. */
+    if (req->op == OP_PUT && !req->answered && !req->body_too_large && !req->store_full) {
+      if (rdzv_store_reserve(req->srv->store, *upload_data_size) != HVD_OK) {
+        req->store_full = true;
+      } else {
+        req->reserved += *upload_data_size;
+        if (hvd_buf_append(&req->body, upload_data, *upload_data_size) != HVD_OK)
+          req->body_too_large = true;
+      }
+    }
     *upload_data_size = 0;
     return MHD_YES;
   }
@@ -730,6 +764,7 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
     pthread_mutex_unlock(&req->srv->parked_mu);
   }
   rdzv_blob_unref(req->waiter.value);
+  rdzv_store_unreserve(req->srv->store, req->reserved);
   hvd_buf_fini(&req->body);
   free(req->scope);
   free(req->key);
@@ -787,6 +822,7 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
   unsigned capacity = connection_capacity();
   unsigned max_conn = cfg->max_connections ? cfg->max_connections : capacity;
   unsigned threads = cfg->threads ? cfg->threads : default_threads();
+  unsigned per_address = cfg->max_connections_per_address;
   hvd_status st;
 
   if (srv == NULL)
@@ -813,12 +849,16 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
                  max_conn, capacity);
     max_conn = capacity;
   }
+  if (per_address == 0)
+    per_address = max_conn / 4 > RDZV_MIN_PER_ADDRESS ? max_conn / 4 : RDZV_MIN_PER_ADDRESS;
+  if (per_address > max_conn)
+    per_address = max_conn;
   if (max_conn < threads)
     threads = 1;
   st = rdzv_store_create(&cfg->limits, fire_cb, srv, &srv->store);
   if (st == HVD_OK)
     st = rdzv_guard_start(cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms : 5000,
-                          &srv->guard);
+                          waiter_gone, srv, &srv->guard);
   if (st != HVD_OK)
     goto fail;
   st = rdzv_listen(cfg->bind_address, cfg->port, &srv->listen_fd, srv->address,
@@ -833,6 +873,7 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
       MHD_OPTION_LISTEN_SOCKET, srv->listen_fd,
       MHD_OPTION_THREAD_POOL_SIZE, threads > 1 ? threads : 0,
       MHD_OPTION_CONNECTION_LIMIT, max_conn,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_address,
       MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header_bytes,
       MHD_OPTION_NOTIFY_COMPLETED, completed_cb, srv,
@@ -845,8 +886,9 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
     goto fail;
   }
   srv->listen_fd = -1; /* the daemon's now */
-  HVD_LOG_INFO("rendezvous server listening on %s (%u event loops, up to %u connections%s)",
-               srv->address, threads, max_conn, srv->token ? ", token required" : "");
+  HVD_LOG_INFO("rendezvous server listening on %s (%u event loops, up to %u connections, %u "
+               "from one address%s)",
+               srv->address, threads, max_conn, per_address, srv->token ? ", token required" : "");
   *out = srv;
   return HVD_OK;
 

@@ -9,7 +9,10 @@
  * one serialization. A planned scope knows how many ranks it has; ranks
  * announce they are done by deleting their rank key ("0".."size-1"), and the
  * last one clears the scope, counted per scope. Memory is bounded by
- * max_total_bytes, which charges keys, values and a per-entry overhead.
+ * max_total_bytes, which charges keys, values, cached scope bodies and a
+ * per-entry overhead, plus what is held outside the store on its behalf:
+ * values and bodies it let go of that slow readers still hold, and request
+ * bodies on their way in (the ledger, blob.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -64,8 +67,13 @@ hvd_status rdzv_store_create(const struct rdzv_store_limits *limits, rdzv_fire_c
   hvd_map_init(&s->scopes);
   hvd_map_init(&s->plans);
   hvd_map_init(&s->rounds);
+  if ((s->held = rdzv_ledger_create()) == NULL) {
+    free(s);
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the rendezvous store");
+  }
   if ((rc = pthread_mutex_init(&s->mu, NULL)) != 0 || (rc = hvd_cond_init(&s->deadline_cond)) != 0 ||
       (rc = pthread_cond_init(&s->idle_cond, NULL)) != 0) {
+    rdzv_ledger_unref(s->held);
     free(s);
     return hvd_error(HVD_ERR_IO, "rendezvous store: cannot create a lock: %s", strerror(rc));
   }
@@ -92,22 +100,36 @@ void rdzv_store_close(struct rdzv_store *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* Releases the scope's items, finished marks and snapshot; leaves it empty. */
-static void drop_items(struct rdzv_scope *scope) {
+bool store_fits(struct rdzv_store *s, size_t bytes, size_t freed) {
+  size_t used = s->bytes - freed + rdzv_ledger_bytes(s->held);
+  return used <= s->limits.max_total_bytes && bytes <= s->limits.max_total_bytes - used;
+}
+
+/* Drops the cached scope body (readers may still hold it: the ledger counts it then). */
+static void invalidate(struct rdzv_store *s, struct rdzv_scope *scope) {
+  if (scope->snapshot == NULL)
+    return;
+  s->bytes -= scope->snapshot->len;
+  rdzv_blob_release_to(scope->snapshot, s->held);
+  scope->snapshot = NULL;
+}
+
+/* Releases the scope's items, finished marks and snapshot; leaves it empty.
+ * The caller settles s->bytes for the items (scope->bytes). */
+static void drop_items(struct rdzv_store *s, struct rdzv_scope *scope) {
   struct hvd_map_iter it = {0};
   void *value;
 
   while (hvd_map_iter_next(&scope->items, &it, NULL, NULL, &value))
-    rdzv_blob_unref(value);
+    rdzv_blob_release_to(value, s->held);
   hvd_map_fini(&scope->items);
   hvd_map_fini(&scope->finished);
-  rdzv_blob_unref(scope->snapshot);
-  scope->snapshot = NULL;
+  invalidate(s, scope);
   scope->bytes = 0;
 }
 
-static void free_scope(struct rdzv_scope *scope) {
-  drop_items(scope);
+static void free_scope(struct rdzv_store *s, struct rdzv_scope *scope) {
+  drop_items(s, scope);
   free(scope->name);
   free(scope);
 }
@@ -120,10 +142,11 @@ void rdzv_store_destroy(struct rdzv_store *s) {
     return;
   rdzv_store_close(s);
   while (hvd_map_iter_next(&s->scopes, &it, NULL, NULL, &value))
-    free_scope(value);
+    free_scope(s, value);
   hvd_map_fini(&s->scopes);
   hvd_map_fini(&s->plans);
   hvd_map_fini(&s->rounds);
+  rdzv_ledger_unref(s->held);
   free(s->heap);
   pthread_cond_destroy(&s->deadline_cond);
   pthread_cond_destroy(&s->idle_cond);
@@ -142,9 +165,9 @@ struct rdzv_scope *store_get_scope(struct rdzv_store *s, const char *name, size_
 
   if (scope != NULL)
     return scope;
-  if (s->bytes + SCOPE_OVERHEAD + len > s->limits.max_total_bytes) {
-    hvd_error(HVD_ERR_TOO_LARGE, "the store is full (%zu of %zu bytes used)", s->bytes,
-              s->limits.max_total_bytes);
+  if (!store_fits(s, SCOPE_OVERHEAD + len, 0)) {
+    hvd_error(HVD_ERR_TOO_LARGE, "the store is full (%zu of %zu bytes used)",
+              s->bytes + rdzv_ledger_bytes(s->held), s->limits.max_total_bytes);
     return NULL;
   }
   scope = calloc(1, sizeof(*scope));
@@ -158,7 +181,7 @@ struct rdzv_scope *store_get_scope(struct rdzv_store *s, const char *name, size_
   hvd_map_init(&scope->items);
   hvd_map_init(&scope->finished);
   if (hvd_map_put(&s->scopes, name, len, scope, NULL) != HVD_OK) {
-    free_scope(scope);
+    free_scope(s, scope);
     return NULL;
   }
   s->bytes += SCOPE_OVERHEAD + len;
@@ -171,16 +194,11 @@ void store_maybe_drop_scope(struct rdzv_store *s, struct rdzv_scope *scope) {
     return;
   hvd_map_remove(&s->scopes, scope->name, scope->name_len);
   s->bytes -= SCOPE_OVERHEAD + scope->name_len;
-  free_scope(scope);
+  free_scope(s, scope);
 }
 
 static size_t entry_cost(size_t key_len, size_t value_len) {
   return key_len + value_len + ENTRY_OVERHEAD;
-}
-
-static void invalidate(struct rdzv_scope *scope) {
-  rdzv_blob_unref(scope->snapshot);
-  scope->snapshot = NULL;
 }
 
 /* Removes every item (and finished mark) of the scope. */
@@ -188,7 +206,7 @@ static void clear_scope(struct rdzv_store *s, struct rdzv_scope *scope) {
   s->keys -= scope->items.count;
   s->bytes -= scope->bytes;
   s->version++;
-  drop_items(scope);
+  drop_items(s, scope);
 }
 
 struct sort_item {
@@ -239,12 +257,20 @@ hvd_status store_scope_snapshot(struct rdzv_store *s, struct rdzv_scope *scope,
   for (size_t i = 0; i < n && st == HVD_OK; i++)
     st = rdzv_scope_encode_entry(&body, items[i].key, items[i].key_len, items[i].value->data,
                                  items[i].value->len);
+  if (st == HVD_OK && !store_fits(s, body.len, 0))
+    st = hvd_error(HVD_ERR_TOO_LARGE,
+                   "the store is full: %zu of %zu bytes used, a body of %zu bytes for scope "
+                   "'%s' does not fit",
+                   s->bytes + rdzv_ledger_bytes(s->held), s->limits.max_total_bytes, body.len,
+                   scope->name);
   if (st == HVD_OK) {
     scope->snapshot = rdzv_blob_create(body.data, body.len, s->version);
-    if (scope->snapshot == NULL)
+    if (scope->snapshot == NULL) {
       st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate a scope body of %zu bytes", body.len);
-    else
+    } else {
       scope->snapshot_count = n;
+      s->bytes += body.len;
+    }
   }
   hvd_buf_fini(&body);
   free(items);
@@ -266,7 +292,7 @@ void rdzv_store_reset(struct rdzv_store *s) {
     if (scope->key_waiters == NULL && scope->count_waiters == NULL) {
       hvd_map_iter_remove(&s->scopes, &it);
       s->bytes -= SCOPE_OVERHEAD + scope->name_len;
-      free_scope(scope);
+      free_scope(s, scope);
     }
   }
   hvd_map_fini(&s->plans);
@@ -325,10 +351,10 @@ static hvd_status put_locked(struct rdzv_store *s, struct rdzv_scope *scope, con
   size_t new_cost = entry_cost(key_len, len);
   struct rdzv_blob *blob;
 
-  if (s->bytes - old_cost + new_cost > s->limits.max_total_bytes)
+  if (!store_fits(s, new_cost, old_cost))
     return hvd_error(HVD_ERR_TOO_LARGE,
                      "the store is full: %zu of %zu bytes used, storing %zu more does not fit",
-                     s->bytes, s->limits.max_total_bytes, len);
+                     s->bytes + rdzv_ledger_bytes(s->held), s->limits.max_total_bytes, len);
   blob = rdzv_blob_create(data, len, s->version + 1);
   if (blob == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate a value of %zu bytes", len);
@@ -337,12 +363,12 @@ static hvd_status put_locked(struct rdzv_store *s, struct rdzv_scope *scope, con
     return hvd_error_status();
   }
   s->version++;
-  rdzv_blob_unref(old);
+  rdzv_blob_release_to(old, s->held);
   if (old == NULL)
     s->keys++;
   s->bytes = s->bytes - old_cost + new_cost;
   scope->bytes = scope->bytes - old_cost + new_cost;
-  invalidate(scope);
+  invalidate(s, scope);
   *version = blob->version;
   return HVD_OK;
 }
@@ -485,8 +511,8 @@ hvd_status rdzv_store_delete(struct rdzv_store *s, const char *scope, size_t sco
       sc->bytes -= cost;
       s->keys--;
       s->version++;
-      invalidate(sc);
-      rdzv_blob_unref(old);
+      invalidate(s, sc);
+      rdzv_blob_release_to(old, s->held);
     }
   }
   if (sc != NULL)
@@ -539,7 +565,26 @@ void rdzv_store_get_stats(struct rdzv_store *s, struct rdzv_store_stats *out) {
   out->scopes = s->scopes.count;
   out->keys = s->keys;
   out->bytes = s->bytes;
+  out->held_bytes = rdzv_ledger_bytes(s->held);
   out->waiters = s->heap_len;
   out->planned_scopes = s->plans.count;
   pthread_mutex_unlock(&s->mu);
+}
+
+hvd_status rdzv_store_reserve(struct rdzv_store *s, size_t bytes) {
+  hvd_status st = HVD_OK;
+
+  pthread_mutex_lock(&s->mu);
+  if (store_fits(s, bytes, 0))
+    rdzv_ledger_charge(s->held, bytes);
+  else
+    st = hvd_error(HVD_ERR_TOO_LARGE,
+                   "the store is full: %zu of %zu bytes used, %zu more bytes do not fit",
+                   s->bytes + rdzv_ledger_bytes(s->held), s->limits.max_total_bytes, bytes);
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+void rdzv_store_unreserve(struct rdzv_store *s, size_t bytes) {
+  rdzv_ledger_discharge(s->held, bytes);
 }

@@ -22,8 +22,9 @@ struct rdzv_scope {
   size_t min_count_bound;
 };
 
-/* Lock order: mu is a leaf; no callback is ever made while holding it except
- * the park callback, which must not call back into the store. */
+/* Lock order: mu is a leaf (the connection guard takes it under its own
+ * lock); no callback is ever made while holding it except the park
+ * callback, which must not call back into the store or the guard. */
 struct rdzv_store {
   pthread_mutex_t mu;
   pthread_cond_t deadline_cond; /* wakes the deadline thread */
@@ -36,7 +37,10 @@ struct rdzv_store {
   struct hvd_map scopes; /* name -> struct rdzv_scope * */
   struct hvd_map plans;  /* name -> planned size, stored as a pointer-sized integer */
   struct hvd_map rounds; /* planned name -> times all its ranks finished (pointer-sized) */
-  size_t bytes;
+  size_t bytes; /* keys, values, current scope bodies, overheads */
+  /* What readers and uploads hold beyond bytes (blob.c); charged to the
+   * limit as well. Charged only under mu, discharged from any thread. */
+  struct rdzv_ledger *held;
   size_t keys;
   uint64_t version; /* last version handed out */
   struct rdzv_waiter **heap; /* min-heap of pending waiters by deadline */
@@ -50,6 +54,8 @@ struct rdzv_store {
 };
 
 /* store.c */
+/* Whether adding bytes (after freeing freed) stays within the limit. */
+bool store_fits(struct rdzv_store *s, size_t bytes, size_t freed);
 struct rdzv_scope *store_find_scope(struct rdzv_store *s, const char *name, size_t len);
 struct rdzv_scope *store_get_scope(struct rdzv_store *s, const char *name, size_t len);
 void store_maybe_drop_scope(struct rdzv_store *s, struct rdzv_scope *scope);

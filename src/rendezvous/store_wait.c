@@ -9,7 +9,9 @@
  * and times out whatever is due. A waiter leaves both structures under the
  * lock when it finishes, is chained onto a local "fired" list, and is handed
  * to the fire callback only after the lock is released, so the callback may
- * take other locks (the HTTP server's) without any ordering concern.
+ * take other locks (the HTTP server's) without any ordering concern. An
+ * abandoned waiter (its client left) is moved to the top of the heap, so
+ * the deadline thread finishes it like a timed-out one.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -186,13 +188,14 @@ hvd_status rdzv_store_wait(struct rdzv_store *s, struct rdzv_waiter *w, rdzv_par
   if (w->scope_len == 0 || w->scope_len > s->limits.max_name_bytes ||
       (w->key != NULL && (w->key_len == 0 || w->key_len > s->limits.max_name_bytes)))
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "bad scope or key length");
+  /* Under the lock: rdzv_store_abandon_wait may look at w from another thread. */
+  pthread_mutex_lock(&s->mu);
   w->result = RDZV_WAIT_PENDING;
   w->value = NULL;
   w->count = 0;
   w->prev = w->next = w->fired_next = NULL;
   w->scope_obj = NULL;
-
-  pthread_mutex_lock(&s->mu);
+  w->abandoned = false;
   scope = store_find_scope(s, w->scope, w->scope_len);
   if (s->closing) {
     w->result = RDZV_WAIT_CANCELLED;
@@ -221,6 +224,21 @@ hvd_status rdzv_store_wait(struct rdzv_store *s, struct rdzv_waiter *w, rdzv_par
   return st;
 }
 
+bool rdzv_store_abandon_wait(struct rdzv_store *s, struct rdzv_waiter *w) {
+  bool pending;
+
+  pthread_mutex_lock(&s->mu);
+  pending = w->scope_obj != NULL; /* registered and not finished */
+  if (pending && !w->abandoned) {
+    w->abandoned = true;
+    w->deadline_ns = INT64_MIN;
+    heap_up(s, w->heap_index);
+    pthread_cond_signal(&s->deadline_cond);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return pending;
+}
+
 /* ---- the deadline thread -------------------------------------------------- */
 
 static void *deadline_main(void *arg) {
@@ -239,7 +257,7 @@ static void *deadline_main(void *arg) {
     while (s->heap_len > 0 && s->heap[0]->deadline_ns <= now) {
       struct rdzv_waiter *w = s->heap[0];
       struct rdzv_scope *scope = w->scope_obj;
-      detach(s, w, RDZV_WAIT_TIMEOUT, &fired);
+      detach(s, w, w->abandoned ? RDZV_WAIT_ABANDONED : RDZV_WAIT_TIMEOUT, &fired);
       store_maybe_drop_scope(s, scope);
     }
     store_unlock_deliver(s, fired);
