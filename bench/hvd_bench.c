@@ -23,6 +23,7 @@
  * allgather's or alltoall's output is hvd's (device memory it allocates):
  * each timed operation also releases the previous one's.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -65,6 +66,7 @@ struct options {
   double target_s; /* -T: time each size this long instead of -n iterations */
   size_t sizes[32]; /* --sizes: explicit list instead of -b/-e/-f */
   int flood;        /* --flood: silent connections to rank 0 (local mode) */
+  int store_flood;  /* --store-flood: trickling connections to the store (local mode) */
   size_t nsizes;
 };
 
@@ -98,6 +100,9 @@ static const char usage_text[] =
     "      --hierarchical  hierarchical allreduce/allgather over the hosts\n"
     "      --flood N       with --np: a stranger opens N connections to rank 0's\n"
     "                      transport port and holds them, silent, while it runs\n"
+    "      --store-flood N with --np: a stranger keeps N connections to the store, each\n"
+    "                      sending a request's headers a byte a second, and the store\n"
+    "                      gets N - N/6 connection slots, so they alone would fill it\n"
     "  -h, --help          this text\n";
 
 static int HVD_PRINTF(1, 2) usage_error(const char *fmt, ...) {
@@ -177,7 +182,7 @@ static bool parse_int(const char *t, int64_t min, int64_t max, int *out) {
 
 /* Returns -1 to go on, or an exit code. */
 static int parse_args(int argc, char **argv, struct options *o) {
-  enum { OPT_NP = 256, OPT_HOSTS, OPT_HIER, OPT_SIZES, OPT_FLOOD };
+  enum { OPT_NP = 256, OPT_HOSTS, OPT_HIER, OPT_SIZES, OPT_FLOOD, OPT_STORE_FLOOD };
   static const struct option longopts[] = {
       {"minbytes", required_argument, NULL, 'b'}, {"maxbytes", required_argument, NULL, 'e'},
       {"stepfactor", required_argument, NULL, 'f'}, {"stepbytes", required_argument, NULL, 'i'},
@@ -190,6 +195,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"np", required_argument, NULL, OPT_NP},    {"hosts", required_argument, NULL, OPT_HOSTS},
       {"hierarchical", no_argument, NULL, OPT_HIER}, {"help", no_argument, NULL, 'h'},
       {"flood", required_argument, NULL, OPT_FLOOD},
+      {"store-flood", required_argument, NULL, OPT_STORE_FLOOD},
       {NULL, 0, NULL, 0}};
   int opt, flag, first;
 
@@ -302,6 +308,10 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case OPT_FLOOD:
       if (!parse_int(optarg, 0, 100000, &o->flood))
         return usage_error("--flood '%s' must be 0-100000", optarg);
+      break;
+    case OPT_STORE_FLOOD:
+      if (!parse_int(optarg, 0, 100000, &o->store_flood))
+        return usage_error("--store-flood '%s' must be 0-100000", optarg);
       break;
     case 'h':
       fputs(usage_text, stdout);
@@ -843,6 +853,44 @@ static void flood_main(int port, int n) {
     pause();
 }
 
+/* --store-flood: a stranger that keeps n connections to the store, each
+ * sending a request line and then one header byte a second, never finishing;
+ * a connection the store closes is opened again. */
+static void store_flood_main(int port, int n) {
+  static const char start[] = "GET /global/0 HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int *fds = malloc((size_t)n * sizeof(*fds));
+  size_t *sent = calloc((size_t)n, sizeof(*sent));
+
+  for (int fd = 3; fd < 1024; fd++)
+    close(fd);
+  (void)hvd_raise_fd_limit();
+  if (fds == NULL || sent == NULL)
+    _exit(EXIT_FAIL);
+  for (int i = 0; i < n; i++)
+    fds[i] = -1;
+  for (;;) {
+    for (int i = 0; i < n; i++) {
+      if (fds[i] < 0) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fds[i] >= 0)
+          (void)connect(fds[i], (struct sockaddr *)&sin, sizeof(sin));
+        sent[i] = 0;
+        continue;
+      }
+      char c = sent[i] < sizeof(start) - 1 ? start[sent[i]] : 'a';
+      if (send(fds[i], &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1) {
+        sent[i]++;
+      } else if (errno != EAGAIN && errno != ENOTCONN) {
+        close(fds[i]); /* the store closed it: come back */
+        fds[i] = -1;
+      }
+    }
+    hvd_sleep_ns(1000000000LL);
+  }
+}
+
 static int run_local(const struct options *o) {
   struct rdzv_server_config scfg;
   struct rdzv_server_child server;
@@ -853,12 +901,21 @@ static int run_local(const struct options *o) {
   rdzv_server_config_default(&scfg);
   scfg.bind_address = "127.0.0.1";
   scfg.threads = 1;
+  if (o->store_flood > 0) {
+    scfg.max_connections = (unsigned)(o->store_flood - o->store_flood / 6);
+    scfg.max_connections_per_address = scfg.max_connections; /* all from 127.0.0.1 */
+  }
   if (rdzv_server_child_start(&scfg, 0, &server) != HVD_OK) {
     fprintf(stderr, "hvd-bench: the local rendezvous store did not start: %s\n",
             hvd_last_error_message());
     return EXIT_FAIL;
   }
   port = server.port;
+  pid_t store_flooder = -1;
+  if (o->store_flood > 0 && (store_flooder = fork()) == 0)
+    store_flood_main(port, o->store_flood);
+  if (store_flooder > 0)
+    hvd_sleep_ns(1000 * 1000000LL); /* the slots are taken before the ranks come */
   for (int r = 0; r < o->np; r++) {
     snprintf(hosts[r], sizeof(hosts[r]), "host%d", r / (o->np / o->hosts));
     ranks[r] = fork();
@@ -923,6 +980,10 @@ static int run_local(const struct options *o) {
         fprintf(stderr, "hvd-bench: rank %d ended with status 0x%x\n", r, status);
       code = EXIT_FAIL;
     }
+  }
+  if (store_flooder > 0) {
+    kill(store_flooder, SIGKILL);
+    waitpid(store_flooder, NULL, 0);
   }
   rdzv_server_child_stop(&server);
   return code;
