@@ -524,6 +524,50 @@ START_TEST(store_held_values_count_against_the_limit) {
 }
 END_TEST
 
+static atomic_bool stuck_entered, stuck_release;
+
+static void stuck_fire_cb(struct rdzv_waiter *w, void *arg) {
+  (void)w;
+  (void)arg;
+  atomic_store(&stuck_entered, true);
+  while (!atomic_load(&stuck_release))
+    hvd_sleep_ns(1000000);
+}
+
+static void *put_later(void *arg) {
+  (void)rdzv_store_set(arg, S("s"), S("k"), "v", 1, RDZV_SET_ALWAYS, 0, NULL, NULL);
+  return NULL;
+}
+
+/* Closing waits for a fire callback for 10 s at most, and says so. */
+START_TEST(store_close_gives_up_on_a_stuck_callback) {
+  struct rdzv_store *s = NULL;
+  struct rdzv_waiter w;
+  pthread_t writer;
+
+  atomic_store(&stuck_entered, false);
+  atomic_store(&stuck_release, false);
+  ck_assert_int_eq(rdzv_store_create(NULL, stuck_fire_cb, NULL, &s), HVD_OK);
+  memset(&w, 0, sizeof(w));
+  w.scope = "s";
+  w.scope_len = 1;
+  w.key = "k";
+  w.key_len = 1;
+  w.deadline_ns = hvd_deadline_after_ms(60000);
+  ck_assert_int_eq(rdzv_store_wait(s, &w, test_park_cb, NULL), HVD_OK);
+  ck_assert_int_eq(pthread_create(&writer, NULL, put_later, s), 0);
+  while (!atomic_load(&stuck_entered))
+    hvd_sleep_ns(1000000);
+  ck_assert_int_eq(rdzv_store_close(s), HVD_ERR_TIMEOUT);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "still handing out"));
+  atomic_store(&stuck_release, true);
+  pthread_join(writer, NULL);
+  ck_assert_int_eq(rdzv_store_close(s), HVD_OK);
+  rdzv_blob_unref(w.value);
+  rdzv_store_destroy(s);
+}
+END_TEST
+
 START_TEST(store_snapshot_order_and_cache) {
   struct rdzv_blob *a = NULL, *b = NULL, *c = NULL;
   struct rdzv_scope_view view;
@@ -2350,6 +2394,7 @@ static Suite *store_suite(void) {
   tcase_add_test(tc, store_reset_drops_keys_and_plans);
   tcase_add_test(tc, store_limits);
   tcase_add_test(tc, store_held_values_count_against_the_limit);
+  tcase_add_test(tc, store_close_gives_up_on_a_stuck_callback);
   tcase_add_test(tc, store_snapshot_order_and_cache);
   tcase_add_test(tc, store_wait_ready_now_and_later);
   tcase_add_test(tc, store_wait_scope_count);

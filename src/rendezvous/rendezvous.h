@@ -178,9 +178,13 @@ struct rdzv_store_stats {
 
 hvd_status rdzv_store_create(const struct rdzv_store_limits *limits, rdzv_fire_cb fire,
                              void *fire_arg, struct rdzv_store **out);
-/* Fires every waiter as cancelled; later waits are cancelled at once. */
-void rdzv_store_close(struct rdzv_store *s);
-/* Closes if needed and frees everything. NULL is a no-op. */
+/* Fires every waiter as cancelled; later waits are cancelled at once.
+ * Returns once no thread is handing finished waiters to the fire callback,
+ * or HVD_ERR_TIMEOUT after 10 s if one still is (a callback that blocks). */
+hvd_status rdzv_store_close(struct rdzv_store *s);
+/* Closes if needed and frees everything (except after a close that timed
+ * out: the store is then left allocated, and the error logged). NULL is a
+ * no-op. */
 void rdzv_store_destroy(struct rdzv_store *s);
 
 /* Drops every key and plan (a new job or an elastic round). Waiters stay. */

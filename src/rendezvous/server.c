@@ -911,7 +911,7 @@ void rdzv_server_stop(struct rdzv_server *srv) {
    * listening socket.
    * rdzv_store_close returns only once no thread can resume a connection. */
   atomic_store(&srv->stopping, true);
-  rdzv_store_close(srv->store);
+  (void)rdzv_store_close(srv->store); /* a timeout is logged by rdzv_store_destroy */
   pthread_mutex_lock(&srv->parked_mu);
   while (srv->parked > 0 &&
          hvd_cond_wait_until(&srv->parked_cond, &srv->parked_mu, deadline) == 0) {

@@ -22,6 +22,7 @@
 #include "store_private.h"
 
 enum {
+  CLOSE_DRAIN_MS = 10000, /* how long closing waits for fire callbacks to return */
   ENTRY_OVERHEAD = 64,  /* map slot, blob header, allocator slack */
   SCOPE_OVERHEAD = 256, /* scope struct, its maps' first tables */
 };
@@ -72,7 +73,7 @@ hvd_status rdzv_store_create(const struct rdzv_store_limits *limits, rdzv_fire_c
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the rendezvous store");
   }
   if ((rc = pthread_mutex_init(&s->mu, NULL)) != 0 || (rc = hvd_cond_init(&s->deadline_cond)) != 0 ||
-      (rc = pthread_cond_init(&s->idle_cond, NULL)) != 0) {
+      (rc = hvd_cond_init(&s->idle_cond)) != 0) {
     rdzv_ledger_unref(s->held);
     free(s);
     return hvd_error(HVD_ERR_IO, "rendezvous store: cannot create a lock: %s", strerror(rc));
@@ -86,18 +87,33 @@ hvd_status rdzv_store_create(const struct rdzv_store_limits *limits, rdzv_fire_c
   return HVD_OK;
 }
 
-void rdzv_store_close(struct rdzv_store *s) {
+hvd_status rdzv_store_close(struct rdzv_store *s) {
   struct rdzv_waiter *fired = NULL;
+  int64_t deadline;
+  unsigned busy;
 
   pthread_mutex_lock(&s->mu);
   s->closing = true;
+  s->stop_thread = true; /* the deadline thread leaves once it is not delivering */
+  pthread_cond_signal(&s->deadline_cond);
   store_wait_cancel_all(s, &fired);
   store_unlock_deliver(s, fired);
-  store_wait_stop(s);
+  /* Whoever is still handing out waiters (a writer, the deadline thread)
+   * must finish before the store may go; a callback that blocks for good
+   * leaves it allocated rather than freed under that thread. */
+  deadline = hvd_deadline_after_ms(CLOSE_DRAIN_MS);
   pthread_mutex_lock(&s->mu);
-  while (s->delivering > 0)
-    pthread_cond_wait(&s->idle_cond, &s->mu);
+  while (s->delivering > 0 && hvd_cond_wait_until(&s->idle_cond, &s->mu, deadline) == 0) {
+  }
+  busy = s->delivering;
   pthread_mutex_unlock(&s->mu);
+  if (busy > 0)
+    return hvd_error(HVD_ERR_TIMEOUT,
+                     "rendezvous store: %u thread(s) still handing out finished waiters after "
+                     "%d ms; the store is left allocated",
+                     busy, CLOSE_DRAIN_MS);
+  store_wait_stop(s);
+  return HVD_OK;
 }
 
 bool store_fits(struct rdzv_store *s, size_t bytes, size_t freed) {
@@ -140,7 +156,11 @@ void rdzv_store_destroy(struct rdzv_store *s) {
 
   if (s == NULL)
     return;
-  rdzv_store_close(s);
+  if (rdzv_store_close(s) != HVD_OK) {
+    /* A thread may still be inside the store: leaking it is the safe choice. */
+    HVD_LOG_ERROR("%s", hvd_last_error_message());
+    return;
+  }
   while (hvd_map_iter_next(&s->scopes, &it, NULL, NULL, &value))
     free_scope(s, value);
   hvd_map_fini(&s->scopes);
