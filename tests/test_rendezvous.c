@@ -183,6 +183,29 @@ static bool closed_by_peer(int fd) {
   return recv(fd, &c, 1, 0) <= 0;
 }
 
+/* A number from the server's /_health on port (-1 if it cannot be read). */
+static double health_number(int port, const char *name) {
+  struct response r;
+  double value = -1;
+  if (raw_exchange(port, "GET /_health HTTP/1.1\r\nHost: x\r\n\r\n", &r) == 200) {
+    cJSON *doc = cJSON_Parse(r.body);
+    cJSON *item = cJSON_GetObjectItem(doc, name);
+    if (cJSON_IsNumber(item))
+      value = item->valuedouble;
+    cJSON_Delete(doc);
+  }
+  return value;
+}
+
+/* Waits (10 s at most) until /_health's number name equals want. */
+static void await_health(int port, const char *name, double want) {
+  int64_t deadline = hvd_deadline_after_ms(10000);
+  double value;
+  while ((value = health_number(port, name)) != want && hvd_now_ns() < deadline)
+    hvd_sleep_ns(5000000);
+  ck_assert_msg(value == want, "/_health %s is %g, not %g", name, value, want);
+}
+
 /* ==== store ================================================================= */
 
 struct fired_log {
@@ -1203,40 +1226,69 @@ START_TEST(http_no_server_fails_with_clear_message) {
 }
 END_TEST
 
-struct late_server {
+struct late_client {
   int port;
-  struct rdzv_server *srv;
+  hvd_status set, get;
+  char value[16];
 };
 
-static void *late_server_main(void *arg) {
-  struct late_server *ls = arg;
-  struct rdzv_server_config cfg;
-  hvd_sleep_ns(400 * 1000000LL);
-  rdzv_server_config_default(&cfg);
-  cfg.bind_address = "127.0.0.1";
-  cfg.port = ls->port;
-  if (rdzv_server_start(&cfg, &ls->srv) != HVD_OK)
-    ls->srv = NULL;
+static void *late_client_main(void *arg) {
+  struct late_client *lc = arg;
+  struct rdzv_client *c = NULL;
+  struct hvd_buf v;
+
+  hvd_buf_init(&v, 0);
+  lc->set = rdzv_client_create("127.0.0.1", lc->port, NULL, 20000, &c);
+  if (lc->set == HVD_OK)
+    lc->set = rdzv_client_set(c, "s", "k", S("v"));
+  if (lc->set == HVD_OK && (lc->get = rdzv_client_get(c, "s", "k", &v, NULL)) == HVD_OK)
+    snprintf(lc->value, sizeof(lc->value), "%s", v.data);
+  rdzv_client_destroy(c);
+  hvd_buf_fini(&v);
   return NULL;
 }
 
+/* A client whose server is not up yet retries until it is: the server
+ * starts only once the client has logged a refused attempt. */
 START_TEST(http_client_waits_for_late_server) {
-  struct late_server ls = {.port = free_port()};
-  struct rdzv_client *c = NULL;
-  struct hvd_buf v;
+  struct late_client lc = {.port = free_port(), .get = HVD_ERR_INTERNAL};
+  enum hvd_log_level level = hvd_log_get_level();
+  struct rdzv_server_config cfg;
+  struct rdzv_server *late = NULL;
+  int logs[2], saved_stderr = dup(2);
+  char seen[4096];
+  size_t len = 0;
   pthread_t t;
 
-  hvd_buf_init(&v, 0);
-  ck_assert_int_eq(rdzv_client_create("127.0.0.1", ls.port, NULL, 20000, &c), HVD_OK);
-  pthread_create(&t, NULL, late_server_main, &ls);
-  ck_assert_msg(rdzv_client_set(c, "s", "k", S("v")) == HVD_OK, "%s", hvd_last_error_message());
-  ck_assert_int_eq(rdzv_client_get(c, "s", "k", &v, NULL), HVD_OK);
-  ck_assert_str_eq(v.data, "v");
+  ck_assert_int_eq(pipe(logs), 0);
+  ck_assert_int_eq(dup2(logs[1], 2), 2);
+  hvd_log_set_level(HVD_LOG_DEBUG);
+  pthread_create(&t, NULL, late_client_main, &lc);
+  seen[0] = '\0';
+  while (strstr(seen, "retrying") == NULL && len < sizeof(seen) - 1) {
+    struct pollfd p = {.fd = logs[0], .events = POLLIN};
+    ssize_t n;
+    if (poll(&p, 1, 20000) <= 0 || (n = read(logs[0], seen + len, sizeof(seen) - 1 - len)) <= 0)
+      break;
+    len += (size_t)n;
+    seen[len] = '\0';
+  }
+  hvd_log_set_level(level);
+  dup2(saved_stderr, 2);
+  close(saved_stderr);
+  close(logs[1]);
+  ck_assert_msg(strstr(seen, "retrying") != NULL, "the client logged no retry: %s", seen);
+
+  rdzv_server_config_default(&cfg);
+  cfg.bind_address = "127.0.0.1";
+  cfg.port = lc.port;
+  ck_assert_msg(rdzv_server_start(&cfg, &late) == HVD_OK, "%s", hvd_last_error_message());
   pthread_join(t, NULL);
-  ck_assert_ptr_nonnull(ls.srv);
-  rdzv_client_destroy(c);
-  rdzv_server_stop(ls.srv);
-  hvd_buf_fini(&v);
+  close(logs[0]);
+  ck_assert_int_eq(lc.set, HVD_OK);
+  ck_assert_int_eq(lc.get, HVD_OK);
+  ck_assert_str_eq(lc.value, "v");
+  rdzv_server_stop(late);
 }
 END_TEST
 
@@ -1692,7 +1744,7 @@ START_TEST(raw_garbage_and_truncation) {
   fd = connect_to(port);
   send_all(fd, S("PUT /t/k2 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabc"));
   close(fd);
-  hvd_sleep_ns(100 * 1000000LL);
+  await_health(port, "connections", 1); /* both closed: only the health check's own */
   ck_assert_int_eq(raw_exchange(port, "GET /t/k HTTP/1.1\r\nHost: x\r\n\r\n", &r), 404);
   ck_assert_int_eq(raw_exchange(port, "GET /t/k2 HTTP/1.1\r\nHost: x\r\n\r\n", &r), 404);
   /* A complete chunked upload is stored. */
@@ -2237,7 +2289,7 @@ START_TEST(cli_sigint_with_waiting_client) {
   ck_assert_int_gt(ch.port, 0);
   w.port = ch.port;
   pthread_create(&w.thread, NULL, waiter_main, &w);
-  hvd_sleep_ns(300 * 1000000LL);
+  await_health(ch.port, "waiters", 1);
   ck_assert_int_eq(finish(&ch, SIGINT), 0);
   pthread_join(w.thread, NULL);
   ck_assert_int_ne(w.status, HVD_OK);
