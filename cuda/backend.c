@@ -5,13 +5,13 @@
 
 #include "gpu.h"
 
-hvd_status gpu_cuda_error(cudaError_t err, const char *call) {
+hvd_status cuda_cuda_error(cudaError_t err, const char *call) {
   cudaGetLastError(); /* clears a sticky-free error so later calls do not repeat it */
   return hvd_error(err == cudaErrorMemoryAllocation ? HVD_ERR_NO_MEMORY : HVD_ERR_IO,
                    "%s failed: %s (%s)", call, cudaGetErrorString(err), cudaGetErrorName(err));
 }
 
-hvd_status gpu_nccl_error(ncclResult_t r, const char *call) {
+hvd_status cuda_nccl_error(ncclResult_t r, const char *call) {
   hvd_status st = HVD_ERR_IO;
   switch (r) {
   case ncclRemoteError:
@@ -27,10 +27,10 @@ hvd_status gpu_nccl_error(ncclResult_t r, const char *call) {
                        : "");
 }
 
-hvd_status gpu_use_device(struct coord_gpu *g) {
+hvd_status cuda_use_device(struct coord_gpu *g) {
   cudaError_t err = cudaSetDevice(g->device);
   if (err != cudaSuccess)
-    return gpu_cuda_error(err, "cudaSetDevice");
+    return cuda_cuda_error(err, "cudaSetDevice");
   if (g->failed)
     return hvd_error(HVD_ERR_ABORTED,
                      "GPU %d: an NCCL communicator was aborted after a failure; "
@@ -48,7 +48,7 @@ static hvd_status grow(void **buf, size_t *cap, size_t bytes, bool host) {
   want = bytes < (1u << 20) ? (1u << 20) : bytes;
   err = host ? cudaMallocHost(&p, want) : cudaMalloc(&p, want);
   if (err != cudaSuccess) {
-    gpu_cuda_error(err, host ? "cudaMallocHost" : "cudaMalloc");
+    cuda_cuda_error(err, host ? "cudaMallocHost" : "cudaMalloc");
     return hvd_error_prefix("a fusion buffer of %zu bytes", want);
   }
   if (*buf != NULL)
@@ -58,14 +58,14 @@ static hvd_status grow(void **buf, size_t *cap, size_t bytes, bool host) {
   return HVD_OK;
 }
 
-hvd_status gpu_fusion_buffer(struct coord_gpu *g, size_t bytes, void **out) {
+hvd_status cuda_fusion_buffer(struct coord_gpu *g, size_t bytes, void **out) {
   hvd_status st = grow(&g->fusion, &g->fusion_cap, bytes, false);
   if (st == HVD_OK)
     *out = g->fusion;
   return st;
 }
 
-hvd_status gpu_host_buffer(struct coord_gpu *g, size_t bytes, void **out) {
+hvd_status cuda_host_buffer(struct coord_gpu *g, size_t bytes, void **out) {
   hvd_status st = grow(&g->host, &g->host_cap, bytes, true);
   if (st == HVD_OK)
     *out = g->host;
@@ -96,7 +96,7 @@ static void close_gpu(struct coord_gpu *g, bool abort) {
   if (cudaGetDevice(&previous) != cudaSuccess)
     previous = -1;
   cudaSetDevice(g->device);
-  gpu_comms_close(g, abort || g->failed);
+  cuda_comms_close(g, abort || g->failed);
   if (g->stream != NULL) {
     if (!abort && !g->failed)
       cudaStreamSynchronize(g->stream);
@@ -118,9 +118,9 @@ static hvd_status open_gpu(struct coord_state *s, int device, struct coord_gpu *
   g->device = device;
   g->timeout_ns = s->cfg.timeout_ns;
   if ((err = cudaSetDevice(device)) != cudaSuccess)
-    gpu_cuda_error(err, "cudaSetDevice");
+    cuda_cuda_error(err, "cudaSetDevice");
   else if ((err = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking)) != cudaSuccess)
-    gpu_cuda_error(err, "cudaStreamCreateWithFlags");
+    cuda_cuda_error(err, "cudaStreamCreateWithFlags");
   if (err != cudaSuccess) {
     close_gpu(g, true);
     return hvd_error_prefix("GPU %d", device);
@@ -130,31 +130,31 @@ static hvd_status open_gpu(struct coord_state *s, int device, struct coord_gpu *
 }
 
 static hvd_status wait_event(struct coord_gpu *g, void *event) {
-  hvd_status st = gpu_use_device(g);
+  hvd_status st = cuda_use_device(g);
   cudaError_t err;
   if (st != HVD_OK)
     return st;
   err = cudaStreamWaitEvent(g->stream, (cudaEvent_t)event, 0);
-  return err == cudaSuccess ? HVD_OK : gpu_cuda_error(err, "cudaStreamWaitEvent (ready event)");
+  return err == cudaSuccess ? HVD_OK : cuda_cuda_error(err, "cudaStreamWaitEvent (ready event)");
 }
 
-hvd_status gpu_copy_async(struct coord_gpu *g, void *dst, const void *src, size_t bytes,
+hvd_status cuda_copy_async(struct coord_gpu *g, void *dst, const void *src, size_t bytes,
                           enum cudaMemcpyKind kind) {
   cudaError_t err;
   if (bytes == 0)
     return HVD_OK;
   err = cudaMemcpyAsync(dst, src, bytes, kind, g->stream);
-  return err == cudaSuccess ? HVD_OK : gpu_cuda_error(err, "cudaMemcpyAsync");
+  return err == cudaSuccess ? HVD_OK : cuda_cuda_error(err, "cudaMemcpyAsync");
 }
 
 static hvd_status copy(struct coord_gpu *g, void *dst, const void *src, size_t bytes,
                        enum cudaMemcpyKind kind) {
-  hvd_status st = gpu_use_device(g);
+  hvd_status st = cuda_use_device(g);
   if (st == HVD_OK)
-    st = gpu_copy_async(g, dst, src, bytes, kind);
+    st = cuda_copy_async(g, dst, src, bytes, kind);
   if (st != HVD_OK)
     return st;
-  return gpu_wait(g, NULL, kind == cudaMemcpyDeviceToHost ? "a copy to the host"
+  return cuda_wait(g, NULL, kind == cudaMemcpyDeviceToHost ? "a copy to the host"
                                                           : "a copy to the GPU");
 }
 
@@ -167,14 +167,14 @@ static hvd_status to_device(struct coord_gpu *g, void *dst, const void *src, siz
 }
 
 static hvd_status alloc(struct coord_gpu *g, size_t bytes, void **out) {
-  hvd_status st = gpu_use_device(g);
+  hvd_status st = cuda_use_device(g);
   cudaError_t err;
   if (st != HVD_OK)
     return st;
   err = cudaMalloc(out, bytes > 0 ? bytes : 1);
   if (err != cudaSuccess) {
     *out = NULL;
-    gpu_cuda_error(err, "cudaMalloc");
+    cuda_cuda_error(err, "cudaMalloc");
     return hvd_error_prefix("an output of %zu bytes on GPU %d", bytes, g->device);
   }
   return HVD_OK;
@@ -202,7 +202,7 @@ static const struct coord_gpu_backend cuda_backend = {
     .device_count = device_count,
     .open = open_gpu,
     .close = close_gpu,
-    .execute = gpu_execute,
+    .execute = cuda_execute,
     .wait_event = wait_event,
     .to_host = to_host,
     .to_device = to_device,

@@ -19,7 +19,7 @@
 
 #include "gpu.h"
 
-bool gpu_nccl_type(hvd_dtype dtype, ncclDataType_t *out) {
+bool cuda_nccl_type(hvd_dtype dtype, ncclDataType_t *out) {
   switch (dtype) {
   case HVD_UINT8:
   case HVD_BOOL: *out = ncclUint8; return true;
@@ -34,7 +34,7 @@ bool gpu_nccl_type(hvd_dtype dtype, ncclDataType_t *out) {
   }
 }
 
-bool gpu_nccl_op(hvd_dtype dtype, hvd_reduce_op op, ncclRedOp_t *out) {
+bool cuda_nccl_op(hvd_dtype dtype, hvd_reduce_op op, ncclRedOp_t *out) {
   if (dtype == HVD_BOOL) { /* or and and on bytes that are 0 or 1 */
     *out = op == HVD_SUM || op == HVD_MAX ? ncclMax : ncclMin;
     return op != HVD_AVERAGE;
@@ -59,11 +59,11 @@ static hvd_status scale(struct coord_gpu *g, void *buf, size_t count, hvd_dtype 
                         double factor) {
   if (factor == 1.0 || count == 0)
     return HVD_OK;
-  return gpu_scale(buf, count, dtype, factor, g->stream);
+  return cuda_scale(buf, count, dtype, factor, g->stream);
 }
 
 static hvd_status group_end(struct coord_gpu *g) {
-  return gpu_nccl_check(g, ncclGroupEnd(), "ncclGroupEnd");
+  return cuda_nccl_check(g, ncclGroupEnd(), "ncclGroupEnd");
 }
 
 /* A joined rank's contribution: count identities of the op, in buf. */
@@ -71,13 +71,13 @@ static hvd_status fill_identity(struct coord_gpu *g, void *buf, size_t count, hv
                                 hvd_reduce_op op) {
   size_t bytes = count * hvd_dtype_size(dtype);
   void *host;
-  hvd_status st = gpu_host_buffer(g, bytes, &host);
+  hvd_status st = cuda_host_buffer(g, bytes, &host);
   if (st != HVD_OK)
     return st;
   ops_fill_identity(host, count, dtype, op);
-  if ((st = gpu_copy_async(g, buf, host, bytes, cudaMemcpyHostToDevice)) != HVD_OK)
+  if ((st = cuda_copy_async(g, buf, host, bytes, cudaMemcpyHostToDevice)) != HVD_OK)
     return st;
-  return gpu_wait(g, NULL, "filling a joined rank's identity");
+  return cuda_wait(g, NULL, "filling a joined rank's identity");
 }
 
 /* ==== allreduce ========================================================================== */
@@ -95,13 +95,13 @@ static hvd_status reduce(struct coord_gpu *g, const struct reduction *x, const v
   const struct coord_response *r = x->r;
   hvd_status st;
   if (x->comm != NULL)
-    return gpu_nccl_check(g,
+    return cuda_nccl_check(g,
                           ncclAllReduce(in, out, count, x->type, x->op, x->comm->nccl, g->stream),
                           "ncclAllReduce");
-  if (in != out && (st = gpu_copy_async(g, out, in, count * hvd_dtype_size(r->dtype),
+  if (in != out && (st = cuda_copy_async(g, out, in, count * hvd_dtype_size(r->dtype),
                                         cudaMemcpyDeviceToDevice)) != HVD_OK)
     return st;
-  return gpu_allreduce_hierarchical(g, out, count, r->dtype, r->op);
+  return cuda_allreduce_hierarchical(g, out, count, r->dtype, r->op);
 }
 
 static hvd_status allreduce_one(struct coord_gpu *g, const struct reduction *x,
@@ -113,7 +113,7 @@ static hvd_status allreduce_one(struct coord_gpu *g, const struct reduction *x,
   hvd_status st;
 
   if (e == NULL) { /* joined */
-    if ((st = gpu_fusion_buffer(g, bytes, &out)) != HVD_OK ||
+    if ((st = cuda_fusion_buffer(g, bytes, &out)) != HVD_OK ||
         (st = fill_identity(g, out, count, r->dtype, r->op)) != HVD_OK)
       return st;
     in = out;
@@ -122,7 +122,7 @@ static hvd_status allreduce_one(struct coord_gpu *g, const struct reduction *x,
     out = e->output;
     if (r->prescale != 1.0) {
       if (in != out &&
-          (st = gpu_copy_async(g, out, in, bytes, cudaMemcpyDeviceToDevice)) != HVD_OK)
+          (st = cuda_copy_async(g, out, in, bytes, cudaMemcpyDeviceToDevice)) != HVD_OK)
         return st;
       if ((st = scale(g, out, count, r->dtype, r->prescale)) != HVD_OK)
         return st;
@@ -152,7 +152,7 @@ static hvd_status batch(struct coord_gpu *g, const struct coord_response *r,
     }
     off += bytes;
   }
-  st = gpu_batched_copy(copies, n, g->stream);
+  st = cuda_batched_copy(copies, n, g->stream);
   free(copies);
   return st;
 }
@@ -167,23 +167,23 @@ static hvd_status run_allreduce(struct coord_gpu *g, const struct coord_set *set
   bool joined = true;
   hvd_status st;
 
-  if (!gpu_nccl_type(r->dtype, &x.type) || !gpu_nccl_op(r->dtype, r->op, &x.op))
+  if (!cuda_nccl_type(r->dtype, &x.type) || !cuda_nccl_op(r->dtype, r->op, &x.op))
     return hvd_error(HVD_ERR_UNSUPPORTED, "NCCL cannot %s %s", hvd_reduce_op_name(r->op),
                      hvd_dtype_name(r->dtype));
-  if (!gpu_hierarchical_applies(g, set) && (st = gpu_comm_for_set(g, set, &x.comm)) != HVD_OK)
+  if (!cuda_hierarchical_applies(g, set) && (st = cuda_comm_for_set(g, set, &x.comm)) != HVD_OK)
     return st;
   if (r->op == HVD_AVERAGE)
     postscale /= set->size;
   coord_execute_phase(s, r, x.comm != NULL ? "NCCL_ALLREDUCE" : "NCCL_HIERARCHICAL_ALLREDUCE");
   if (r->ntensors == 1) {
     st = allreduce_one(g, &x, entries[0], postscale);
-    return st == HVD_OK ? gpu_wait(g, x.comm, "allreduce") : st;
+    return st == HVD_OK ? cuda_wait(g, x.comm, "allreduce") : st;
   }
   for (uint32_t i = 0; i < r->ntensors; i++) {
     total += (size_t)r->counts[i];
     joined = joined && entries[i] == NULL;
   }
-  if ((st = gpu_fusion_buffer(g, total * hvd_dtype_size(r->dtype), &fb)) != HVD_OK)
+  if ((st = cuda_fusion_buffer(g, total * hvd_dtype_size(r->dtype), &fb)) != HVD_OK)
     return st;
   coord_execute_phase(s, r, "MEMCPY_IN_FUSION_BUFFER");
   st = joined ? fill_identity(g, fb, total, r->dtype, r->op) : batch(g, r, entries, fb, true);
@@ -197,7 +197,7 @@ static hvd_status run_allreduce(struct coord_gpu *g, const struct coord_set *set
   coord_execute_phase(s, r, "MEMCPY_OUT_FUSION_BUFFER");
   if (st == HVD_OK && !joined)
     st = batch(g, r, entries, fb, false);
-  return st == HVD_OK ? gpu_wait(g, x.comm, "allreduce") : st;
+  return st == HVD_OK ? cuda_wait(g, x.comm, "allreduce") : st;
 }
 
 /* ==== allgather ============================================================================ */
@@ -213,13 +213,13 @@ static hvd_status gather_blocks(struct coord_gpu *g, struct gpu_comm *c, const v
   if (mine == NULL)
     mine = buf + offsets[c->rank];
   if (even)
-    return gpu_nccl_check(g, ncclAllGather(mine, buf, bytes[0], ncclChar, c->nccl, g->stream),
+    return cuda_nccl_check(g, ncclAllGather(mine, buf, bytes[0], ncclChar, c->nccl, g->stream),
                           "ncclAllGather");
-  if ((st = gpu_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
+  if ((st = cuda_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
     return st;
   for (int i = 0; i < c->size && st == HVD_OK; i++) {
     const void *send = i == c->rank ? mine : buf + offsets[i];
-    st = gpu_nccl_check(
+    st = cuda_nccl_check(
         g, ncclBroadcast(send, buf + offsets[i], bytes[i], ncclChar, i, c->nccl, g->stream),
         "ncclBroadcast");
   }
@@ -241,7 +241,7 @@ static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set
     st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate allgather counts");
     goto out;
   }
-  if ((st = gpu_comm_for_set(g, set, &c)) != HVD_OK)
+  if ((st = cuda_comm_for_set(g, set, &c)) != HVD_OK)
     goto out;
   for (uint32_t t = 0; t < r->ntensors && st == HVD_OK; t++) {
     struct coord_entry *e = entries[t];
@@ -274,7 +274,7 @@ static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set
   }
   /* Fused: this rank's tensors one after the other in its block, the
    * blocks gathered in place, then every tensor's rows from every block. */
-  if ((st = gpu_fusion_buffer(g, total, (void **)&fb)) != HVD_OK)
+  if ((st = cuda_fusion_buffer(g, total, (void **)&fb)) != HVD_OK)
     goto out;
   if ((copies = calloc((size_t)n * r->ntensors, sizeof(*copies))) == NULL) {
     st = hvd_error(HVD_ERR_NO_MEMORY, "cannot plan a fused allgather");
@@ -287,7 +287,7 @@ static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set
       copies[k++] = (struct gpu_copy){entries[t]->input, fb + off, len};
       off += len;
     }
-    if ((st = gpu_batched_copy(copies, k, g->stream)) != HVD_OK)
+    if ((st = cuda_batched_copy(copies, k, g->stream)) != HVD_OK)
       goto out;
   }
   if ((st = gather_blocks(g, c, NULL, fb, bytes, offsets)) != HVD_OK)
@@ -305,11 +305,11 @@ static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set
         src += len;
       }
     }
-    st = gpu_batched_copy(copies, k, g->stream);
+    st = cuda_batched_copy(copies, k, g->stream);
   }
 wait:
   if (st == HVD_OK)
-    st = gpu_wait(g, c, "allgather");
+    st = cuda_wait(g, c, "allgather");
 out:
   free(bytes);
   free(offsets);
@@ -327,13 +327,13 @@ static hvd_status run_broadcast(struct coord_gpu *g, const struct coord_set *set
   if (e == NULL)
     return hvd_error(HVD_ERR_PROTOCOL, "broadcast '%s' reached a rank that did not submit it",
                      r->names[0]);
-  if ((st = gpu_comm_for_set(g, set, &c)) != HVD_OK)
+  if ((st = cuda_comm_for_set(g, set, &c)) != HVD_OK)
     return st;
   coord_execute_phase(g->s, r, "NCCL_BROADCAST");
-  st = gpu_nccl_check(
+  st = cuda_nccl_check(
       g, ncclBroadcast(e->input, e->output, bytes, ncclChar, r->root, c->nccl, g->stream),
       "ncclBroadcast");
-  return st == HVD_OK ? gpu_wait(g, c, "broadcast") : st;
+  return st == HVD_OK ? cuda_wait(g, c, "broadcast") : st;
 }
 
 static hvd_status run_alltoall(struct coord_gpu *g, const struct coord_set *set,
@@ -350,7 +350,7 @@ static hvd_status run_alltoall(struct coord_gpu *g, const struct coord_set *set,
   if (e == NULL)
     return hvd_error(HVD_ERR_PROTOCOL, "alltoall '%s' reached a rank that did not submit it",
                      r->names[0]);
-  if ((st = gpu_comm_for_set(g, set, &c)) != HVD_OK)
+  if ((st = cuda_comm_for_set(g, set, &c)) != HVD_OK)
     return st;
   recv = calloc((size_t)n, sizeof(*recv));
   ones = calloc((size_t)n, sizeof(*ones));
@@ -379,18 +379,18 @@ static hvd_status run_alltoall(struct coord_gpu *g, const struct coord_set *set,
   if ((st = b->alloc(g, o->bytes, &o->data)) != HVD_OK)
     goto out;
   o->free = b->free;
-  if ((st = gpu_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
+  if ((st = cuda_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
     goto out;
   {
     size_t row_bytes = (size_t)row * esize, send_off = 0, recv_off = 0;
     for (int i = 0; i < n && st == HVD_OK; i++) {
       size_t out_len = (size_t)e->splits[i] * row_bytes, in_len = (size_t)recv[i] * row_bytes;
-      st = gpu_nccl_check(g,
+      st = cuda_nccl_check(g,
                           ncclSend((const char *)e->input + send_off, out_len, ncclChar, i,
                                    c->nccl, g->stream),
                           "ncclSend");
       if (st == HVD_OK)
-        st = gpu_nccl_check(g,
+        st = cuda_nccl_check(g,
                             ncclRecv((char *)o->data + recv_off, in_len, ncclChar, i,
                                      c->nccl, g->stream),
                             "ncclRecv");
@@ -401,7 +401,7 @@ static hvd_status run_alltoall(struct coord_gpu *g, const struct coord_set *set,
   if (st == HVD_OK)
     st = group_end(g);
   if (st == HVD_OK)
-    st = gpu_wait(g, c, "alltoall");
+    st = cuda_wait(g, c, "alltoall");
   if (st == HVD_OK) {
     e->handle->recv_splits = recv;
     e->handle->nsplits = (size_t)n;
@@ -429,10 +429,10 @@ static hvd_status run_reducescatter(struct coord_gpu *g, const struct coord_set 
   if (e == NULL)
     return hvd_error(HVD_ERR_PROTOCOL,
                      "reducescatter '%s' reached a rank that did not submit it", r->names[0]);
-  if (!gpu_nccl_type(r->dtype, &type) || !gpu_nccl_op(r->dtype, r->op, &op))
+  if (!cuda_nccl_type(r->dtype, &type) || !cuda_nccl_op(r->dtype, r->op, &op))
     return hvd_error(HVD_ERR_UNSUPPORTED, "NCCL cannot %s %s", hvd_reduce_op_name(r->op),
                      hvd_dtype_name(r->dtype));
-  if ((st = gpu_comm_for_set(g, set, &c)) != HVD_OK)
+  if ((st = cuda_comm_for_set(g, set, &c)) != HVD_OK)
     return st;
   total = elements(e);
   rows = e->req.shape[0];
@@ -441,8 +441,8 @@ static hvd_status run_reducescatter(struct coord_gpu *g, const struct coord_set 
   coord_execute_phase(g->s, r, "NCCL_REDUCESCATTER");
   if (r->prescale != 1.0) { /* the input is the caller's: scale a copy */
     void *fb;
-    if ((st = gpu_fusion_buffer(g, total * esize, &fb)) != HVD_OK ||
-        (st = gpu_copy_async(g, fb, in, total * esize, cudaMemcpyDeviceToDevice)) != HVD_OK ||
+    if ((st = cuda_fusion_buffer(g, total * esize, &fb)) != HVD_OK ||
+        (st = cuda_copy_async(g, fb, in, total * esize, cudaMemcpyDeviceToDevice)) != HVD_OK ||
         (st = scale(g, fb, total, r->dtype, r->prescale)) != HVD_OK)
       return st;
     in = fb;
@@ -450,15 +450,15 @@ static hvd_status run_reducescatter(struct coord_gpu *g, const struct coord_set 
   for (int i = 1; i < n; i++)
     even = even && ops_share_count((size_t)rows, n, i) == ops_share_count((size_t)rows, n, 0);
   if (even) {
-    st = gpu_nccl_check(g,
+    st = cuda_nccl_check(g,
                         ncclReduceScatter(in, e->output,
                                           ops_share_count((size_t)rows, n, 0) * (size_t)row, type,
                                           op, c->nccl, g->stream),
                         "ncclReduceScatter");
-  } else if ((st = gpu_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) == HVD_OK) {
+  } else if ((st = cuda_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) == HVD_OK) {
     for (int i = 0; i < n && st == HVD_OK; i++) {
       size_t count = ops_share_count((size_t)rows, n, i) * (size_t)row;
-      st = gpu_nccl_check(g,
+      st = cuda_nccl_check(g,
                           ncclReduce((const char *)in + off * esize, e->output, count, type, op, i,
                                      c->nccl, g->stream),
                           "ncclReduce");
@@ -472,14 +472,14 @@ static hvd_status run_reducescatter(struct coord_gpu *g, const struct coord_set 
   if (st == HVD_OK)
     st = scale(g, e->output, ops_share_count((size_t)rows, n, set->rank) * (size_t)row, r->dtype,
                postscale);
-  return st == HVD_OK ? gpu_wait(g, c, "reducescatter") : st;
+  return st == HVD_OK ? cuda_wait(g, c, "reducescatter") : st;
 }
 
 /* ==== dispatch ================================================================================ */
 
-hvd_status gpu_execute(struct coord_gpu *g, const struct coord_set *set,
+hvd_status cuda_execute(struct coord_gpu *g, const struct coord_set *set,
                        const struct coord_response *r, struct coord_entry **entries) {
-  hvd_status st = gpu_use_device(g);
+  hvd_status st = cuda_use_device(g);
   if (st != HVD_OK)
     return st;
   switch (r->type) {

@@ -6,7 +6,7 @@
  * key <name> of scope "nccl" (g<round>.nccl in later generations, so an
  * elastic round never reads an old id); the others long-poll for it.
  * Communicators are non-blocking (ncclConfig_t.blocking = 0): init and
- * collectives return at once and gpu_wait polls them together with the
+ * collectives return at once and cuda_wait polls them together with the
  * stream against the deadline (HOROVOD_GLOO_TIMEOUT_SECONDS without
  * completion). A failure or timeout aborts every communicator with
  * ncclCommAbort, which is what frees a peer stuck in a collective with a
@@ -19,7 +19,7 @@
 
 #include "gpu.h"
 
-/* How long gpu_wait spins before it sleeps between polls: a collective of
+/* How long cuda_wait spins before it sleeps between polls: a collective of
  * small tensors completes within it, so that path has no sleep latency. */
 enum { SPIN_NS = 2000000, POLL_SLEEP_NS = 20000 };
 
@@ -32,7 +32,7 @@ static void abort_all(struct coord_gpu *g) {
   g->failed = true;
 }
 
-void gpu_comms_close(struct coord_gpu *g, bool abort) {
+void cuda_comms_close(struct coord_gpu *g, bool abort) {
   struct gpu_comm *c = g->comms, *next;
   for (; c != NULL; c = next) {
     next = c->next;
@@ -52,7 +52,7 @@ static hvd_status settle(struct coord_gpu *g, struct gpu_comm *c, const char *wh
 
 /* A call that returned ncclInProgress is settled before anything else
  * goes on the stream, as NCCL asks of non-blocking communicators. */
-hvd_status gpu_nccl_check(struct coord_gpu *g, ncclResult_t r, const char *call) {
+hvd_status cuda_nccl_check(struct coord_gpu *g, ncclResult_t r, const char *call) {
   if (r == ncclSuccess)
     return HVD_OK;
   if (r == ncclInProgress) {
@@ -64,7 +64,7 @@ hvd_status gpu_nccl_check(struct coord_gpu *g, ncclResult_t r, const char *call)
     }
     return HVD_OK;
   }
-  gpu_nccl_error(r, call);
+  cuda_nccl_error(r, call);
   abort_all(g);
   return hvd_error_status();
 }
@@ -86,7 +86,7 @@ static ncclResult_t async_state(struct coord_gpu *g, struct gpu_comm *c, const c
   if (r != ncclSuccess)
     async = r;
   if (async != ncclSuccess && async != ncclInProgress) {
-    gpu_nccl_error(async, "NCCL");
+    cuda_nccl_error(async, "NCCL");
     abort_all(g);
     *st = hvd_error_prefix("%s on communicator %s", what, c->name);
   }
@@ -116,7 +116,7 @@ static hvd_status settle(struct coord_gpu *g, struct gpu_comm *c, const char *wh
   }
 }
 
-hvd_status gpu_wait(struct coord_gpu *g, struct gpu_comm *c, const char *what) {
+hvd_status cuda_wait(struct coord_gpu *g, struct gpu_comm *c, const char *what) {
   int64_t started = hvd_now_ns(), deadline = started + g->timeout_ns;
   bool nccl = c != NULL && c->nccl != NULL;
   hvd_status st = HVD_OK;
@@ -128,7 +128,7 @@ hvd_status gpu_wait(struct coord_gpu *g, struct gpu_comm *c, const char *what) {
     if (err == cudaSuccess)
       return HVD_OK;
     if (err != cudaErrorNotReady) {
-      gpu_cuda_error(err, "cudaStreamQuery");
+      cuda_cuda_error(err, "cudaStreamQuery");
       abort_all(g);
       return hvd_error_prefix("%s on GPU %d", what, g->device);
     }
@@ -151,7 +151,7 @@ static hvd_status exchange_id(struct coord_gpu *g, const char *name, int rank, i
   if (rank == 0) {
     ncclResult_t r = ncclGetUniqueId(id);
     if (r != ncclSuccess)
-      return gpu_nccl_error(r, "ncclGetUniqueId");
+      return cuda_nccl_error(r, "ncclGetUniqueId");
   }
   if (size == 1)
     return HVD_OK;
@@ -176,7 +176,7 @@ static hvd_status exchange_id(struct coord_gpu *g, const char *name, int rank, i
   return st;
 }
 
-hvd_status gpu_comm_get(struct coord_gpu *g, const char *name, int rank, int size,
+hvd_status cuda_comm_get(struct coord_gpu *g, const char *name, int rank, int size,
                         struct gpu_comm **out) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   ncclUniqueId id;
@@ -190,7 +190,7 @@ hvd_status gpu_comm_get(struct coord_gpu *g, const char *name, int rank, int siz
       return HVD_OK;
     }
   }
-  if ((st = gpu_use_device(g)) != HVD_OK)
+  if ((st = cuda_use_device(g)) != HVD_OK)
     return st;
   if ((c = calloc(1, sizeof(*c))) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate an NCCL communicator");
@@ -206,7 +206,7 @@ hvd_status gpu_comm_get(struct coord_gpu *g, const char *name, int rank, int siz
   r = ncclCommInitRankConfig(&c->nccl, size, id, rank, &config);
   c->next = g->comms; /* listed first, so that a failure aborts it too */
   g->comms = c;
-  if ((st = gpu_nccl_check(g, r, "ncclCommInitRankConfig")) != HVD_OK)
+  if ((st = cuda_nccl_check(g, r, "ncclCommInitRankConfig")) != HVD_OK)
     return hvd_error_prefix("NCCL communicator %s (rank %d of %d) on GPU %d", name, rank, size,
                             g->device);
   HVD_LOG_DEBUG("NCCL communicator %s: rank %d of %d on GPU %d", name, rank, size, g->device);
@@ -214,11 +214,11 @@ hvd_status gpu_comm_get(struct coord_gpu *g, const char *name, int rank, int siz
   return HVD_OK;
 }
 
-hvd_status gpu_comm_for_set(struct coord_gpu *g, const struct coord_set *set,
+hvd_status cuda_comm_for_set(struct coord_gpu *g, const struct coord_set *set,
                             struct gpu_comm **out) {
   char name[32];
   if (set->id == HVD_PROCESS_SET_GLOBAL)
-    return gpu_comm_get(g, "global", set->rank, set->size, out);
+    return cuda_comm_get(g, "global", set->rank, set->size, out);
   snprintf(name, sizeof(name), "set%u", (unsigned)set->comm_id);
-  return gpu_comm_get(g, name, set->rank, set->size, out);
+  return cuda_comm_get(g, name, set->rank, set->size, out);
 }

@@ -14,14 +14,14 @@
  */
 #include "gpu.h"
 
-bool gpu_hierarchical_applies(const struct coord_gpu *g, const struct coord_set *set) {
+bool cuda_hierarchical_applies(const struct coord_gpu *g, const struct coord_set *set) {
   const struct coord_state *s = g->s;
   const struct net_world *w = s->world;
   return set->id == HVD_PROCESS_SET_GLOBAL && s->cfg.hierarchical_allreduce &&
          w->local_size < s->size && w->local_size * w->cross_size == s->size;
 }
 
-hvd_status gpu_allreduce_hierarchical(struct coord_gpu *g, void *buf, size_t count,
+hvd_status cuda_allreduce_hierarchical(struct coord_gpu *g, void *buf, size_t count,
                                       hvd_dtype dtype, hvd_reduce_op op) {
   struct coord_state *s = g->s;
   struct net_world *w = s->world;
@@ -35,33 +35,33 @@ hvd_status gpu_allreduce_hierarchical(struct coord_gpu *g, void *buf, size_t cou
   ncclRedOp_t nop;
   hvd_status st;
 
-  if (!gpu_nccl_type(dtype, &type) || !gpu_nccl_op(dtype, op, &nop))
+  if (!cuda_nccl_type(dtype, &type) || !cuda_nccl_op(dtype, op, &nop))
     return hvd_error(HVD_ERR_UNSUPPORTED, "NCCL cannot %s %s", hvd_reduce_op_name(op),
                      hvd_dtype_name(dtype));
   snprintf(name, sizeof(name), "local_%s", net_comm_hostname(w->global, s->rank));
-  if ((st = gpu_comm_get(g, name, lr, ls, &local)) != HVD_OK ||
-      (st = gpu_host_buffer(g, mine * esize, (void **)&host)) != HVD_OK)
+  if ((st = cuda_comm_get(g, name, lr, ls, &local)) != HVD_OK ||
+      (st = cuda_host_buffer(g, mine * esize, (void **)&host)) != HVD_OK)
     return st;
 
   /* Within the host: chunk lr to local rank lr, the remainder to local rank 0. */
-  if ((st = gpu_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
+  if ((st = cuda_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
     return st;
   if (chunk > 0)
-    st = gpu_nccl_check(g,
+    st = cuda_nccl_check(g,
                         ncclReduceScatter(b, b + (size_t)lr * chunk * esize, chunk, type, nop,
                                           local->nccl, g->stream),
                         "ncclReduceScatter");
   if (st == HVD_OK && rem > 0)
-    st = gpu_nccl_check(g, ncclReduce(tail, tail, rem, type, nop, 0, local->nccl, g->stream),
+    st = cuda_nccl_check(g, ncclReduce(tail, tail, rem, type, nop, 0, local->nccl, g->stream),
                         "ncclReduce");
   if (st == HVD_OK)
-    st = gpu_nccl_check(g, ncclGroupEnd(), "ncclGroupEnd");
+    st = cuda_nccl_check(g, ncclGroupEnd(), "ncclGroupEnd");
   if (st == HVD_OK)
-    st = gpu_copy_async(g, host, b + (size_t)lr * chunk * esize, chunk * esize, cudaMemcpyDeviceToHost);
+    st = cuda_copy_async(g, host, b + (size_t)lr * chunk * esize, chunk * esize, cudaMemcpyDeviceToHost);
   if (st == HVD_OK && mine > chunk)
-    st = gpu_copy_async(g, host + chunk * esize, tail, rem * esize, cudaMemcpyDeviceToHost);
+    st = cuda_copy_async(g, host + chunk * esize, tail, rem * esize, cudaMemcpyDeviceToHost);
   if (st == HVD_OK)
-    st = gpu_wait(g, local, "hierarchical allreduce: reduce-scatter within the host");
+    st = cuda_wait(g, local, "hierarchical allreduce: reduce-scatter within the host");
   if (st != HVD_OK)
     return st;
 
@@ -71,23 +71,23 @@ hvd_status gpu_allreduce_hierarchical(struct coord_gpu *g, void *buf, size_t cou
     return hvd_error_prefix("hierarchical allreduce across hosts");
 
   /* Within the host again: every rank gets every chunk. */
-  st = gpu_copy_async(g, b + (size_t)lr * chunk * esize, host, chunk * esize, cudaMemcpyHostToDevice);
+  st = cuda_copy_async(g, b + (size_t)lr * chunk * esize, host, chunk * esize, cudaMemcpyHostToDevice);
   if (st == HVD_OK && mine > chunk)
-    st = gpu_copy_async(g, tail, host + chunk * esize, rem * esize, cudaMemcpyHostToDevice);
+    st = cuda_copy_async(g, tail, host + chunk * esize, rem * esize, cudaMemcpyHostToDevice);
   if (st == HVD_OK)
-    st = gpu_nccl_check(g, ncclGroupStart(), "ncclGroupStart");
+    st = cuda_nccl_check(g, ncclGroupStart(), "ncclGroupStart");
   if (st != HVD_OK)
     return st;
   if (chunk > 0)
-    st = gpu_nccl_check(g,
+    st = cuda_nccl_check(g,
                         ncclAllGather(b + (size_t)lr * chunk * esize, b, chunk, type, local->nccl,
                                       g->stream),
                         "ncclAllGather");
   if (st == HVD_OK && rem > 0)
-    st = gpu_nccl_check(g, ncclBroadcast(tail, tail, rem, type, 0, local->nccl, g->stream),
+    st = cuda_nccl_check(g, ncclBroadcast(tail, tail, rem, type, 0, local->nccl, g->stream),
                         "ncclBroadcast");
   if (st == HVD_OK)
-    st = gpu_nccl_check(g, ncclGroupEnd(), "ncclGroupEnd");
-  return st == HVD_OK ? gpu_wait(g, local, "hierarchical allreduce: allgather within the host")
+    st = cuda_nccl_check(g, ncclGroupEnd(), "ncclGroupEnd");
+  return st == HVD_OK ? cuda_wait(g, local, "hierarchical allreduce: allgather within the host")
                       : st;
 }

@@ -215,27 +215,27 @@ static hvd_status scale(void *buf, size_t count, hvd_dtype dtype, double factor,
 
 static bool valid_dtype(hvd_dtype dtype) { return (int)dtype >= 0 && (int)dtype < HVD_DTYPE_COUNT; }
 
-hvd_status gpu_scale(void *buf, size_t count, hvd_dtype dtype, double factor, cudaStream_t stream) {
+hvd_status cuda_scale(void *buf, size_t count, hvd_dtype dtype, double factor, cudaStream_t stream) {
   if (!valid_dtype(dtype))
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "gpu_scale: %d is not a dtype (%s)", (int)dtype,
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "cuda_scale: %d is not a dtype (%s)", (int)dtype,
                      hvd_dtype_name(dtype));
   if (buf == NULL && count > 0)
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "gpu_scale: NULL buffer for %zu %s elements", count,
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "cuda_scale: NULL buffer for %zu %s elements", count,
                      hvd_dtype_name(dtype));
   return scale(buf, count, dtype, factor, stream);
 }
 
-hvd_status gpu_divide(void *buf, size_t count, hvd_dtype dtype, int divisor, cudaStream_t stream) {
+hvd_status cuda_divide(void *buf, size_t count, hvd_dtype dtype, int divisor, cudaStream_t stream) {
   if (!valid_dtype(dtype))
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "gpu_divide: %d is not a dtype (%s)", (int)dtype,
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "cuda_divide: %d is not a dtype (%s)", (int)dtype,
                      hvd_dtype_name(dtype));
   if (dtype == HVD_BOOL)
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "gpu_divide: average is not defined for %s",
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "cuda_divide: average is not defined for %s",
                      hvd_dtype_name(dtype));
   if (divisor < 1)
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "gpu_divide: average over %d ranks", divisor);
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "cuda_divide: average over %d ranks", divisor);
   if (buf == NULL && count > 0)
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "gpu_divide: NULL buffer for %zu %s elements", count,
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "cuda_divide: NULL buffer for %zu %s elements", count,
                      hvd_dtype_name(dtype));
   /* The CPU path's postscale /= n, bit for bit. */
   return scale(buf, count, dtype, 1.0 / divisor, stream);
@@ -337,17 +337,17 @@ static hvd_status launch_copy(const struct copy_batch *b, uint32_t blocks, cudaS
   return HVD_OK;
 }
 
-hvd_status gpu_batched_copy(const struct gpu_copy *copies, size_t n, cudaStream_t stream) {
+hvd_status cuda_batched_copy(const struct gpu_copy *copies, size_t n, cudaStream_t stream) {
   struct copy_batch b = {};
   uint32_t blocks = 0; /* at most GPU_BATCHED_COPY_MAX * COPY_MAX_BLOCKS_PER_REGION */
 
   if (copies == NULL && n > 0)
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "gpu_batched_copy: NULL array of %zu copies", n);
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "cuda_batched_copy: NULL array of %zu copies", n);
   /* Checked before anything is enqueued, so a bad call copies nothing. */
   for (size_t i = 0; i < n; i++)
     if (copies[i].bytes > 0 && (copies[i].src == NULL || copies[i].dst == NULL))
       return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                       "gpu_batched_copy: copy %zu of %zu bytes has a NULL %s", i, copies[i].bytes,
+                       "cuda_batched_copy: copy %zu of %zu bytes has a NULL %s", i, copies[i].bytes,
                        copies[i].src == NULL ? "source" : "destination");
   for (size_t i = 0; i < n; i++) {
     const struct gpu_copy *c = &copies[i];

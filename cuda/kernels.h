@@ -42,22 +42,22 @@ struct gpu_copy {
  * Returns HVD_ERR_INVALID_ARGUMENT for a value that is not a dtype or a NULL
  * buf with count > 0; HVD_ERR_INTERNAL or HVD_ERR_IO if the launch fails.
  */
-hvd_status gpu_scale(void *buf, size_t count, hvd_dtype dtype, double factor, cudaStream_t stream);
+hvd_status cuda_scale(void *buf, size_t count, hvd_dtype dtype, double factor, cudaStream_t stream);
 
 /*
  * Finishes HVD_AVERAGE over divisor ranks in place: exactly what the CPU path
- * does, i.e. gpu_scale by 1.0 / divisor (integers: multiplied by that double
+ * does, i.e. cuda_scale by 1.0 / divisor (integers: multiplied by that double
  * and truncated toward zero, which is not always integer division: 49 / 49
  * gives 0). A caller that also has a postscale p must call
- * gpu_scale(p / divisor) instead of both, as ops_allreduce folds them.
+ * cuda_scale(p / divisor) instead of both, as ops_allreduce folds them.
  * divisor 1 or count 0 enqueues nothing.
  * Returns HVD_ERR_INVALID_ARGUMENT for divisor < 1, bool (average is not
  * defined for it), a value that is not a dtype or a NULL buf with count > 0;
  * HVD_ERR_INTERNAL or HVD_ERR_IO if the launch fails.
  */
-hvd_status gpu_divide(void *buf, size_t count, hvd_dtype dtype, int divisor, cudaStream_t stream);
+hvd_status cuda_divide(void *buf, size_t count, hvd_dtype dtype, int divisor, cudaStream_t stream);
 
-/* Regions per launch of gpu_batched_copy (its descriptors fill under the
+/* Regions per launch of cuda_batched_copy (its descriptors fill under the
  * 4 KiB of kernel parameters every CUDA version accepts). */
 #define GPU_BATCHED_COPY_MAX 128
 
@@ -74,7 +74,7 @@ hvd_status gpu_divide(void *buf, size_t count, hvd_dtype dtype, int divisor, cud
  * with n > 0 or a NULL pointer in a non-empty region; HVD_ERR_INTERNAL or
  * HVD_ERR_IO if a launch fails (earlier batches stay enqueued).
  */
-hvd_status gpu_batched_copy(const struct gpu_copy *copies, size_t n, cudaStream_t stream);
+hvd_status cuda_batched_copy(const struct gpu_copy *copies, size_t n, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,12 @@
 /*
  * The common layer: status messages, logging, environment parsing, clocks,
  * buffers and a string map. Every other module builds on it; it uses libc only.
+ *
+ * Names: every function, variable or type that one file shares with
+ * another carries its module's prefix: hvd_ (common, and the public API in
+ * hvd.h), rdzv_ (rendezvous), net_ (transport), ops_, coord_, cuda_. Only
+ * hvd_ symbols leave libhvd.so (-fvisibility=hidden, HVD_API); ctest
+ * symbols.prefixes checks both rules on every build.
  */
 #ifndef HVD_COMMON_H
 #define HVD_COMMON_H

@@ -42,7 +42,7 @@ static hvd_status set_put(struct coord_controller *c, int id, const int32_t *ran
   return HVD_OK;
 }
 
-int ctl_set_rank(const struct ctl_set *set, int rank) {
+int coord_ctl_set_rank(const struct ctl_set *set, int rank) {
   int lo = 0, hi = set->size - 1;
   while (lo <= hi) {
     int mid = lo + (hi - lo) / 2;
@@ -91,7 +91,7 @@ hvd_status coord_controller_create(struct coord_state *s, struct coord_controlle
   return HVD_OK;
 }
 
-void ctl_pending_destroy(struct pending *p) {
+void coord_ctl_pending_destroy(struct pending *p) {
   if (p == NULL)
     return;
   coord_request_fini(&p->first);
@@ -112,18 +112,18 @@ void coord_controller_destroy(struct coord_controller *c) {
     return;
   while (c->head != NULL) {
     struct pending *p = c->head;
-    ctl_unlink(c, p);
-    ctl_pending_destroy(p);
+    coord_ctl_unlink(c, p);
+    coord_ctl_pending_destroy(p);
   }
   while (c->ready_head != NULL) {
     struct pending *p = c->ready_head;
     c->ready_head = p->next_ready;
-    ctl_pending_destroy(p);
+    coord_ctl_pending_destroy(p);
   }
   while (hvd_map_iter_next(&c->groups, &it, &key, &klen, &value)) {
     struct group_wait *g = value;
     for (int i = 0; i < g->count; i++)
-      ctl_pending_destroy(g->members[i]);
+      coord_ctl_pending_destroy(g->members[i]);
     free(g->members);
     free(g);
   }
@@ -144,7 +144,7 @@ static size_t pending_key(const struct pending *p, char *key, size_t size) {
   return coord_key(key, size, p->first.set, p->first.name, p->first.name_len);
 }
 
-void ctl_unlink(struct coord_controller *c, struct pending *p) {
+void coord_ctl_unlink(struct coord_controller *c, struct pending *p) {
   char key[COORD_KEY_MAX];
 
   if (!p->in_table)
@@ -163,7 +163,7 @@ void ctl_unlink(struct coord_controller *c, struct pending *p) {
   c->npending--;
 }
 
-size_t ctl_pending_bytes(const struct pending *p) {
+size_t coord_ctl_pending_bytes(const struct pending *p) {
   int64_t n = 0;
   size_t esize = hvd_dtype_size(p->first.dtype);
 
@@ -176,7 +176,7 @@ size_t ctl_pending_bytes(const struct pending *p) {
   return (size_t)n * esize;
 }
 
-void ctl_push_ready(struct coord_controller *c, struct pending *p) {
+void coord_ctl_push_ready(struct coord_controller *c, struct pending *p) {
   p->next_ready = NULL;
   if (c->ready_tail != NULL)
     c->ready_tail->next_ready = p;
@@ -185,7 +185,7 @@ void ctl_push_ready(struct coord_controller *c, struct pending *p) {
   c->ready_tail = p;
   if (c->nready++ == 0)
     c->oldest_ready_ns = hvd_now_ns();
-  c->ready_bytes += ctl_pending_bytes(p);
+  c->ready_bytes += coord_ctl_pending_bytes(p);
 }
 
 /* A ready operation goes to the FIFO, or waits for the rest of its group. */
@@ -194,11 +194,11 @@ static void make_ready(struct coord_controller *c, struct pending *p) {
   size_t klen;
   struct group_wait *g;
 
-  ctl_unlink(c, p);
+  coord_ctl_unlink(c, p);
   if (c->s->timeline != NULL) /* negotiated: waits for its turn to run */
     coord_timeline_begin(c->s->timeline, p->first.name, "QUEUE");
   if (p->first.group_size == 0) {
-    ctl_push_ready(c, p);
+    coord_ctl_push_ready(c, p);
     return;
   }
   klen = coord_key(key, sizeof(key), p->first.set, p->first.group, p->first.group_len);
@@ -212,7 +212,7 @@ static void make_ready(struct coord_controller *c, struct pending *p) {
       if (g != NULL)
         free(g->members);
       free(g);
-      ctl_push_ready(c, p);
+      coord_ctl_push_ready(c, p);
       return;
     }
     g->size = (int)p->first.group_size;
@@ -222,12 +222,12 @@ static void make_ready(struct coord_controller *c, struct pending *p) {
     return;
   hvd_map_remove(&c->groups, key, klen);
   for (int i = 0; i < g->count; i++)
-    ctl_push_ready(c, g->members[i]);
+    coord_ctl_push_ready(c, g->members[i]);
   free(g->members);
   free(g);
 }
 
-bool ctl_is_ready(const struct coord_controller *c, const struct pending *p) {
+bool coord_ctl_is_ready(const struct coord_controller *c, const struct pending *p) {
   const struct ctl_set *set;
 
   if (c->njoined == 0)
@@ -260,7 +260,7 @@ static void fail_now(struct coord_controller *c, struct coord_request *req, uint
            why);
   p->error = hvd_strndup(msg, strlen(msg));
   p->error_status = status;
-  ctl_push_ready(c, p);
+  coord_ctl_push_ready(c, p);
 }
 
 /* Keeps a submission's inline input, or marks the operation as one that
@@ -304,7 +304,7 @@ static bool same_params(const struct coord_request *a, const struct coord_reques
   return true;
 }
 
-void ctl_retire(struct coord_controller *c, int bit) {
+void coord_ctl_retire(struct coord_controller *c, int bit) {
   if (c->nretired == c->retired_cap) {
     uint32_t cap = c->retired_cap ? 2 * c->retired_cap : 16;
     int32_t *grown = realloc(c->retired, cap * sizeof(*grown));
@@ -329,7 +329,7 @@ static void submit_join(struct coord_controller *c, struct coord_request *req) {
   /* Operations that only waited for this rank are ready now. */
   for (struct pending *p = c->head; p != NULL;) {
     struct pending *next = p->next;
-    if (ctl_is_ready(c, p))
+    if (coord_ctl_is_ready(c, p))
       make_ready(c, p);
     p = next;
   }
@@ -357,7 +357,7 @@ void coord_controller_submit(struct coord_controller *c, struct coord_request *r
     return;
   }
   set = &c->sets[req->set];
-  srank = ctl_set_rank(set, req->rank);
+  srank = coord_ctl_set_rank(set, req->rank);
   rank = req->rank;
   if (!coord_shape_elements(req->shape, req->ndims, &elements))
     elements = 0;
@@ -371,7 +371,7 @@ void coord_controller_submit(struct coord_controller *c, struct coord_request *r
     int bit = coord_cache_find(&s->cache, req->set, req->name, req->name_len);
     const struct coord_cache_entry *e = coord_cache_entry(&s->cache, bit);
     if (e != NULL && e->state == COORD_CACHE_ACTIVE && e->have_req && !same_params(&e->req, req))
-      ctl_retire(c, bit);
+      coord_ctl_retire(c, bit);
   }
   klen = coord_key(key, sizeof(key), req->set, req->name, req->name_len);
   p = hvd_map_get(&c->table, key, klen);
@@ -380,7 +380,7 @@ void coord_controller_submit(struct coord_controller *c, struct coord_request *r
     if (p == NULL || (p->submitted = calloc((size_t)set->size / 8 + 1, 1)) == NULL ||
         (req->type == COORD_ALLGATHER &&
          (p->elements = calloc((size_t)set->size, sizeof(*p->elements))) == NULL)) {
-      ctl_pending_destroy(p);
+      coord_ctl_pending_destroy(p);
       coord_request_fini(req);
       HVD_LOG_ERROR("out of memory in the coordinator: dropping '%s'", req->name);
       return;
@@ -391,7 +391,7 @@ void coord_controller_submit(struct coord_controller *c, struct coord_request *r
     p->set_size = set->size;
     p->first_ns = hvd_now_ns();
     if (hvd_map_put(&c->table, key, klen, p, NULL) != HVD_OK) {
-      ctl_pending_destroy(p);
+      coord_ctl_pending_destroy(p);
       HVD_LOG_ERROR("out of memory in the coordinator: dropping an operation");
       return;
     }
@@ -441,7 +441,7 @@ void coord_controller_submit(struct coord_controller *c, struct coord_request *r
     coord_timeline_mark(s->timeline, p->first.name, what);
   }
   coord_request_fini(req);
-  if (ctl_is_ready(c, p))
+  if (coord_ctl_is_ready(c, p))
     make_ready(c, p);
 }
 
@@ -472,7 +472,7 @@ static hvd_status submit_hit(struct coord_controller *c, int rank, uint64_t ack,
   }
   if (req.type == COORD_ALLGATHER) {
     const struct ctl_set *set = &c->sets[req.set];
-    int srank = req.set < c->nsets && set->used ? ctl_set_rank(set, rank) : -1;
+    int srank = req.set < c->nsets && set->used ? coord_ctl_set_rank(set, rank) : -1;
     int64_t row = 1;
     coord_shape_elements(req.shape + 1, req.ndims - 1, &row);
     if (srank < 0 || (uint32_t)srank >= e->resp.ncounts || row <= 0) {
@@ -546,8 +546,8 @@ void coord_controller_fail_set(struct coord_controller *c, int set, const char *
         p->error = hvd_strndup(msg, strlen(msg));
         p->error_status = HVD_ERR_ABORTED;
       }
-      ctl_unlink(c, p);
-      ctl_push_ready(c, p);
+      coord_ctl_unlink(c, p);
+      coord_ctl_push_ready(c, p);
     }
     p = next;
   }
@@ -557,18 +557,18 @@ void coord_controller_fail_set(struct coord_controller *c, int set, const char *
       continue;
     hvd_map_iter_remove(&c->groups, &it);
     for (int i = 0; i < g->count; i++)
-      ctl_push_ready(c, g->members[i]);
+      coord_ctl_push_ready(c, g->members[i]);
     free(g->members);
     free(g);
   }
 }
 
 /* Records a set registered or removed by a response being built. */
-hvd_status ctl_set_added(struct coord_controller *c, int id, const int32_t *ranks, int n) {
+hvd_status coord_ctl_set_added(struct coord_controller *c, int id, const int32_t *ranks, int n) {
   return set_put(c, id, ranks, n);
 }
 
-void ctl_set_removed(struct coord_controller *c, int id) {
+void coord_ctl_set_removed(struct coord_controller *c, int id) {
   if (id > 0 && id < c->nsets) {
     free(c->sets[id].ranks);
     memset(&c->sets[id], 0, sizeof(c->sets[id]));

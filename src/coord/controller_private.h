@@ -73,20 +73,20 @@ struct coord_controller {
 };
 
 /* Sizes a pending response moves, for fusion. */
-size_t ctl_pending_bytes(const struct pending *p);
+size_t coord_ctl_pending_bytes(const struct pending *p);
 /* The set rank of a global rank, -1 if not a member. */
-int ctl_set_rank(const struct ctl_set *set, int rank);
+int coord_ctl_set_rank(const struct ctl_set *set, int rank);
 /* Queues a cache bit for the next list's retired list. */
-void ctl_retire(struct coord_controller *c, int bit);
+void coord_ctl_retire(struct coord_controller *c, int bit);
 /* Whether every non-joined member has submitted. */
-bool ctl_is_ready(const struct coord_controller *c, const struct pending *p);
+bool coord_ctl_is_ready(const struct coord_controller *c, const struct pending *p);
 /* Appends p to the ready FIFO. */
-void ctl_push_ready(struct coord_controller *c, struct pending *p);
+void coord_ctl_push_ready(struct coord_controller *c, struct pending *p);
 /* Removes p from the table (not from the ready list). */
-void ctl_unlink(struct coord_controller *c, struct pending *p);
-void ctl_pending_destroy(struct pending *p);
+void coord_ctl_unlink(struct coord_controller *c, struct pending *p);
+void coord_ctl_pending_destroy(struct pending *p);
 /* The coordinator's copy of the registry, changed as responses are built. */
-hvd_status ctl_set_added(struct coord_controller *c, int id, const int32_t *ranks, int n);
-void ctl_set_removed(struct coord_controller *c, int id);
+hvd_status coord_ctl_set_added(struct coord_controller *c, int id, const int32_t *ranks, int n);
+void coord_ctl_set_removed(struct coord_controller *c, int id);
 
 #endif

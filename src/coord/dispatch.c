@@ -159,7 +159,7 @@ static hvd_status build_single(struct coord_controller *c, struct pending *p,
     }
     while (id < c->nsets && c->sets[id].used)
       id++;
-    if (ctl_set_added(c, id, q->ranks, (int)q->nranks) != HVD_OK)
+    if (coord_ctl_set_added(c, id, q->ranks, (int)q->nranks) != HVD_OK)
       return hvd_error_status();
     r->new_set = id;
     r->ranks = malloc(q->nranks * sizeof(*r->ranks));
@@ -176,7 +176,7 @@ static hvd_status build_single(struct coord_controller *c, struct pending *p,
       return error_response(r, HVD_ERR_INVALID_ARGUMENT, msg);
     }
     r->new_set = q->root;
-    ctl_set_removed(c, q->root);
+    coord_ctl_set_removed(c, q->root);
     break;
   default:
     break;
@@ -219,11 +219,11 @@ static void assign_bit(struct coord_controller *c, const struct pending *p,
       r->bits[0] = bit;
       return;
     }
-    ctl_retire(c, bit);
+    coord_ctl_retire(c, bit);
   }
   bit = coord_cache_take_bit(cache, min_ack(c), c->next_seq, &evicted);
   if (evicted >= 0)
-    ctl_retire(c, evicted);
+    coord_ctl_retire(c, evicted);
   if (bit >= 0 && coord_cache_put(cache, bit, r, &p->first, c->next_seq) == HVD_OK)
     r->bits[0] = bit;
 }
@@ -241,7 +241,7 @@ static void retire_set(struct coord_controller *c, int set) {
   struct coord_cache *cache = &c->s->cache;
   for (size_t i = 0; i < cache->nentries; i++) {
     if (cache->entries[i].state == COORD_CACHE_ACTIVE && cache->entries[i].resp.set == set)
-      ctl_retire(c, (int)i);
+      coord_ctl_retire(c, (int)i);
   }
 }
 
@@ -292,7 +292,7 @@ bool coord_controller_next(struct coord_controller *c, int64_t now, struct coord
       coord_controller_fail_set(c, p->first.root, why);
       retire_set(c, p->first.root);
       p->prepared = true;
-      ctl_push_ready(c, p);
+      coord_ctl_push_ready(c, p);
       continue;
     }
     if (n == cap) {
@@ -302,18 +302,18 @@ bool coord_controller_next(struct coord_controller *c, int64_t now, struct coord
       if (gs != NULL)
         singles = gs;
       if (gb == NULL) {
-        ctl_pending_destroy(p);
+        coord_ctl_pending_destroy(p);
         st = hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response list");
         goto out;
       }
       bytes = gb;
       cap = ncap;
     }
-    bytes[n] = ctl_pending_bytes(p);
+    bytes[n] = coord_ctl_pending_bytes(p);
     st = build_single(c, p, &singles[n]);
     if (st == HVD_OK)
       assign_bit(c, p, &singles[n]);
-    ctl_pending_destroy(p);
+    coord_ctl_pending_destroy(p);
     if (st != HVD_OK) {
       coord_response_fini(&singles[n]);
       goto out;

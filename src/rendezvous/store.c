@@ -78,7 +78,7 @@ hvd_status rdzv_store_create(const struct rdzv_store_limits *limits, rdzv_fire_c
     free(s);
     return hvd_error(HVD_ERR_IO, "rendezvous store: cannot create a lock: %s", strerror(rc));
   }
-  if (store_wait_start(s) != HVD_OK) {
+  if (rdzv_store_wait_start(s) != HVD_OK) {
     hvd_status st = hvd_error_status();
     rdzv_store_destroy(s);
     return st;
@@ -96,8 +96,8 @@ hvd_status rdzv_store_close(struct rdzv_store *s) {
   s->closing = true;
   s->stop_thread = true; /* the deadline thread leaves once it is not delivering */
   pthread_cond_signal(&s->deadline_cond);
-  store_wait_cancel_all(s, &fired);
-  store_unlock_deliver(s, fired);
+  rdzv_store_wait_cancel_all(s, &fired);
+  rdzv_store_unlock_deliver(s, fired);
   /* Whoever is still handing out waiters (a writer, the deadline thread)
    * must finish before the store may go; a callback that blocks for good
    * leaves it allocated rather than freed under that thread. */
@@ -112,11 +112,11 @@ hvd_status rdzv_store_close(struct rdzv_store *s) {
                      "rendezvous store: %u thread(s) still handing out finished waiters after "
                      "%d ms; the store is left allocated",
                      busy, CLOSE_DRAIN_MS);
-  store_wait_stop(s);
+  rdzv_store_wait_stop(s);
   return HVD_OK;
 }
 
-bool store_fits(struct rdzv_store *s, size_t bytes, size_t freed) {
+bool rdzv_store_fits(struct rdzv_store *s, size_t bytes, size_t freed) {
   size_t used = s->bytes - freed + rdzv_ledger_bytes(s->held);
   return used <= s->limits.max_total_bytes && bytes <= s->limits.max_total_bytes - used;
 }
@@ -176,16 +176,16 @@ void rdzv_store_destroy(struct rdzv_store *s) {
 
 /* ---- scopes (called with the lock held) ---------------------------------- */
 
-struct rdzv_scope *store_find_scope(struct rdzv_store *s, const char *name, size_t len) {
+struct rdzv_scope *rdzv_store_find_scope(struct rdzv_store *s, const char *name, size_t len) {
   return hvd_map_get(&s->scopes, name, len);
 }
 
-struct rdzv_scope *store_get_scope(struct rdzv_store *s, const char *name, size_t len) {
-  struct rdzv_scope *scope = store_find_scope(s, name, len);
+struct rdzv_scope *rdzv_store_get_scope(struct rdzv_store *s, const char *name, size_t len) {
+  struct rdzv_scope *scope = rdzv_store_find_scope(s, name, len);
 
   if (scope != NULL)
     return scope;
-  if (!store_fits(s, SCOPE_OVERHEAD + len, 0)) {
+  if (!rdzv_store_fits(s, SCOPE_OVERHEAD + len, 0)) {
     hvd_error(HVD_ERR_TOO_LARGE, "the store is full (%zu of %zu bytes used)",
               s->bytes + rdzv_ledger_bytes(s->held), s->limits.max_total_bytes);
     return NULL;
@@ -208,7 +208,7 @@ struct rdzv_scope *store_get_scope(struct rdzv_store *s, const char *name, size_
   return scope;
 }
 
-void store_maybe_drop_scope(struct rdzv_store *s, struct rdzv_scope *scope) {
+void rdzv_store_maybe_drop_scope(struct rdzv_store *s, struct rdzv_scope *scope) {
   if (scope->items.count > 0 || scope->finished.count > 0 || scope->key_waiters != NULL ||
       scope->count_waiters != NULL)
     return;
@@ -241,7 +241,7 @@ static int sort_item_cmp(const void *a, const void *b) {
   return rdzv_key_compare(x->key, x->key_len, y->key, y->key_len);
 }
 
-hvd_status store_scope_snapshot(struct rdzv_store *s, struct rdzv_scope *scope,
+hvd_status rdzv_store_scope_snapshot(struct rdzv_store *s, struct rdzv_scope *scope,
                                 struct rdzv_blob **out) {
   struct hvd_map_iter it = {0};
   struct sort_item *items = NULL;
@@ -277,7 +277,7 @@ hvd_status store_scope_snapshot(struct rdzv_store *s, struct rdzv_scope *scope,
   for (size_t i = 0; i < n && st == HVD_OK; i++)
     st = rdzv_scope_encode_entry(&body, items[i].key, items[i].key_len, items[i].value->data,
                                  items[i].value->len);
-  if (st == HVD_OK && !store_fits(s, body.len, 0))
+  if (st == HVD_OK && !rdzv_store_fits(s, body.len, 0))
     st = hvd_error(HVD_ERR_TOO_LARGE,
                    "the store is full: %zu of %zu bytes used, a body of %zu bytes for scope "
                    "'%s' does not fit",
@@ -352,7 +352,7 @@ hvd_status rdzv_store_get(struct rdzv_store *s, const char *scope, size_t scope_
   if (st != HVD_OK)
     return st;
   pthread_mutex_lock(&s->mu);
-  sc = store_find_scope(s, scope, scope_len);
+  sc = rdzv_store_find_scope(s, scope, scope_len);
   if (sc != NULL)
     value = rdzv_blob_ref(hvd_map_get(&sc->items, key, key_len));
   pthread_mutex_unlock(&s->mu);
@@ -371,7 +371,7 @@ static hvd_status put_locked(struct rdzv_store *s, struct rdzv_scope *scope, con
   size_t new_cost = entry_cost(key_len, len);
   struct rdzv_blob *blob;
 
-  if (!store_fits(s, new_cost, old_cost))
+  if (!rdzv_store_fits(s, new_cost, old_cost))
     return hvd_error(HVD_ERR_TOO_LARGE,
                      "the store is full: %zu of %zu bytes used, storing %zu more does not fit",
                      s->bytes + rdzv_ledger_bytes(s->held), s->limits.max_total_bytes, len);
@@ -409,7 +409,7 @@ hvd_status rdzv_store_set(struct rdzv_store *s, const char *scope, size_t scope_
     return hvd_error(HVD_ERR_TOO_LARGE, "value of %zu bytes exceeds the limit of %zu bytes", len,
                      s->limits.max_value_bytes);
   pthread_mutex_lock(&s->mu);
-  sc = store_get_scope(s, scope, scope_len);
+  sc = rdzv_store_get_scope(s, scope, scope_len);
   if (sc == NULL) {
     st = hvd_error_status();
     goto out;
@@ -421,16 +421,16 @@ hvd_status rdzv_store_set(struct rdzv_store *s, const char *scope, size_t scope_
       *current = rdzv_blob_ref(old);
     st = hvd_error(HVD_ERR_CONFLICT, "'%.*s/%.*s' %s", (int)scope_len, scope, (int)key_len, key,
                    old == NULL ? "does not exist" : "has another version");
-    store_maybe_drop_scope(s, sc);
+    rdzv_store_maybe_drop_scope(s, sc);
     goto out;
   }
   st = put_locked(s, sc, key, key_len, data, len, old, &new_version);
   if (st == HVD_OK)
-    store_wait_check(s, sc, key, key_len, &fired);
+    rdzv_store_wait_check(s, sc, key, key_len, &fired);
   else
-    store_maybe_drop_scope(s, sc);
+    rdzv_store_maybe_drop_scope(s, sc);
 out:
-  store_unlock_deliver(s, fired);
+  rdzv_store_unlock_deliver(s, fired);
   if (st == HVD_OK && version != NULL)
     *version = new_version;
   return st;
@@ -451,7 +451,7 @@ hvd_status rdzv_store_add(struct rdzv_store *s, const char *scope, size_t scope_
   if (st != HVD_OK)
     return st;
   pthread_mutex_lock(&s->mu);
-  sc = store_get_scope(s, scope, scope_len);
+  sc = rdzv_store_get_scope(s, scope, scope_len);
   if (sc == NULL) {
     st = hvd_error_status();
     goto out;
@@ -472,11 +472,11 @@ hvd_status rdzv_store_add(struct rdzv_store *s, const char *scope, size_t scope_
   n = snprintf(text, sizeof(text), "%lld", (long long)current);
   st = put_locked(s, sc, key, key_len, text, (size_t)n, old, &new_version);
   if (st == HVD_OK)
-    store_wait_check(s, sc, key, key_len, &fired);
+    rdzv_store_wait_check(s, sc, key, key_len, &fired);
 out:
   if (sc != NULL && st != HVD_OK)
-    store_maybe_drop_scope(s, sc);
-  store_unlock_deliver(s, fired);
+    rdzv_store_maybe_drop_scope(s, sc);
+  rdzv_store_unlock_deliver(s, fired);
   if (st == HVD_OK) {
     *result = current;
     if (version != NULL)
@@ -509,7 +509,7 @@ hvd_status rdzv_store_delete(struct rdzv_store *s, const char *scope, size_t sco
   pthread_mutex_lock(&s->mu);
   size = planned_size(s, scope, scope_len);
   if (size > 0 && is_rank_key(key, key_len, size)) {
-    sc = store_get_scope(s, scope, scope_len);
+    sc = rdzv_store_get_scope(s, scope, scope_len);
     if (sc == NULL) {
       st = hvd_error_status();
     } else if (hvd_map_get(&sc->finished, key, key_len) == NULL) {
@@ -523,7 +523,7 @@ hvd_status rdzv_store_delete(struct rdzv_store *s, const char *scope, size_t sco
       }
     }
   } else {
-    sc = store_find_scope(s, scope, scope_len);
+    sc = rdzv_store_find_scope(s, scope, scope_len);
     struct rdzv_blob *old = sc != NULL ? hvd_map_remove(&sc->items, key, key_len) : NULL;
     if (old != NULL) {
       size_t cost = entry_cost(key_len, old->len);
@@ -536,7 +536,7 @@ hvd_status rdzv_store_delete(struct rdzv_store *s, const char *scope, size_t sco
     }
   }
   if (sc != NULL)
-    store_maybe_drop_scope(s, sc);
+    rdzv_store_maybe_drop_scope(s, sc);
   pthread_mutex_unlock(&s->mu);
   return st;
 }
@@ -548,10 +548,10 @@ hvd_status rdzv_store_delete_scope(struct rdzv_store *s, const char *scope, size
   if (st != HVD_OK)
     return st;
   pthread_mutex_lock(&s->mu);
-  sc = store_find_scope(s, scope, scope_len);
+  sc = rdzv_store_find_scope(s, scope, scope_len);
   if (sc != NULL) {
     clear_scope(s, sc);
-    store_maybe_drop_scope(s, sc);
+    rdzv_store_maybe_drop_scope(s, sc);
   }
   pthread_mutex_unlock(&s->mu);
   return HVD_OK;
@@ -565,14 +565,14 @@ hvd_status rdzv_store_snapshot(struct rdzv_store *s, const char *scope, size_t s
   if (st != HVD_OK)
     return st;
   pthread_mutex_lock(&s->mu);
-  sc = store_find_scope(s, scope, scope_len);
+  sc = rdzv_store_find_scope(s, scope, scope_len);
   if (sc == NULL) {
     *out = rdzv_blob_create(NULL, 0, s->version);
     *count = 0;
     if (*out == NULL)
       st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate an empty scope body");
   } else {
-    st = store_scope_snapshot(s, sc, out);
+    st = rdzv_store_scope_snapshot(s, sc, out);
     if (st == HVD_OK)
       *count = sc->snapshot_count;
   }
@@ -595,7 +595,7 @@ hvd_status rdzv_store_reserve(struct rdzv_store *s, size_t bytes) {
   hvd_status st = HVD_OK;
 
   pthread_mutex_lock(&s->mu);
-  if (store_fits(s, bytes, 0))
+  if (rdzv_store_fits(s, bytes, 0))
     rdzv_ledger_charge(s->held, bytes);
   else
     st = hvd_error(HVD_ERR_TOO_LARGE,

@@ -55,23 +55,23 @@ struct rdzv_store {
 
 /* store.c */
 /* Whether adding bytes (after freeing freed) stays within the limit. */
-bool store_fits(struct rdzv_store *s, size_t bytes, size_t freed);
-struct rdzv_scope *store_find_scope(struct rdzv_store *s, const char *name, size_t len);
-struct rdzv_scope *store_get_scope(struct rdzv_store *s, const char *name, size_t len);
-void store_maybe_drop_scope(struct rdzv_store *s, struct rdzv_scope *scope);
-hvd_status store_scope_snapshot(struct rdzv_store *s, struct rdzv_scope *scope,
+bool rdzv_store_fits(struct rdzv_store *s, size_t bytes, size_t freed);
+struct rdzv_scope *rdzv_store_find_scope(struct rdzv_store *s, const char *name, size_t len);
+struct rdzv_scope *rdzv_store_get_scope(struct rdzv_store *s, const char *name, size_t len);
+void rdzv_store_maybe_drop_scope(struct rdzv_store *s, struct rdzv_scope *scope);
+hvd_status rdzv_store_scope_snapshot(struct rdzv_store *s, struct rdzv_scope *scope,
                                 struct rdzv_blob **out);
 
 /* store_wait.c */
-hvd_status store_wait_start(struct rdzv_store *s);
-void store_wait_stop(struct rdzv_store *s);
+hvd_status rdzv_store_wait_start(struct rdzv_store *s);
+void rdzv_store_wait_stop(struct rdzv_store *s);
 /* Detaches the waiters that a write of key made ready onto *fired. */
-void store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, const char *key,
+void rdzv_store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, const char *key,
                       size_t key_len, struct rdzv_waiter **fired);
 /* Releases the lock, then hands fired waiters to the fire callback. Closing
  * waits for every such delivery, so none can outlive rdzv_store_close. */
-void store_unlock_deliver(struct rdzv_store *s, struct rdzv_waiter *fired);
+void rdzv_store_unlock_deliver(struct rdzv_store *s, struct rdzv_waiter *fired);
 /* Detaches every pending waiter as cancelled onto *fired. */
-void store_wait_cancel_all(struct rdzv_store *s, struct rdzv_waiter **fired);
+void rdzv_store_wait_cancel_all(struct rdzv_store *s, struct rdzv_waiter **fired);
 
 #endif

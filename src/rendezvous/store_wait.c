@@ -122,13 +122,13 @@ static bool try_ready(struct rdzv_store *s, struct rdzv_scope *scope, struct rdz
     w->count = 0;
     return w->value != NULL;
   }
-  if (store_scope_snapshot(s, scope, &w->value) != HVD_OK)
+  if (rdzv_store_scope_snapshot(s, scope, &w->value) != HVD_OK)
     return false; /* out of memory: let it time out rather than lie */
   w->count = scope->snapshot_count;
   return true;
 }
 
-void store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, const char *key,
+void rdzv_store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, const char *key,
                       size_t key_len, struct rdzv_waiter **fired) {
   struct rdzv_waiter *w, *next;
   size_t bound = SIZE_MAX;
@@ -152,16 +152,16 @@ void store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, const char
   scope->min_count_bound = bound;
 }
 
-void store_wait_cancel_all(struct rdzv_store *s, struct rdzv_waiter **fired) {
+void rdzv_store_wait_cancel_all(struct rdzv_store *s, struct rdzv_waiter **fired) {
   while (s->heap_len > 0) {
     struct rdzv_waiter *w = s->heap[0];
     struct rdzv_scope *scope = w->scope_obj;
     detach(s, w, RDZV_WAIT_CANCELLED, fired);
-    store_maybe_drop_scope(s, scope);
+    rdzv_store_maybe_drop_scope(s, scope);
   }
 }
 
-void store_unlock_deliver(struct rdzv_store *s, struct rdzv_waiter *fired) {
+void rdzv_store_unlock_deliver(struct rdzv_store *s, struct rdzv_waiter *fired) {
   if (fired == NULL) {
     pthread_mutex_unlock(&s->mu);
     return;
@@ -196,17 +196,17 @@ hvd_status rdzv_store_wait(struct rdzv_store *s, struct rdzv_waiter *w, rdzv_par
   w->prev = w->next = w->fired_next = NULL;
   w->scope_obj = NULL;
   w->abandoned = false;
-  scope = store_find_scope(s, w->scope, w->scope_len);
+  scope = rdzv_store_find_scope(s, w->scope, w->scope_len);
   if (s->closing) {
     w->result = RDZV_WAIT_CANCELLED;
   } else if (try_ready(s, scope, w)) {
     w->result = RDZV_WAIT_READY;
   } else if (w->deadline_ns <= hvd_now_ns()) {
     w->result = RDZV_WAIT_TIMEOUT;
-  } else if ((scope = store_get_scope(s, w->scope, w->scope_len)) == NULL) {
+  } else if ((scope = rdzv_store_get_scope(s, w->scope, w->scope_len)) == NULL) {
     st = hvd_error_status();
   } else if ((st = heap_push(s, w)) != HVD_OK) {
-    store_maybe_drop_scope(s, scope);
+    rdzv_store_maybe_drop_scope(s, scope);
   } else {
     struct rdzv_waiter **list = list_of(scope, w);
     w->scope_obj = scope;
@@ -258,16 +258,16 @@ static void *deadline_main(void *arg) {
       struct rdzv_waiter *w = s->heap[0];
       struct rdzv_scope *scope = w->scope_obj;
       detach(s, w, w->abandoned ? RDZV_WAIT_ABANDONED : RDZV_WAIT_TIMEOUT, &fired);
-      store_maybe_drop_scope(s, scope);
+      rdzv_store_maybe_drop_scope(s, scope);
     }
-    store_unlock_deliver(s, fired);
+    rdzv_store_unlock_deliver(s, fired);
     pthread_mutex_lock(&s->mu);
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;
 }
 
-hvd_status store_wait_start(struct rdzv_store *s) {
+hvd_status rdzv_store_wait_start(struct rdzv_store *s) {
   int rc = pthread_create(&s->deadline_thread, NULL, deadline_main, s);
   if (rc != 0)
     return hvd_error(HVD_ERR_IO, "rendezvous store: cannot start its deadline thread: %s",
@@ -276,7 +276,7 @@ hvd_status store_wait_start(struct rdzv_store *s) {
   return HVD_OK;
 }
 
-void store_wait_stop(struct rdzv_store *s) {
+void rdzv_store_wait_stop(struct rdzv_store *s) {
   if (!s->deadline_thread_started)
     return;
   pthread_mutex_lock(&s->mu);

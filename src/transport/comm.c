@@ -244,7 +244,7 @@ void net_comm_destroy(struct net_comm *comm) {
     return;
   if (comm->conns != NULL) {
     for (int i = 0; i < comm->size; i++) {
-      conn_close(&comm->conns[i]);
+      net_conn_close(&comm->conns[i]);
       free(comm->conns[i].fail_msg);
     }
   }

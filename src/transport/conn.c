@@ -29,7 +29,7 @@
 
 enum { BACKOFF_FIRST_MS = 10, BACKOFF_MAX_MS = 1000, CONNECT_ATTEMPT_MS = 2000 };
 
-void conn_start_tx(struct net_comm *comm, struct net_conn *c) {
+void net_conn_start_tx(struct net_comm *comm, struct net_conn *c) {
   struct net_ctx *ctx = comm->ctx;
   struct net_hello h;
 
@@ -55,7 +55,7 @@ void conn_start_tx(struct net_comm *comm, struct net_conn *c) {
   c->backoff_ms = BACKOFF_FIRST_MS;
 }
 
-short conn_tx_events(const struct net_conn *c) {
+short net_conn_tx_events(const struct net_conn *c) {
   switch (c->tx) {
   case TX_CONNECTING: return c->tx_fd >= 0 ? POLLOUT : 0;
   case TX_HELLO: return POLLOUT;
@@ -64,15 +64,15 @@ short conn_tx_events(const struct net_conn *c) {
   }
 }
 
-void conn_claim_rx(struct net_comm *comm, struct net_conn *c, bool *progressed) {
+void net_conn_claim_rx(struct net_comm *comm, struct net_conn *c, bool *progressed) {
   if (c->rx_fd >= 0)
     return;
-  c->rx_fd = ctx_claim(comm->ctx, comm->id, (uint32_t)c->peer, (uint32_t)comm->rank);
+  c->rx_fd = net_ctx_claim(comm->ctx, comm->id, (uint32_t)c->peer, (uint32_t)comm->rank);
   if (c->rx_fd >= 0)
     *progressed = true;
 }
 
-hvd_status conn_check_peer_alive(struct net_comm *comm, struct net_conn *c) {
+hvd_status net_conn_check_peer_alive(struct net_comm *comm, struct net_conn *c) {
   char who[NET_WHO_MAX], byte;
   ssize_t n;
 
@@ -81,14 +81,14 @@ hvd_status conn_check_peer_alive(struct net_comm *comm, struct net_conn *c) {
   n = recv(c->tx_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
     return HVD_OK;
-  comm_describe_peer(comm, c->peer, who, sizeof(who));
+  net_comm_describe_peer(comm, c->peer, who, sizeof(who));
   return hvd_error(HVD_ERR_NETWORK,
                    "%s closed the connection this rank dialled before dialling back (%s): it "
                    "has exited or left the round",
                    who, n == 0 ? "end of stream" : strerror(errno));
 }
 
-void conn_close(struct net_conn *c) {
+void net_conn_close(struct net_conn *c) {
   if (c->tx_fd >= 0)
     close(c->tx_fd);
   if (c->rx_fd >= 0)
@@ -144,7 +144,7 @@ static hvd_status attempt_failed(struct net_comm *comm, struct net_conn *c, int 
   c->attempts++;
   c->refusals = err == ECONNREFUSED ? c->refusals + 1 : 0;
   if (naddrs > 0 && c->refusals >= naddrs) {
-    comm_describe_peer(comm, c->peer, who, sizeof(who));
+    net_comm_describe_peer(comm, c->peer, who, sizeof(who));
     return hvd_error(HVD_ERR_NETWORK,
                      "%s refused the connection on %s (%s): it has exited or left the round",
                      who, naddrs > 1 ? "all its addresses" : "its address", where);
@@ -163,7 +163,7 @@ static hvd_status attempt_failed(struct net_comm *comm, struct net_conn *c, int 
     HVD_LOG_DEBUG("transport: connect to %s: %s; retrying", where, strerror(err));
     return HVD_OK;
   default:
-    comm_describe_peer(comm, c->peer, who, sizeof(who));
+    net_comm_describe_peer(comm, c->peer, who, sizeof(who));
     return hvd_error(HVD_ERR_NETWORK, "cannot connect to %s at %s: %s", who, where,
                      strerror(err));
   }
@@ -178,7 +178,7 @@ static hvd_status dial(struct net_comm *comm, struct net_conn *c, bool *progress
   st = pick_address(comm, c, &addr, where, sizeof(where), &count);
   if (st != HVD_OK) {
     char who[NET_WHO_MAX];
-    comm_describe_peer(comm, c->peer, who, sizeof(who));
+    net_comm_describe_peer(comm, c->peer, who, sizeof(who));
     return hvd_error_prefix("cannot connect to %s", who);
   }
   if (c->tx_fd < 0) {
@@ -199,7 +199,7 @@ static hvd_status dial(struct net_comm *comm, struct net_conn *c, bool *progress
     return attempt_failed(comm, c, err, where, count);
   }
   *progressed = true;
-  ctx_tune_socket(comm->ctx, c->tx_fd);
+  net_ctx_tune_socket(comm->ctx, c->tx_fd);
   c->tx = TX_HELLO;
   return HVD_OK;
 }
@@ -235,7 +235,7 @@ static hvd_status read_ack(struct net_comm *comm, struct net_conn *c, bool *prog
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return HVD_OK;
     if (n <= 0) {
-      comm_describe_peer(comm, c->peer, who, sizeof(who));
+      net_comm_describe_peer(comm, c->peer, who, sizeof(who));
       return hvd_error(HVD_ERR_NETWORK,
                        "%s closed the connection during the handshake (%s); is something else "
                        "listening on its port?",
@@ -244,7 +244,7 @@ static hvd_status read_ack(struct net_comm *comm, struct net_conn *c, bool *prog
     *progressed = true;
     c->ack_have += (size_t)n;
   }
-  comm_describe_peer(comm, c->peer, who, sizeof(who));
+  net_comm_describe_peer(comm, c->peer, who, sizeof(who));
   if (net_ack_decode(c->ack, &version, &status) != HVD_OK)
     return hvd_error_prefix("handshake with %s", who);
   if (status != NET_ACK_OK)
@@ -257,7 +257,7 @@ static hvd_status read_ack(struct net_comm *comm, struct net_conn *c, bool *prog
   return HVD_OK;
 }
 
-hvd_status conn_progress_tx(struct net_comm *comm, struct net_conn *c, bool *progressed) {
+hvd_status net_conn_progress_tx(struct net_comm *comm, struct net_conn *c, bool *progressed) {
   switch (c->tx) {
   case TX_CONNECTING:
     return dial(comm, c, progressed);

@@ -185,7 +185,7 @@ void net_ctx_destroy(struct net_ctx *ctx) {
 
 int net_ctx_port(const struct net_ctx *ctx) { return ctx->port; }
 
-void ctx_tune_socket(const struct net_ctx *ctx, int fd) {
+void net_ctx_tune_socket(const struct net_ctx *ctx, int fd) {
   int one = 1;
   /* An idle connection to a host that vanished (power loss, a cut cable:
    * no FIN, no RST) must still fail within about the timeout: keepalive
@@ -271,7 +271,7 @@ static bool advance(struct net_ctx *ctx, struct net_incoming *in, bool *progress
   }
   if (!in->validated)
     return false; /* the refusal has been sent; close */
-  ctx_tune_socket(ctx, in->fd);
+  net_ctx_tune_socket(ctx, in->fd);
   return true;
 }
 
@@ -402,7 +402,7 @@ static void accept_new(struct net_ctx *ctx, bool *progressed) {
   }
 }
 
-void ctx_progress_incoming(struct net_ctx *ctx, bool *progressed) {
+void net_ctx_progress_incoming(struct net_ctx *ctx, bool *progressed) {
   struct epoll_event events[EPOLL_BATCH];
   int n = epoll_wait(ctx->epoll_fd, events, EPOLL_BATCH, 0);
   bool listener = false;
@@ -421,12 +421,12 @@ void ctx_progress_incoming(struct net_ctx *ctx, bool *progressed) {
     expire(ctx, hvd_now_ns());
 }
 
-void ctx_poll_fds(struct net_ctx *ctx, struct pollfd *fds, size_t *n, size_t max) {
+void net_ctx_poll_fds(struct net_ctx *ctx, struct pollfd *fds, size_t *n, size_t max) {
   if (*n < max)
     fds[(*n)++] = (struct pollfd){.fd = ctx->epoll_fd, .events = POLLIN};
 }
 
-int64_t ctx_next_deadline(const struct net_ctx *ctx) {
+int64_t net_ctx_next_deadline(const struct net_ctx *ctx) {
   int64_t next = HVD_NO_DEADLINE;
   if (ctx->handshaking.head != NULL)
     next = ctx->handshaking.head->deadline_ns;
@@ -443,7 +443,7 @@ static bool peer_closed(int fd) {
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-int ctx_claim(struct net_ctx *ctx, uint32_t comm_id, uint32_t from, uint32_t to) {
+int net_ctx_claim(struct net_ctx *ctx, uint32_t comm_id, uint32_t from, uint32_t to) {
   for (struct net_incoming *in = ctx->parked.head, *next; in != NULL; in = next) {
     next = in->next;
     if (in->hello.comm_id != comm_id || in->hello.from != from || in->hello.to != to)

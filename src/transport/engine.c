@@ -39,7 +39,7 @@ static void fail_queue(struct net_req **head, struct net_req **tail, hvd_status 
   *head = *tail = NULL;
 }
 
-hvd_status comm_poison(struct net_comm *comm, hvd_status st) {
+hvd_status net_comm_poison(struct net_comm *comm, hvd_status st) {
   if (comm->poison != HVD_OK)
     return comm->poison;
   snprintf(comm->poison_msg, sizeof(comm->poison_msg), "%s", hvd_last_error_message());
@@ -47,7 +47,7 @@ hvd_status comm_poison(struct net_comm *comm, hvd_status st) {
   HVD_LOG_ERROR("communicator %s: %s; failing its operations", comm->scope, comm->poison_msg);
   for (int i = 0; i < comm->size; i++) {
     struct net_conn *c = &comm->conns[i];
-    conn_close(c);
+    net_conn_close(c);
     fail_queue(&c->send_head, &c->send_tail, st);
     fail_queue(&c->recv_head, &c->recv_tail, st);
   }
@@ -69,7 +69,7 @@ static void conn_fail(struct net_comm *comm, struct net_conn *c, hvd_status st) 
   /* The owner of an isolating communicator reports what matters (a peer
    * closing after an orderly shutdown does not). */
   HVD_LOG_DEBUG("communicator %s: %s; failing that peer's operations", comm->scope, msg);
-  conn_close(c);
+  net_conn_close(c);
   fail_queue(&c->send_head, &c->send_tail, st);
   fail_queue(&c->recv_head, &c->recv_tail, st);
 }
@@ -93,7 +93,7 @@ bool net_comm_peer_failed(const struct net_comm *comm, int peer) {
          (peer >= 0 && peer < comm->size && comm->conns[peer].failed != HVD_OK);
 }
 
-void comm_describe_peer(const struct net_comm *comm, int peer, char *out, size_t size) {
+void net_comm_describe_peer(const struct net_comm *comm, int peer, char *out, size_t size) {
   if (comm->records != NULL)
     snprintf(out, size, "rank %d (global rank %d on %s)", peer, comm->records[peer].global_rank,
              comm->records[peer].host);
@@ -158,8 +158,8 @@ static hvd_status post(struct net_comm *comm, int peer, const struct iovec *iov,
     push(&c->recv_head, &c->recv_tail, r);
   }
   if (is_send)
-    conn_start_tx(comm, c);
-  comm_activate(comm, c);
+    net_conn_start_tx(comm, c);
+  net_comm_activate(comm, c);
   return HVD_OK;
 }
 
@@ -218,7 +218,7 @@ static void pop_done(struct net_req **head, struct net_req **tail) {
 
 static hvd_status io_error(struct net_comm *comm, int peer, bool sending, int err) {
   char who[NET_WHO_MAX];
-  comm_describe_peer(comm, peer, who, sizeof(who));
+  net_comm_describe_peer(comm, peer, who, sizeof(who));
   if (err == 0)
     return hvd_error(HVD_ERR_NETWORK,
                      "%s closed the connection (it exited or failed; check its output)", who);
@@ -244,7 +244,7 @@ static hvd_status check_header(struct net_comm *comm, struct net_req *r) {
   }
   if (magic == NET_MSG_MAGIC && seq == r->seq && len == r->payload)
     return HVD_OK;
-  comm_describe_peer(comm, r->peer, who, sizeof(who));
+  net_comm_describe_peer(comm, r->peer, who, sizeof(who));
   if (magic != NET_MSG_MAGIC || seq != r->seq)
     return hvd_error(HVD_ERR_PROTOCOL,
                      "corrupt stream from %s (message %u: magic 0x%08x, sequence %u)", who, r->seq,
@@ -354,7 +354,7 @@ static bool busy(const struct net_conn *c) {
   return c->send_head != NULL || c->recv_head != NULL;
 }
 
-void comm_activate(struct net_comm *comm, struct net_conn *c) {
+void net_comm_activate(struct net_comm *comm, struct net_conn *c) {
   if (!c->listed) {
     c->listed = true;
     comm->active[comm->nactive++] = c->peer;
@@ -374,7 +374,7 @@ static hvd_status pass(struct net_comm *comm, bool *progressed) {
     accepting = c->recv_head != NULL && c->rx_fd < 0;
   }
   if (accepting)
-    ctx_progress_incoming(comm->ctx, progressed);
+    net_ctx_progress_incoming(comm->ctx, progressed);
   for (int k = 0; k < comm->nactive && st == HVD_OK;) {
     struct net_conn *c = &comm->conns[comm->active[k]];
     if (!busy(c)) {
@@ -383,11 +383,11 @@ static hvd_status pass(struct net_comm *comm, bool *progressed) {
       continue;
     }
     if (c->send_head != NULL && c->tx != TX_READY)
-      st = conn_progress_tx(comm, c, progressed);
+      st = net_conn_progress_tx(comm, c, progressed);
     if (st == HVD_OK && c->recv_head != NULL && c->rx_fd < 0) {
-      conn_claim_rx(comm, c, progressed);
+      net_conn_claim_rx(comm, c, progressed);
       if (c->rx_fd < 0)
-        st = conn_check_peer_alive(comm, c);
+        st = net_conn_check_peer_alive(comm, c);
     }
     if (st == HVD_OK)
       st = progress_io(comm, c, progressed);
@@ -413,7 +413,7 @@ static void describe_wait(const struct net_comm *comm, char *out, size_t size) {
     char who[NET_WHO_MAX];
     if (!busy(c))
       continue;
-    comm_describe_peer(comm, i, who, sizeof(who));
+    net_comm_describe_peer(comm, i, who, sizeof(who));
     if (c->send_head != NULL && c->tx != TX_READY)
       len += (size_t)snprintf(out + len, size - len, "%sconnecting to %s (%u failed attempts)",
                               shown ? "; " : "", who, c->attempts);
@@ -435,7 +435,7 @@ static void describe_wait(const struct net_comm *comm, char *out, size_t size) {
 
 static int poll_timeout_ms(const struct net_comm *comm, int64_t now, int64_t progress_deadline) {
   int64_t next = progress_deadline;
-  int64_t handshake = ctx_next_deadline(comm->ctx);
+  int64_t handshake = net_ctx_next_deadline(comm->ctx);
 
   if (handshake < next)
     next = handshake;
@@ -469,7 +469,7 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_
   for (int k = 0; k < comm->nactive; k++) {
     const struct net_conn *c = &comm->conns[comm->active[k]];
     if (c->tx_fd >= 0 && c->send_head != NULL) {
-      short events = c->tx == TX_READY ? POLLOUT : conn_tx_events(c);
+      short events = c->tx == TX_READY ? POLLOUT : net_conn_tx_events(c);
       if (events != 0)
         comm->pfds[n++] = (struct pollfd){.fd = c->tx_fd, .events = events};
     }
@@ -478,7 +478,7 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_
     else if (c->recv_head != NULL && c->tx == TX_READY && c->tx_fd >= 0 && c->send_head == NULL)
       comm->pfds[n++] = (struct pollfd){.fd = c->tx_fd, .events = POLLIN}; /* its end: see pass */
   }
-  ctx_poll_fds(comm->ctx, comm->pfds, &n, comm->pfds_cap);
+  net_ctx_poll_fds(comm->ctx, comm->pfds, &n, comm->pfds_cap);
   if (wake_fd >= 0)
     comm->pfds[n++] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
   int rc = poll(comm->pfds, n, timeout_ms);
@@ -489,7 +489,7 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_
   return HVD_OK;
 }
 
-hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
+hvd_status net_engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
                       const struct engine_limits *limits) {
   struct net_ctx *ctx = comm->ctx;
   int64_t spin_until = hvd_now_ns() + ctx->spin_ns;
@@ -510,7 +510,7 @@ hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
     if (ready) {
       st = pass(comm, &progressed);
       if (st != HVD_OK)
-        return comm_poison(comm, st);
+        return net_comm_poison(comm, st);
       if (done(arg))
         return HVD_OK;
     }
@@ -533,7 +533,7 @@ hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
                 "HOROVOD_GLOO_TIMEOUT_SECONDS if it is only slow)",
                 (double)ctx->timeout_ms / 1000.0, what[0] ? what : "waiting");
       if (!comm->isolate)
-        return comm_poison(comm, HVD_ERR_TIMEOUT);
+        return net_comm_poison(comm, HVD_ERR_TIMEOUT);
       /* Isolated: the peers we wait for fail, the others go on. */
       for (int k = 0; k < comm->nactive; k++) {
         struct net_conn *c = &comm->conns[comm->active[k]];
@@ -555,7 +555,7 @@ hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
        * sees what it signals. */
       st = sleep_in_poll(comm, 0, -1, &ready, &woken);
       if (st != HVD_OK)
-        return comm_poison(comm, st);
+        return net_comm_poison(comm, st);
       /* One turn of the spin took a scheduler slice: another process wants
        * this core, and each yield hands it a whole slice (milliseconds)
        * while a thread asleep in poll() is woken first when data comes.
@@ -575,7 +575,7 @@ hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
     }
     st = sleep_in_poll(comm, poll_timeout_ms(comm, now, deadline), wake_fd, &ready, &woken);
     if (st != HVD_OK)
-      return comm_poison(comm, st);
+      return net_comm_poison(comm, st);
     ready = true; /* timers (retries, handshake deadlines) need a pass too */
     comm->passes = 0; /* after sleeping, the next pass looks at the listener */
   }
@@ -611,7 +611,7 @@ hvd_status net_wait_any(struct net_comm *comm, struct net_req *const *reqs, size
   hvd_status st = HVD_OK;
 
   if (!any_done(&w))
-    st = engine_run(comm, any_done, &w, NULL);
+    st = net_engine_run(comm, any_done, &w, NULL);
   for (size_t i = 0; i < n && st == HVD_OK; i++) {
     if (reqs[i]->done && reqs[i]->status != HVD_OK)
       st = req_failure(comm, reqs[i]);
@@ -643,7 +643,7 @@ hvd_status net_wait_event(struct net_comm *comm, struct net_req *const *reqs, si
   if (comm->poison != HVD_OK)
     return poisoned(comm);
   if (!event_done(&e))
-    st = engine_run(comm, event_done, &e, &limits);
+    st = net_engine_run(comm, event_done, &e, &limits);
   for (size_t i = 0; i < n && st == HVD_OK; i++) {
     if (reqs[i]->done && reqs[i]->status != HVD_OK)
       st = req_failure(comm, reqs[i]);
@@ -656,7 +656,7 @@ hvd_status net_wait(struct net_comm *comm, struct net_req *const *reqs, size_t n
   hvd_status st = HVD_OK;
 
   if (!all_done(&w))
-    st = engine_run(comm, all_done, &w, NULL);
+    st = net_engine_run(comm, all_done, &w, NULL);
   for (size_t i = 0; i < n && st == HVD_OK; i++) {
     if (reqs[i]->status != HVD_OK)
       st = req_failure(comm, reqs[i]);

@@ -110,16 +110,16 @@ struct net_ctx {
 };
 
 /* Accepts what is waiting on the listener and advances incoming handshakes. */
-void ctx_progress_incoming(struct net_ctx *ctx, bool *progressed);
+void net_ctx_progress_incoming(struct net_ctx *ctx, bool *progressed);
 /* Adds the context's one descriptor (listener and handshakes) to a poll set. */
-void ctx_poll_fds(struct net_ctx *ctx, struct pollfd *fds, size_t *n, size_t max);
+void net_ctx_poll_fds(struct net_ctx *ctx, struct pollfd *fds, size_t *n, size_t max);
 /* The earliest deadline of a handshake or a parked socket (HVD_NO_DEADLINE if none). */
-int64_t ctx_next_deadline(const struct net_ctx *ctx);
+int64_t net_ctx_next_deadline(const struct net_ctx *ctx);
 /* Takes the validated socket that rank `from` of communicator comm_id opened
  * to rank `to` (the oldest still open, if there are several), or returns -1. */
-int ctx_claim(struct net_ctx *ctx, uint32_t comm_id, uint32_t from, uint32_t to);
+int net_ctx_claim(struct net_ctx *ctx, uint32_t comm_id, uint32_t from, uint32_t to);
 /* Socket options of an established connection. */
-void ctx_tune_socket(const struct net_ctx *ctx, int fd);
+void net_ctx_tune_socket(const struct net_ctx *ctx, int fd);
 
 /* ---- connections (conn.c) and the engine (engine.c) ------------------------------- */
 
@@ -183,27 +183,27 @@ struct net_comm {
 };
 
 /* Starts dialling the peer's sending connection if not done yet. */
-void conn_start_tx(struct net_comm *comm, struct net_conn *c);
+void net_conn_start_tx(struct net_comm *comm, struct net_conn *c);
 /* Advances dialling (TX_CONNECTING..TX_ACK); may set *progressed. */
-hvd_status conn_progress_tx(struct net_comm *comm, struct net_conn *c, bool *progressed);
+hvd_status net_conn_progress_tx(struct net_comm *comm, struct net_conn *c, bool *progressed);
 /* What dialling waits for in poll(), 0 if nothing. */
-short conn_tx_events(const struct net_conn *c);
+short net_conn_tx_events(const struct net_conn *c);
 /* Takes the peer's connection from the context if it has arrived. */
-void conn_claim_rx(struct net_comm *comm, struct net_conn *c, bool *progressed);
+void net_conn_claim_rx(struct net_comm *comm, struct net_conn *c, bool *progressed);
 /* While this rank waits for the peer's dial: an error if the connection
  * this rank dialled to it has ended (the peer is gone, and will not dial). */
-hvd_status conn_check_peer_alive(struct net_comm *comm, struct net_conn *c);
+hvd_status net_conn_check_peer_alive(struct net_comm *comm, struct net_conn *c);
 /* Closes both connections. */
-void conn_close(struct net_conn *c);
+void net_conn_close(struct net_conn *c);
 /* Puts the connection on the active list (idempotent). */
-void comm_activate(struct net_comm *comm, struct net_conn *c);
+void net_comm_activate(struct net_comm *comm, struct net_conn *c);
 
 /* Fails the communicator: records the error, closes every connection, and
  * fails pending requests. Returns the status. */
-hvd_status comm_poison(struct net_comm *comm, hvd_status st);
+hvd_status net_comm_poison(struct net_comm *comm, hvd_status st);
 /* "rank 3 (node2)" for messages. */
-void comm_describe_peer(const struct net_comm *comm, int peer, char *out, size_t size);
-/* Extra ways for engine_run to end (NULL: none, and the progress timeout
+void net_comm_describe_peer(const struct net_comm *comm, int peer, char *out, size_t size);
+/* Extra ways for net_engine_run to end (NULL: none, and the progress timeout
  * applies). */
 struct engine_limits {
   int wake_fd;         /* readable ends the run; -1: none */
@@ -214,7 +214,7 @@ struct engine_limits {
 };
 
 /* Drives connections and requests until done(arg), a limit, or a failure. */
-hvd_status engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
+hvd_status net_engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
                       const struct engine_limits *limits);
 
 #endif
