@@ -1,7 +1,7 @@
 /*
  * The elastic driver's pods: workers that start on their own and register
  * in hvd-rendezvous's store (hvd-rendezvous --min-np; docs/elastic.md,
- * "Pods"). The worker's side is src/coord/elastic_pod.c.
+ * "Pods"). The worker's side is src/elastic/pod.c.
  *
  * DESIGN. A pod writes elastic_pods/<host>:<lr> = "<incarnation> <n>"
  * every second, and "<incarnation> done" or "... exit" when it leaves. The

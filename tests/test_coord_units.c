@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "coord/coord.h"
+#include "elastic/elastic.h"
 
 Suite *coord_units_suite(void);
 
@@ -895,7 +896,7 @@ static void expect_value(const char *scope, const char *key, const char *want) {
   hvd_buf_fini(&v);
 }
 
-static void slot_env(struct coord_elastic_env *env) {
+static void slot_env(struct elastic_env *env) {
   memset(env, 0, sizeof(*env));
   env->elastic = true;
   env->timeout_ms = 5000;
@@ -905,13 +906,13 @@ static void slot_env(struct coord_elastic_env *env) {
 }
 
 START_TEST(next_round_takes_the_assignment) {
-  struct coord_elastic_env env;
+  struct elastic_env env;
   struct coord_round r;
 
   slot_env(&env);
   publish_round(3, 2, "nodeA:1", "2,4,1,2,1,2");
   memset(&r, 0, sizeof(r));
-  ck_assert_msg(coord_elastic_next_round(&env, 2, &r) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_msg(elastic_next_round(&env, 2, &r) == HVD_OK, "%s", hvd_last_error_message());
   ck_assert_uint_eq(r.round, 3);
   ck_assert_uint_eq(r.updates, 2);
   ck_assert_int_eq(r.rank, 2);
@@ -928,14 +929,14 @@ END_TEST
 /* Leaving round 0 when rounds 1 to 3 are out: round 3 it is, with round
  * 3's update count (the older ones are abandoned already). */
 START_TEST(next_round_jumps_to_the_latest) {
-  struct coord_elastic_env env;
+  struct elastic_env env;
   struct coord_round r;
 
   slot_env(&env);
   publish_round(1, 0, "nodeA:1", "-1,-1,-1,-1,-1,-1");
   publish_round(2, 0, "nodeA:1", "1,2,1,2,0,1");
   publish_round(3, 1, "nodeA:1", "0,1,0,1,0,1");
-  ck_assert_msg(coord_elastic_next_round(&env, 0, &r) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_msg(elastic_next_round(&env, 0, &r) == HVD_OK, "%s", hvd_last_error_message());
   ck_assert_uint_eq(r.round, 3);
   ck_assert_uint_eq(r.updates, 1);
   ck_assert_int_eq(r.rank, 0);
@@ -946,7 +947,7 @@ END_TEST
 
 struct next_round_thread {
   pthread_t thread;
-  struct coord_elastic_env env;
+  struct elastic_env env;
   uint64_t leaving;
   struct coord_round round;
   hvd_status status;
@@ -955,7 +956,7 @@ struct next_round_thread {
 
 static void *next_round_main(void *arg) {
   struct next_round_thread *t = arg;
-  t->status = coord_elastic_next_round(&t->env, t->leaving, &t->round);
+  t->status = elastic_next_round(&t->env, t->leaving, &t->round);
   snprintf(t->message, sizeof(t->message), "%s", hvd_last_error_message());
   return NULL;
 }
@@ -984,17 +985,17 @@ START_TEST(next_round_waits_for_the_driver) {
 END_TEST
 
 START_TEST(next_round_removed) {
-  struct coord_elastic_env env;
+  struct elastic_env env;
   struct coord_round r;
 
   slot_env(&env);
   publish_round(1, 0, "nodeA:1", "-1,-1,-1,-1,-1,-1");
-  ck_assert_int_eq(coord_elastic_next_round(&env, 0, &r), HVD_ERR_REMOVED);
+  ck_assert_int_eq(elastic_next_round(&env, 0, &r), HVD_ERR_REMOVED);
   ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "nodeA:1"));
   ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "removed"));
   /* No assignment at all for this slot is the same. */
   publish_round(2, 0, "nodeB:0", "0,1,0,1,0,1");
-  ck_assert_int_eq(coord_elastic_next_round(&env, 1, &r), HVD_ERR_REMOVED);
+  ck_assert_int_eq(elastic_next_round(&env, 1, &r), HVD_ERR_REMOVED);
   expect_value("elastic_ready", "nodeA:1", "1");
 }
 END_TEST
@@ -1006,34 +1007,34 @@ START_TEST(next_round_rejects_malformed_answers) {
       "0,1,1,1,0,1", /* local rank not below local size */
       "0,1,0,1,0,0", /* no cross ranks */
   };
-  struct coord_elastic_env env;
+  struct elastic_env env;
   struct coord_round r;
 
   slot_env(&env);
   for (unsigned i = 0; i < HVD_ARRAY_SIZE(bad); i++) {
     publish_round(i + 1, 0, "nodeA:1", bad[i]);
-    ck_assert_msg(coord_elastic_next_round(&env, i, &r) == HVD_ERR_PROTOCOL, "'%s': %s", bad[i],
+    ck_assert_msg(elastic_next_round(&env, i, &r) == HVD_ERR_PROTOCOL, "'%s': %s", bad[i],
                   hvd_last_error_message());
   }
   /* Round numbers that are not numbers, or a latest that goes backwards. */
   put("elastic", "round.20", "many");
   put("elastic", "latest", "20");
-  ck_assert_int_eq(coord_elastic_next_round(&env, 19, &r), HVD_ERR_PROTOCOL);
+  ck_assert_int_eq(elastic_next_round(&env, 19, &r), HVD_ERR_PROTOCOL);
   ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "elastic/round.20"));
   put("elastic", "round.31", "0");
   put("elastic", "latest", "30");
-  ck_assert_int_eq(coord_elastic_next_round(&env, 30, &r), HVD_ERR_PROTOCOL);
+  ck_assert_int_eq(elastic_next_round(&env, 30, &r), HVD_ERR_PROTOCOL);
 }
 END_TEST
 
 /* ---- the watch ---------------------------------------------------------------- */
 
 /* Until the watch has seen n updates, at most 20 s (a hang guard). */
-static uint64_t await_updates(struct coord_watch *w, uint64_t n) {
+static uint64_t await_updates(struct elastic_watch *w, uint64_t n) {
   int64_t deadline = hvd_deadline_after_ms(20000);
-  while (coord_watch_updates(w) < n && hvd_now_ns() < deadline)
+  while (elastic_watch_updates(w) < n && hvd_now_ns() < deadline)
     hvd_sleep_ns(5 * 1000000LL);
-  return coord_watch_updates(w);
+  return elastic_watch_updates(w);
 }
 
 static void await_parked(size_t n) {
@@ -1049,63 +1050,63 @@ static void await_parked(size_t n) {
 }
 
 START_TEST(watch_counts_updates) {
-  struct coord_watch *w = NULL;
+  struct elastic_watch *w = NULL;
 
-  ck_assert_msg(coord_watch_start(0, &w) == HVD_OK, "%s", hvd_last_error_message());
-  ck_assert_uint_eq(coord_watch_updates(w), 0);
-  ck_assert_int_eq(coord_watch_kinds(w), 0);
+  ck_assert_msg(elastic_watch_start(0, &w) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_uint_eq(elastic_watch_updates(w), 0);
+  ck_assert_int_eq(elastic_watch_kinds(w), 0);
   put("elastic", "update.1", "removed");
   ck_assert_uint_eq(await_updates(w, 1), 1);
-  ck_assert_int_eq(coord_watch_kinds(w), HVD_HOSTS_REMOVED);
+  ck_assert_int_eq(elastic_watch_kinds(w), HVD_HOSTS_REMOVED);
   put("elastic", "update.2", "added");
   ck_assert_uint_eq(await_updates(w, 2), 2);
-  ck_assert_int_eq(coord_watch_kinds(w), HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED);
+  ck_assert_int_eq(elastic_watch_kinds(w), HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED);
   put("elastic", "update.3", "mixed");
   ck_assert_uint_eq(await_updates(w, 3), 3);
-  coord_watch_stop(w);
-  coord_watch_stop(NULL);
+  elastic_watch_stop(w);
+  elastic_watch_stop(NULL);
   /* A value that is neither counts as both: nobody skips a sync on it. */
-  ck_assert_int_eq(coord_watch_start(3, &w), HVD_OK);
+  ck_assert_int_eq(elastic_watch_start(3, &w), HVD_OK);
   put("elastic", "update.4", "garbled");
   ck_assert_uint_eq(await_updates(w, 4), 4);
-  ck_assert_int_eq(coord_watch_kinds(w), HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED);
-  coord_watch_stop(w);
+  ck_assert_int_eq(elastic_watch_kinds(w), HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED);
+  elastic_watch_stop(w);
 }
 END_TEST
 
 /* A watch that starts after update 4 counts on from there. */
 START_TEST(watch_starts_after_a_count) {
-  struct coord_watch *w = NULL;
+  struct elastic_watch *w = NULL;
 
-  ck_assert_msg(coord_watch_start(4, &w) == HVD_OK, "%s", hvd_last_error_message());
-  ck_assert_uint_eq(coord_watch_updates(w), 4);
+  ck_assert_msg(elastic_watch_start(4, &w) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_uint_eq(elastic_watch_updates(w), 4);
   put("elastic", "update.5", "added");
   ck_assert_uint_eq(await_updates(w, 5), 5);
-  coord_watch_stop(w);
+  elastic_watch_stop(w);
 }
 END_TEST
 
 /* Stopping ends the open long-poll (up to an hour) at once; the tcase's
  * timeout, shorter than one 30 s long-poll chunk, is the guard. */
 START_TEST(watch_stop_ends_the_long_poll) {
-  struct coord_watch *w = NULL;
+  struct elastic_watch *w = NULL;
 
-  ck_assert_msg(coord_watch_start(0, &w) == HVD_OK, "%s", hvd_last_error_message());
+  ck_assert_msg(elastic_watch_start(0, &w) == HVD_OK, "%s", hvd_last_error_message());
   await_parked(1);
-  coord_watch_stop(w);
+  elastic_watch_stop(w);
   /* And a watch that saw updates stops the same way. */
-  ck_assert_int_eq(coord_watch_start(0, &w), HVD_OK);
+  ck_assert_int_eq(elastic_watch_start(0, &w), HVD_OK);
   put("elastic", "update.1", "added");
   ck_assert_uint_eq(await_updates(w, 1), 1);
   await_parked(1);
-  coord_watch_stop(w);
+  elastic_watch_stop(w);
 }
 END_TEST
 
 START_TEST(watch_needs_the_store_address) {
-  struct coord_watch *w = NULL;
+  struct elastic_watch *w = NULL;
   unsetenv("HOROVOD_GLOO_RENDEZVOUS_ADDR");
-  ck_assert_int_eq(coord_watch_start(0, &w), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(elastic_watch_start(0, &w), HVD_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_null(w);
 }
 END_TEST
@@ -1189,7 +1190,6 @@ static hvd_status elastic_train_cb(hvd_elastic_state *state, void *arg) {
 static void run_with_one_reset(hvd_status failure, struct elastic_train *t) {
   hvd_elastic_state *s = NULL;
   struct coord_round round;
-  bool elastic = false;
   int32_t v = 7;
 
   elastic_worker_env();
@@ -1213,8 +1213,7 @@ static void run_with_one_reset(hvd_status failure, struct elastic_train *t) {
   ck_assert_int_eq(t->size[1], 1);
   /* It left round 0 and is in round 1 now. */
   expect_value("elastic_ready", "nodeA:0", "0");
-  ck_assert_int_eq(coord_current_round(&round, &elastic), HVD_OK);
-  ck_assert(elastic);
+  ck_assert_int_eq(coord_current_round(&round), HVD_OK);
   ck_assert_uint_eq(round.round, 1);
   hvd_elastic_state_destroy(s);
   ck_assert_int_eq(hvd_shutdown(), HVD_OK);

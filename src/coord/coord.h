@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "common/common.h"
+#include "coord/lifecycle.h"
 #include "ops/ops.h"
 #include "transport/transport.h"
 
@@ -471,106 +472,17 @@ hvd_status coord_execute_cpu(struct coord_state *s, const struct coord_set *set,
 /* The store scope in which NCCL unique ids travel in this generation (cuda/). */
 void coord_gpu_id_scope(const struct coord_state *s, char *out, size_t size);
 
-/* ==== the state of an initialized process (api.c, loop.c) ========================= */
+/* ==== the state of an initialized process (lifecycle.c, loop.c) =================== */
 
 enum coord_phase {
   COORD_RUNNING = 0,
   COORD_STOPPED, /* shut down or failed: `failure` says which */
 };
 
-/* ==== elastic jobs (elastic_link.c, elastic.c) ================================ */
-
-/* One worker's place in one of the driver's rounds. */
-struct coord_round {
-  uint64_t round;   /* the transport generation of the round */
-  uint64_t updates; /* host updates the driver had announced when it published it */
-  int rank, size, local_rank, local_size, cross_rank, cross_size;
-};
-
-struct coord_elastic_env {
-  bool elastic;        /* HOROVOD_ELASTIC: started by hvdrun's elastic driver */
-  bool pod;            /* with HVD_POD: a pod that joins hvd-rendezvous's driver by itself */
-  int64_t timeout_ms;  /* HOROVOD_ELASTIC_TIMEOUT */
-  int64_t reset_limit; /* HOROVOD_ELASTIC_RESET_LIMIT; -1: none */
-  uint64_t round;      /* HVD_ELASTIC_ROUND: the round this process started in */
-  uint64_t updates;    /* HVD_ELASTIC_UPDATES: that round's update count */
-  char host[RDZV_RECORD_HOST_MAX]; /* HOROVOD_HOSTNAME (a pod's: its host name) and */
-  int local_rank;                  /* HOROVOD_LOCAL_RANK: the driver's name for this worker */
-};
-
-hvd_status coord_elastic_env(struct coord_elastic_env *out);
-/* Tells the driver this worker left round `leaving` and waits for the
- * next round's assignment; HVD_ERR_REMOVED when it gives this worker none. */
-hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_t leaving,
-                                    struct coord_round *out);
-/* A pod's first round: waits for round `first` (or a later one) and reads
- * this worker's place in the latest; HVD_ERR_REMOVED without one. */
-hvd_status coord_elastic_first_round(const struct coord_elastic_env *env, uint64_t first,
-                                     struct coord_round *out);
-
-/* Failures an elastic reset can cure: a peer that failed or went silent,
- * or a round that ended under this worker. */
-bool coord_elastic_recoverable(hvd_status st);
-/* Joins the round after `leaving` (and the next ones, while they fail to
- * start): hvd is initialized with its ranks on success. */
-hvd_status coord_elastic_rejoin(const struct coord_elastic_env *env, uint64_t leaving);
-/* The same for a pod's first round, `first` (the round it was admitted to). */
-hvd_status coord_elastic_join_first(const struct coord_elastic_env *env, uint64_t first);
-
-/* A pod's membership in hvd-rendezvous's elastic driver (elastic_pod.c):
- * the pod registers as <host>:<local_rank> with a fresh incarnation and a
- * heartbeat thread, waits to be admitted, and joins its first round with
- * hvd initialized in it. The membership outlives resets; hvd_shutdown ends
- * it, saying "done" when hvd_elastic_run succeeded. */
-hvd_status coord_pod_join(const struct coord_elastic_env *env);
-/* hvd_elastic_run finished: the driver is told "done" when the pod leaves. */
-void coord_pod_mark_done(void);
-/* Stops the heartbeat and tells the driver the pod left (done or exit). */
-void coord_pod_leave(void);
-/* hvd_shutdown without ending a pod's membership (a reset). */
-void coord_shutdown_state(void);
-
-/* A thread that talks to the store until it is stopped (elastic_link.c):
- * rank 0's watch and a pod's heartbeat. stop_fd is an eventfd that is the
- * client's cancel fd too, so stopping also ends a request in flight. */
-struct coord_store_thread {
-  pthread_t thread;
-  bool started;
-  int stop_fd;
-  struct rdzv_client *client;
-};
-/* The stop eventfd and a client from the environment (closed again on failure). */
-hvd_status coord_store_thread_open(struct coord_store_thread *t);
-hvd_status coord_store_thread_start(struct coord_store_thread *t, void *(*fn)(void *), void *arg);
-/* Stops and joins the thread if it started; frees the client and the fd. */
-void coord_store_thread_close(struct coord_store_thread *t);
-
-/* Rank 0's watch for the driver's host updates (a thread with one long-poll). */
-struct coord_watch;
-hvd_status coord_watch_start(uint64_t after, struct coord_watch **out);
-/* The number of the latest update seen. */
-uint64_t coord_watch_updates(struct coord_watch *w);
-/* HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED of the updates seen so far. */
-int coord_watch_kinds(struct coord_watch *w);
-void coord_watch_stop(struct coord_watch *w);
-
-/* hvd_init with the ranks of a round instead of the environment's. */
-hvd_status coord_init_round(const struct coord_round *r);
-/* The round of the running state: HVD_ERR_PRECONDITION when not initialized. */
-hvd_status coord_current_round(struct coord_round *out, bool *elastic);
-/* From now on hvd_init and every call that needs hvd fail with HVD_ERR_REMOVED. */
-void coord_mark_removed(const char *message);
-/* Rank 0: the number of host updates the watch has seen and their kinds
- * (HVD_HOSTS_*) since the round began; elsewhere the round's count and 0.
- * HVD_ERR_PRECONDITION when hvd is not initialized. */
-hvd_status coord_updates_seen(uint64_t *count, int *kinds);
-
 struct coord_state {
   /* set by hvd_init, then read-only */
   struct coord_config cfg;
-  struct coord_elastic_env elastic;
   struct coord_round round;   /* rank, size, generation of this state */
-  struct coord_watch *watch;  /* rank 0 of an elastic job */
   struct rdzv_client *store;
   struct net_world *world;
   struct net_comm *control;
@@ -644,9 +556,11 @@ struct coord_entry *coord_find_entry(struct coord_state *s, int set, const char 
 /* Fails every in-flight entry and stops the job (background thread). */
 void coord_stop(struct coord_state *s, hvd_status st, const char *message);
 
-/* The published state, read-locked (api.c): NULL (and an error set) when
+/* The published state, read-locked (lifecycle.c): NULL (and an error set) when
  * hvd is not initialized; coord_release ends the lock. */
 struct coord_state *coord_acquire(void);
+/* The same without an error (the queries that answer -1). */
+struct coord_state *coord_acquire_quiet(void);
 void coord_release(void);
 /* coord_acquire without waiting and without an error: NULL when hvd is not
  * initialized or is being shut down. */

@@ -26,11 +26,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "coord.h"
+#include "elastic.h"
 
 enum { ELASTIC_TIMEOUT_DEFAULT_S = 600, WAIT_MARGIN_MS = 60000 };
 
-hvd_status coord_elastic_env(struct coord_elastic_env *out) {
+hvd_status elastic_read_env(struct elastic_env *out) {
   int64_t timeout_s, limit, round, updates, local_rank;
   hvd_status st;
 
@@ -115,7 +115,7 @@ static hvd_status parse_assignment(const char *text, size_t len, struct coord_ro
 
 /* Waits for round `first` (or a later one) and reads the place of slot
  * `key` in the latest published round. */
-static hvd_status wait_assignment(struct rdzv_client *c, const struct coord_elastic_env *env,
+static hvd_status wait_assignment(struct rdzv_client *c, const struct elastic_env *env,
                                   const char *key, uint64_t first, struct coord_round *out) {
   char scope[48];
   struct hvd_buf v;
@@ -165,7 +165,7 @@ static hvd_status wait_assignment(struct rdzv_client *c, const struct coord_elas
 
 /* Joins from round `first`, after telling the driver this worker left
  * round `leaving` (when it was in one). */
-static hvd_status join(const struct coord_elastic_env *env, const uint64_t *leaving,
+static hvd_status join(const struct elastic_env *env, const uint64_t *leaving,
                        uint64_t first, struct coord_round *result) {
   struct coord_round round;
   struct rdzv_client *c = NULL;
@@ -189,19 +189,19 @@ static hvd_status join(const struct coord_elastic_env *env, const uint64_t *leav
   return st;
 }
 
-hvd_status coord_elastic_next_round(const struct coord_elastic_env *env, uint64_t leaving,
+hvd_status elastic_next_round(const struct elastic_env *env, uint64_t leaving,
                                     struct coord_round *out) {
   return join(env, &leaving, leaving + 1, out);
 }
 
-hvd_status coord_elastic_first_round(const struct coord_elastic_env *env, uint64_t first,
+hvd_status elastic_first_round(const struct elastic_env *env, uint64_t first,
                                      struct coord_round *out) {
   return join(env, NULL, first, out);
 }
 
 /* ==== threads that talk to the store =========================================== */
 
-hvd_status coord_store_thread_open(struct coord_store_thread *t) {
+hvd_status elastic_store_thread_open(struct elastic_store_thread *t) {
   hvd_status st;
 
   memset(t, 0, sizeof(*t));
@@ -212,18 +212,18 @@ hvd_status coord_store_thread_open(struct coord_store_thread *t) {
   if (st == HVD_OK)
     st = rdzv_client_set_cancel_fd(t->client, t->stop_fd);
   if (st != HVD_OK)
-    coord_store_thread_close(t);
+    elastic_store_thread_close(t);
   return st;
 }
 
-hvd_status coord_store_thread_start(struct coord_store_thread *t, void *(*fn)(void *), void *arg) {
+hvd_status elastic_store_thread_start(struct elastic_store_thread *t, void *(*fn)(void *), void *arg) {
   if (pthread_create(&t->thread, NULL, fn, arg) != 0)
     return hvd_error(HVD_ERR_IO, "cannot start a thread");
   t->started = true;
   return HVD_OK;
 }
 
-void coord_store_thread_close(struct coord_store_thread *t) {
+void elastic_store_thread_close(struct elastic_store_thread *t) {
   uint64_t one = 1;
   if (t->started) {
     (void)!write(t->stop_fd, &one, sizeof(one));
@@ -239,8 +239,8 @@ void coord_store_thread_close(struct coord_store_thread *t) {
 
 /* ==== the watch ================================================================ */
 
-struct coord_watch {
-  struct coord_store_thread t;
+struct elastic_watch {
+  struct elastic_store_thread t;
   _Atomic uint64_t updates;
   atomic_int kinds; /* HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED of the updates seen */
 };
@@ -256,7 +256,7 @@ static int update_kind(const struct hvd_buf *v) {
 }
 
 static void *watch_main(void *arg) {
-  struct coord_watch *w = arg;
+  struct elastic_watch *w = arg;
   char key[32];
   struct hvd_buf v;
 
@@ -285,17 +285,17 @@ static void *watch_main(void *arg) {
   return NULL;
 }
 
-hvd_status coord_watch_start(uint64_t after, struct coord_watch **out) {
-  struct coord_watch *w = calloc(1, sizeof(*w));
+hvd_status elastic_watch_start(uint64_t after, struct elastic_watch **out) {
+  struct elastic_watch *w = calloc(1, sizeof(*w));
   hvd_status st;
 
   if (w == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the host-update watch");
   atomic_init(&w->updates, after);
   atomic_init(&w->kinds, 0);
-  st = coord_store_thread_open(&w->t);
-  if (st == HVD_OK && (st = coord_store_thread_start(&w->t, watch_main, w)) != HVD_OK)
-    coord_store_thread_close(&w->t);
+  st = elastic_store_thread_open(&w->t);
+  if (st == HVD_OK && (st = elastic_store_thread_start(&w->t, watch_main, w)) != HVD_OK)
+    elastic_store_thread_close(&w->t);
   if (st != HVD_OK) {
     free(w);
     return hvd_error_prefix("the host-update watch");
@@ -304,13 +304,13 @@ hvd_status coord_watch_start(uint64_t after, struct coord_watch **out) {
   return HVD_OK;
 }
 
-uint64_t coord_watch_updates(struct coord_watch *w) { return atomic_load(&w->updates); }
+uint64_t elastic_watch_updates(struct elastic_watch *w) { return atomic_load(&w->updates); }
 
-int coord_watch_kinds(struct coord_watch *w) { return atomic_load(&w->kinds); }
+int elastic_watch_kinds(struct elastic_watch *w) { return atomic_load(&w->kinds); }
 
-void coord_watch_stop(struct coord_watch *w) {
+void elastic_watch_stop(struct elastic_watch *w) {
   if (w == NULL)
     return;
-  coord_store_thread_close(&w->t);
+  elastic_store_thread_close(&w->t);
   free(w);
 }

@@ -23,7 +23,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "coord.h"
+#include "elastic.h"
 
 enum {
   HEARTBEAT_MS = 1000,
@@ -36,7 +36,7 @@ enum {
 static struct {
   pthread_mutex_t lock; /* the fields below, for join and leave */
   bool active, done;
-  struct coord_store_thread heartbeat;
+  struct elastic_store_thread heartbeat;
   char slot[RDZV_RECORD_HOST_MAX + 16];
   char incarnation[INCARNATION_HEX + 1];
 } g_pod = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -79,21 +79,21 @@ static void *heartbeat_main(void *arg) {
 }
 
 /* Registers with a fresh incarnation and starts the heartbeat. */
-static hvd_status start(const struct coord_elastic_env *env) {
+static hvd_status start(const struct elastic_env *env) {
   hvd_status st;
 
   snprintf(g_pod.slot, sizeof(g_pod.slot), "%s:%d", env->host, env->local_rank);
   make_incarnation(g_pod.incarnation);
   g_pod.done = false;
-  if ((st = coord_store_thread_open(&g_pod.heartbeat)) != HVD_OK)
+  if ((st = elastic_store_thread_open(&g_pod.heartbeat)) != HVD_OK)
     return st;
   if ((st = beat(g_pod.heartbeat.client, "0")) != HVD_OK)
     hvd_error_prefix("registering pod %s in the store", g_pod.slot);
   rdzv_client_set_timeout_ms(g_pod.heartbeat.client, HEARTBEAT_REQUEST_MS);
-  if (st == HVD_OK && coord_store_thread_start(&g_pod.heartbeat, heartbeat_main, NULL) != HVD_OK)
+  if (st == HVD_OK && elastic_store_thread_start(&g_pod.heartbeat, heartbeat_main, NULL) != HVD_OK)
     st = hvd_error_prefix("the pod's heartbeat");
   if (st != HVD_OK) {
-    coord_store_thread_close(&g_pod.heartbeat);
+    elastic_store_thread_close(&g_pod.heartbeat);
     return st;
   }
   g_pod.active = true;
@@ -102,7 +102,7 @@ static hvd_status start(const struct coord_elastic_env *env) {
 }
 
 /* The first round the driver lets this pod into. */
-static hvd_status admitted(const struct coord_elastic_env *env, uint64_t *first) {
+static hvd_status admitted(const struct elastic_env *env, uint64_t *first) {
   int64_t wait_ms = env->timeout_ms < ADMIT_WAIT_MS ? env->timeout_ms : ADMIT_WAIT_MS;
   struct rdzv_client *c = NULL;
   struct hvd_buf v;
@@ -133,7 +133,7 @@ static hvd_status admitted(const struct coord_elastic_env *env, uint64_t *first)
   return st;
 }
 
-hvd_status coord_pod_join(const struct coord_elastic_env *env) {
+hvd_status elastic_pod_join(const struct elastic_env *env) {
   uint64_t first = 0;
   hvd_status st = HVD_OK;
 
@@ -146,23 +146,23 @@ hvd_status coord_pod_join(const struct coord_elastic_env *env) {
   if (st == HVD_ERR_REMOVED)
     coord_mark_removed(hvd_last_error_message());
   if (st == HVD_OK)
-    st = coord_elastic_join_first(env, first);
+    st = elastic_join_first(env, first);
   if (st != HVD_OK) {
     char why[HVD_ERROR_MESSAGE_MAX];
     snprintf(why, sizeof(why), "%s", hvd_last_error_message());
-    coord_pod_leave(); /* the driver need not wait for a heartbeat to stop */
+    elastic_pod_leave(); /* the driver need not wait for a heartbeat to stop */
     return hvd_error(st, "%s", why);
   }
   return HVD_OK;
 }
 
-void coord_pod_mark_done(void) {
+void elastic_pod_mark_done(void) {
   pthread_mutex_lock(&g_pod.lock);
   g_pod.done = true;
   pthread_mutex_unlock(&g_pod.lock);
 }
 
-void coord_pod_leave(void) {
+void elastic_pod_leave(void) {
   struct rdzv_client *c = NULL;
 
   pthread_mutex_lock(&g_pod.lock);
@@ -170,7 +170,7 @@ void coord_pod_leave(void) {
     pthread_mutex_unlock(&g_pod.lock);
     return;
   }
-  coord_store_thread_close(&g_pod.heartbeat);
+  elastic_store_thread_close(&g_pod.heartbeat);
   g_pod.active = false;
   /* Best effort: without it the driver sees the heartbeat stop. */
   if (rdzv_client_create_from_env(&c) == HVD_OK) {

@@ -14,12 +14,13 @@
  * and a survivor that skipped it while a new worker waited in it would
  * hang both.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord.h"
+#include "elastic.h"
 
 enum { NAME_MAX_BYTES = 200 };
 
@@ -45,6 +46,58 @@ struct hvd_elastic_state_s {
 };
 
 static atomic_int g_resets;
+
+/* Rank 0's watch for host updates while a state of an elastic job runs. */
+static pthread_mutex_t g_watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct elastic_watch *g_watch;
+
+/* Whether this process is a worker of an elastic job. */
+static bool in_elastic_job(void) {
+  struct elastic_env env;
+  return elastic_read_env(&env) == HVD_OK && env.elastic;
+}
+
+hvd_status elastic_started(void) {
+  struct coord_round round;
+  struct elastic_watch *w = NULL, *old;
+  hvd_status st;
+
+  if (coord_current_round(&round) != HVD_OK || round.rank != 0)
+    return HVD_OK;
+  if ((st = elastic_watch_start(round.updates, &w)) != HVD_OK)
+    return st;
+  pthread_mutex_lock(&g_watch_lock);
+  old = g_watch;
+  g_watch = w;
+  pthread_mutex_unlock(&g_watch_lock);
+  elastic_watch_stop(old);
+  return HVD_OK;
+}
+
+void elastic_stopping(void) {
+  struct elastic_watch *w;
+  pthread_mutex_lock(&g_watch_lock);
+  w = g_watch;
+  g_watch = NULL;
+  pthread_mutex_unlock(&g_watch_lock);
+  elastic_watch_stop(w);
+}
+
+/* Rank 0: the number of host updates the watch has seen and their kinds
+ * (HVD_HOSTS_*) since the round began; elsewhere the round's count and 0.
+ * HVD_ERR_PRECONDITION when hvd is not initialized. */
+static hvd_status updates_seen(uint64_t *count, int *kinds) {
+  struct coord_round round;
+  hvd_status st = coord_current_round(&round);
+
+  if (st != HVD_OK)
+    return st;
+  pthread_mutex_lock(&g_watch_lock);
+  *count = g_watch != NULL ? elastic_watch_updates(g_watch) : round.updates;
+  *kinds = g_watch != NULL ? elastic_watch_kinds(g_watch) : 0;
+  pthread_mutex_unlock(&g_watch_lock);
+  return HVD_OK;
+}
 
 HVD_API hvd_status hvd_elastic_state_create(hvd_elastic_state **out) {
   if (out == NULL)
@@ -141,7 +194,7 @@ static hvd_status agree_on_updates(uint64_t *updates) {
   int kinds;
   hvd_status st;
 
-  if ((st = coord_updates_seen(&seen, &kinds)) != HVD_OK)
+  if ((st = updates_seen(&seen, &kinds)) != HVD_OK)
     return st;
   hvd_put_le64(bytes, seen);
   st = hvd_broadcast(&t, NULL);
@@ -152,7 +205,6 @@ static hvd_status agree_on_updates(uint64_t *updates) {
 HVD_API hvd_status hvd_elastic_commit(hvd_elastic_state *state) {
   struct coord_round round;
   uint64_t updates;
-  bool elastic = false;
   hvd_status st;
 
   if (state == NULL)
@@ -163,7 +215,7 @@ HVD_API hvd_status hvd_elastic_commit(hvd_elastic_state *state) {
   }
   if (state->hooks.commit != NULL && (st = state->hooks.commit(state->user)) != HVD_OK)
     return hook_failed("hvd_elastic_commit", "commit", st);
-  if (coord_current_round(&round, &elastic) != HVD_OK || !elastic)
+  if (coord_current_round(&round) != HVD_OK || !in_elastic_job())
     return HVD_OK; /* nothing to check outside an elastic job (or before init) */
   if ((st = agree_on_updates(&updates)) != HVD_OK)
     return hvd_error_prefix("hvd_elastic_commit");
@@ -231,58 +283,62 @@ HVD_API hvd_status hvd_elastic_sync(hvd_elastic_state *state) {
 
 /* Failures a reset can cure: a peer that failed or went silent, or a
  * round that ended under this worker. */
-bool coord_elastic_recoverable(hvd_status st) {
+bool elastic_recoverable(hvd_status st) {
   return st == HVD_ERR_NETWORK || st == HVD_ERR_TIMEOUT || st == HVD_ERR_ABORTED;
 }
 
 /* Whether this worker may reset once more (HOROVOD_ELASTIC_RESET_LIMIT). */
-static bool within_reset_limit(const struct coord_elastic_env *env) {
+static bool within_reset_limit(const struct elastic_env *env) {
   return env->reset_limit < 0 || hvd_elastic_resets() < env->reset_limit;
 }
 
 HVD_API hvd_status hvd_elastic_reset(void) {
-  struct coord_elastic_env env;
+  struct elastic_env env;
   struct coord_round was;
-  bool elastic = false;
   hvd_status st;
 
-  if ((st = coord_current_round(&was, &elastic)) != HVD_OK)
+  if ((st = coord_current_round(&was)) != HVD_OK)
     return hvd_error_prefix("hvd_elastic_reset");
-  if (!elastic)
+  if (!in_elastic_job())
     return hvd_error(HVD_ERR_PRECONDITION,
                      "hvd_elastic_reset: this is not an elastic job (start it with hvdrun "
                      "--min-np or --host-discovery-script)");
-  if ((st = coord_elastic_env(&env)) != HVD_OK)
+  if ((st = elastic_read_env(&env)) != HVD_OK)
     return hvd_error_prefix("hvd_elastic_reset");
   if (!within_reset_limit(&env))
     return hvd_error(HVD_ERR_PRECONDITION,
                      "hvd_elastic_reset: this worker has reset %d times, the limit "
                      "(HOROVOD_ELASTIC_RESET_LIMIT)",
                      hvd_elastic_resets());
+  elastic_stopping();
   coord_shutdown_state(); /* a pod stays a member */
   atomic_fetch_add(&g_resets, 1);
-  return coord_elastic_rejoin(&env, was.round);
+  return elastic_rejoin(&env, was.round);
 }
 
 /* Joins a round: the one after `round` (a worker leaving it), or for a
  * pod's first join round `round` itself; then the next ones while they
  * fail to start. */
-static hvd_status join_rounds(const struct coord_elastic_env *env, bool first, uint64_t round) {
+static hvd_status join_rounds(const struct elastic_env *env, bool first, uint64_t round) {
   struct coord_round next;
   hvd_status st;
 
   for (;; round = next.round, first = false) {
-    st = first ? coord_elastic_first_round(env, round, &next)
-               : coord_elastic_next_round(env, round, &next);
+    st = first ? elastic_first_round(env, round, &next)
+               : elastic_next_round(env, round, &next);
     if (st == HVD_ERR_REMOVED) {
       coord_mark_removed(hvd_last_error_message());
       return HVD_ERR_REMOVED;
     }
-    if (st == HVD_OK)
-      st = coord_init_round(&next);
+    if (st == HVD_OK) {
+      struct coord_start how = {.round = &next};
+      st = coord_init_state(&how);
+    }
+    if (st == HVD_OK && (st = elastic_started()) != HVD_OK)
+      coord_shutdown_state(); /* as if it had failed to start */
     /* A round that fails while its workers meet (one of them died too)
      * is followed by another one: go on to it. */
-    if (st == HVD_OK || !coord_elastic_recoverable(st))
+    if (st == HVD_OK || !elastic_recoverable(st))
       break;
     HVD_LOG_INFO("elastic: round %llu failed to start (%s); waiting for the next one",
                  (unsigned long long)next.round, hvd_last_error_message());
@@ -294,11 +350,11 @@ static hvd_status join_rounds(const struct coord_elastic_env *env, bool first, u
   return HVD_OK;
 }
 
-hvd_status coord_elastic_rejoin(const struct coord_elastic_env *env, uint64_t leaving) {
+hvd_status elastic_rejoin(const struct elastic_env *env, uint64_t leaving) {
   return join_rounds(env, false, leaving);
 }
 
-hvd_status coord_elastic_join_first(const struct coord_elastic_env *env, uint64_t first) {
+hvd_status elastic_join_first(const struct elastic_env *env, uint64_t first) {
   return join_rounds(env, true, first);
 }
 
@@ -307,31 +363,32 @@ HVD_API int hvd_elastic_resets(void) { return atomic_load(&g_resets); }
 HVD_API int hvd_elastic_hosts_updated(void) {
   uint64_t count;
   int kinds;
-  if (coord_updates_seen(&count, &kinds) != HVD_OK)
+  if (updates_seen(&count, &kinds) != HVD_OK)
     return -1;
   return kinds;
 }
 
 HVD_API hvd_status hvd_elastic_done(void) {
-  struct coord_elastic_env env;
-  if (coord_elastic_env(&env) == HVD_OK && env.pod)
-    coord_pod_mark_done();
+  struct elastic_env env;
+  if (elastic_read_env(&env) == HVD_OK && env.pod)
+    elastic_pod_mark_done();
   return HVD_OK;
 }
 
 HVD_API hvd_status hvd_elastic_run(hvd_elastic_state *state, hvd_elastic_train_fn train,
                                    void *arg) {
-  struct coord_elastic_env env;
+  struct elastic_env env;
   struct coord_round round;
-  bool elastic = false;
+  bool elastic;
   hvd_status st;
 
   if (state == NULL || train == NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_elastic_run: needs a state and a function");
-  if ((st = coord_current_round(&round, &elastic)) != HVD_OK)
+  if ((st = coord_current_round(&round)) != HVD_OK)
     return hvd_error_prefix("hvd_elastic_run");
-  if ((st = coord_elastic_env(&env)) != HVD_OK)
+  if ((st = elastic_read_env(&env)) != HVD_OK)
     return hvd_error_prefix("hvd_elastic_run");
+  elastic = env.elastic;
   for (;;) {
     char why[HVD_ERROR_MESSAGE_MAX];
     st = hvd_elastic_sync(state);
@@ -339,7 +396,7 @@ HVD_API hvd_status hvd_elastic_run(hvd_elastic_state *state, hvd_elastic_train_f
       st = train(state, arg);
     if (st == HVD_OK)
       hvd_elastic_done();
-    if (st == HVD_OK || !elastic || (!coord_elastic_recoverable(st) && st != HVD_ERR_HOSTS_UPDATED))
+    if (st == HVD_OK || !elastic || (!elastic_recoverable(st) && st != HVD_ERR_HOSTS_UPDATED))
       return st;
     snprintf(why, sizeof(why), "%s", hvd_last_error_message());
     if (!within_reset_limit(&env))

@@ -1,0 +1,384 @@
+/*
+ * The lifecycle of hvd's state: building it (rendezvous, connections, the
+ * control handshake, the background thread), publishing it, tearing it
+ * down. hvd_init and hvd_shutdown themselves (elastic/init.c) choose how
+ * to start; this file does the starting.
+ *
+ * DESIGN. The process has at most one coord_state, published in g_state
+ * under g_rw: every public call holds the read lock only while it looks at
+ * the state (to queue an operation or read a field), and hvd_shutdown
+ * takes the write lock just to unpublish it, so no call can see a state
+ * being torn down, and shutdown never waits for a user callback that calls
+ * hvd. g_life serializes hvd_init and hvd_shutdown.
+ */
+#include <signal.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "coord.h"
+
+static pthread_mutex_t g_life = PTHREAD_MUTEX_INITIALIZER;
+static pthread_rwlock_t g_rw = PTHREAD_RWLOCK_INITIALIZER;
+static struct coord_state *g_state; /* under g_rw */
+/* Successful hvd_init calls so far (under g_life): the nth init of every
+ * rank meets the others' nth in a generation of its own, away from the
+ * records the earlier ones left in the store. */
+static uint64_t g_inits;
+/* A worker the elastic driver removed (under g_life; read under g_rw too). */
+static bool g_removed;
+static char g_removed_msg[HVD_ERROR_MESSAGE_MAX];
+
+struct coord_state *coord_acquire(void) {
+  pthread_rwlock_rdlock(&g_rw);
+  if (g_state == NULL) {
+    pthread_rwlock_unlock(&g_rw);
+    if (g_removed)
+      hvd_error(HVD_ERR_REMOVED, "%s", g_removed_msg);
+    else
+      hvd_error(HVD_ERR_PRECONDITION, "hvd is not initialized (call hvd_init first)");
+    return NULL;
+  }
+  return g_state;
+}
+
+struct coord_state *coord_acquire_quiet(void) {
+  pthread_rwlock_rdlock(&g_rw);
+  if (g_state == NULL) {
+    pthread_rwlock_unlock(&g_rw);
+    return NULL;
+  }
+  return g_state;
+}
+
+void coord_release(void) { pthread_rwlock_unlock(&g_rw); }
+
+struct coord_state *coord_try_acquire(void) {
+  if (pthread_rwlock_tryrdlock(&g_rw) != 0)
+    return NULL;
+  if (g_state == NULL || atomic_load(&g_state->closing)) {
+    pthread_rwlock_unlock(&g_rw);
+    return NULL;
+  }
+  return g_state;
+}
+
+/* ==== building and tearing down ======================================================= */
+
+static void state_destroy(struct coord_state *s) {
+  if (s == NULL)
+    return;
+  coord_loop_join(s);
+  /* NCCL communicators of a failed job are aborted: a dead peer would
+   * hold a clean destroy forever. */
+  if (s->gpu != NULL)
+    s->gpu_backend->close(s->gpu, !s->clean_stop);
+  coord_timeline_destroy(s->timeline);
+  coord_controller_destroy(s->controller);
+  coord_cache_fini(&s->cache);
+  coord_sets_fini(&s->sets);
+  ops_ctx_destroy(s->ops);
+  net_comm_destroy(s->control);
+  net_world_destroy(s->world);
+  rdzv_client_destroy(s->store);
+  if (s->wake_fd >= 0)
+    close(s->wake_fd);
+  hvd_map_fini(&s->inflight);
+  hvd_map_fini(&s->noname);
+  free(s->fusion);
+  free(s->identity);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+/* Settings every rank must share, as rank 0 answers the hello, then what
+ * rank 0 learned from the hellos (whether every host runs as many ranks). */
+enum {
+  SETTINGS_BYTES = 32,
+  ANSWER_BYTES = SETTINGS_BYTES + 8,
+  HELLO_BYTES = 8,
+  HIER_ALLREDUCE = 1,
+  HIER_ALLGATHER = 2,
+  GPU_HOST_STAGED = 4
+};
+
+static void put_settings(const struct coord_config *c, unsigned char *out) {
+  hvd_put_le64(out, c->cache_capacity);
+  hvd_put_le64(out + 8, c->fusion_inplace_bytes);
+  hvd_put_le64(out + 16, (c->hierarchical_allreduce ? HIER_ALLREDUCE : 0) |
+                             (c->hierarchical_allgather ? HIER_ALLGATHER : 0) |
+                             (c->gpu_host_staged ? GPU_HOST_STAGED : 0));
+  hvd_put_le64(out + 24, c->inline_bytes);
+}
+
+static void adopt(const char *name, uint64_t mine, uint64_t theirs, uint64_t *out) {
+  if (mine != theirs)
+    HVD_LOG_WARN("%s is %llu here but %llu on rank 0; using rank 0's (every rank must agree)",
+                 name, (unsigned long long)mine, (unsigned long long)theirs);
+  *out = theirs;
+}
+
+/* Rank 0's settings win where ranks must agree (cache bits, which tensors
+ * are reduced in place or inline, hierarchical collectives): a worker that differs
+ * warns and takes rank 0's. */
+static void take_settings(struct coord_config *c, const unsigned char *in) {
+  unsigned char mine[SETTINGS_BYTES];
+  uint64_t v, flags, my_flags;
+  put_settings(c, mine);
+  adopt("HOROVOD_CACHE_CAPACITY", hvd_get_le64(mine), hvd_get_le64(in), &v);
+  c->cache_capacity = (size_t)v;
+  adopt("HVD_FUSION_INPLACE_BYTES", hvd_get_le64(mine + 8), hvd_get_le64(in + 8), &v);
+  c->fusion_inplace_bytes = (size_t)v;
+  my_flags = hvd_get_le64(mine + 16);
+  flags = hvd_get_le64(in + 16);
+  adopt("HOROVOD_HIERARCHICAL_ALLREDUCE", my_flags & HIER_ALLREDUCE ? 1 : 0,
+        flags & HIER_ALLREDUCE ? 1 : 0, &v);
+  c->hierarchical_allreduce = v != 0;
+  adopt("HOROVOD_HIERARCHICAL_ALLGATHER", my_flags & HIER_ALLGATHER ? 1 : 0,
+        flags & HIER_ALLGATHER ? 1 : 0, &v);
+  c->hierarchical_allgather = v != 0;
+  adopt("HVD_GPU_COLLECTIVES=host", my_flags & GPU_HOST_STAGED ? 1 : 0,
+        flags & GPU_HOST_STAGED ? 1 : 0, &v);
+  c->gpu_host_staged = v != 0;
+  adopt("HVD_INLINE_BYTES", hvd_get_le64(mine + 24), hvd_get_le64(in + 24), &v);
+  c->inline_bytes = v <= COORD_INLINE_MAX ? (size_t)v : 0;
+}
+
+/* Workers say hello (with their host's rank count) to rank 0 and rank 0
+ * answers everybody with the settings that must agree and whether the
+ * hosts are homogeneous: every control connection exists before the loop
+ * starts (a peer that dies is then seen as a closed connection), and
+ * nobody starts before everybody has. */
+static hvd_status control_handshake(struct coord_state *s) {
+  unsigned char hello[HELLO_BYTES], answer[ANSWER_BYTES];
+  bool homogeneous = true;
+  hvd_status st = HVD_OK;
+
+  s->homogeneous = true;
+  if (s->size == 1)
+    return HVD_OK;
+  if (s->rank != 0) {
+    hvd_put_le64(hello, (uint64_t)s->world->local_size);
+    st = net_send(s->control, 0, hello, sizeof(hello));
+    if (st == HVD_OK)
+      st = net_recv(s->control, 0, answer, sizeof(answer));
+    if (st == HVD_OK) {
+      take_settings(&s->cfg, answer);
+      s->homogeneous = hvd_get_le64(answer + SETTINGS_BYTES) != 0;
+    }
+    return st;
+  }
+  for (int r = 1; r < s->size && st == HVD_OK; r++) {
+    st = net_recv(s->control, r, hello, sizeof(hello));
+    if (st == HVD_OK && hvd_get_le64(hello) != (uint64_t)s->world->local_size)
+      homogeneous = false;
+  }
+  put_settings(&s->cfg, answer);
+  hvd_put_le64(answer + SETTINGS_BYTES, homogeneous ? 1 : 0);
+  for (int r = 1; r < s->size && st == HVD_OK; r++)
+    st = net_send(s->control, r, answer, sizeof(answer));
+  s->homogeneous = homogeneous;
+  return st;
+}
+
+/* Which ranks and generation this state takes: the round given (a reset),
+ * else the environment's, in the generation of the driver's round for an
+ * elastic worker and of this process's nth init otherwise. */
+static void take_round(struct coord_state *s, const struct coord_start *how,
+                       struct net_world_config *wcfg) {
+  const struct coord_round *given = how->round;
+  if (given != NULL) {
+    s->round = *given;
+    wcfg->ctx.rank = given->rank;
+    wcfg->size = given->size;
+    wcfg->local_rank = given->local_rank;
+    wcfg->local_size = given->local_size;
+    wcfg->cross_rank = given->cross_rank;
+    wcfg->cross_size = given->cross_size;
+  } else {
+    s->round.round = how->elastic ? how->generation : g_inits;
+    s->round.updates = how->elastic ? how->updates : 0;
+  }
+  wcfg->ctx.generation = s->round.round;
+}
+
+static hvd_status state_create(const struct coord_start *how, struct coord_state **out) {
+  struct coord_state *s = calloc(1, sizeof(*s));
+  struct net_world_config wcfg;
+  int *all = NULL;
+  int64_t port = 0;
+  hvd_status st;
+
+  if (s == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate hvd's state");
+  s->wake_fd = -1;
+  pthread_mutex_init(&s->lock, NULL);
+  hvd_map_init(&s->inflight);
+  hvd_map_init(&s->noname);
+  atomic_init(&s->queued, false);
+  atomic_init(&s->sleeping, false);
+  atomic_init(&s->closing, false);
+  atomic_init(&s->gpu_device, -1);
+
+  st = net_world_config_from_env(&wcfg);
+  if (st == HVD_OK)
+    take_round(s, how, &wcfg);
+  if (st == HVD_OK && wcfg.size > 1)
+    st = rdzv_client_create_from_env(&s->store);
+  if (st == HVD_OK)
+    st = hvd_env_int("HOROVOD_GLOO_RENDEZVOUS_PORT", 0, 0, 65535, &port);
+  if (st != HVD_OK)
+    goto fail;
+  wcfg.ctx.store = s->store;
+  wcfg.ctx.store_host = hvd_env_str("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  wcfg.ctx.store_port = (int)port;
+  /* A pod learns its rank from the store: until then it has none to show. */
+  hvd_log_set_rank(wcfg.rank_from_store ? -1 : wcfg.ctx.rank);
+  if ((st = net_world_create(&wcfg, &s->world)) != HVD_OK)
+    goto fail;
+  s->rank = s->world->rank;
+  s->size = s->world->size;
+  hvd_log_set_rank(s->rank); /* pod mode learns it only now */
+  s->round.rank = s->rank;
+  s->round.size = s->size;
+  s->round.local_rank = s->world->local_rank;
+  s->round.local_size = s->world->local_size;
+  s->round.cross_rank = s->world->cross_rank;
+  s->round.cross_size = s->world->cross_size;
+  if ((all = malloc((size_t)s->size * sizeof(*all))) == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the control communicator");
+    goto fail;
+  }
+  for (int r = 0; r < s->size; r++)
+    all[r] = r;
+  st = net_comm_derive(s->world->global, NET_COMM_CONTROL, all, s->size, &s->control);
+  free(all);
+  if (st != HVD_OK)
+    goto fail;
+  net_comm_isolate_failures(s->control, true);
+  st = coord_config_from_env(s->world->local_rank, s->world->local_size, &s->cfg);
+  s->gpu_backend = coord_gpu_backend();
+  if (st == HVD_OK)
+    st = ops_ctx_create(&s->ops);
+  if (st == HVD_OK)
+    st = coord_sets_init(&s->sets, s->world->global, s->size);
+  if (st == HVD_OK)
+    st = coord_timeline_create(&s->timeline);
+  if (st != HVD_OK)
+    goto fail;
+  coord_cache_init(&s->cache, s->cfg.cache_capacity);
+  if (s->rank == 0 && (st = coord_controller_create(s, &s->controller)) != HVD_OK)
+    goto fail;
+  s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s->wake_fd < 0) {
+    st = hvd_error(HVD_ERR_IO, "eventfd failed");
+    goto fail;
+  }
+  if ((st = control_handshake(s)) != HVD_OK)
+    goto fail;
+  s->cache.capacity = s->cfg.cache_capacity; /* rank 0's (entries come on first use) */
+  if (s->rank == 0 && s->cfg.timeline[0] != '\0' && strcmp(s->cfg.timeline, "DYNAMIC") != 0 &&
+      (st = coord_timeline_start(s->timeline, s->cfg.timeline, s->cfg.timeline_mark_cycles)) !=
+          HVD_OK)
+    goto fail;
+  if ((st = coord_loop_start(s)) != HVD_OK)
+    goto fail;
+  *out = s;
+  return HVD_OK;
+fail:
+  state_destroy(s);
+  return st;
+}
+
+hvd_status coord_init_state(const struct coord_start *how) {
+  struct coord_state *s = NULL;
+  hvd_status st;
+
+  pthread_mutex_lock(&g_life);
+  pthread_rwlock_rdlock(&g_rw);
+  st = g_state != NULL ? hvd_error(HVD_ERR_PRECONDITION, "hvd is already initialized") : HVD_OK;
+  pthread_rwlock_unlock(&g_rw);
+  if (st == HVD_OK && g_removed)
+    st = hvd_error(HVD_ERR_REMOVED, "%s", g_removed_msg);
+  if (st == HVD_OK)
+    st = hvd_log_configure_from_env();
+  if (st == HVD_OK) {
+    /* Writing to a closed socket must be an error, not a signal. */
+    signal(SIGPIPE, SIG_IGN);
+    st = state_create(how, &s);
+  }
+  if (st == HVD_OK) {
+    pthread_rwlock_wrlock(&g_rw);
+    g_state = s;
+    pthread_rwlock_unlock(&g_rw);
+    g_inits++;
+    HVD_LOG_DEBUG("hvd %s: rank %d of %d (local %d of %d, cross %d of %d)", hvd_version(),
+                  s->rank, s->size, s->world->local_rank, s->world->local_size,
+                  s->world->cross_rank, s->world->cross_size);
+  } else {
+    hvd_error_prefix("hvd_init");
+  }
+  pthread_mutex_unlock(&g_life);
+  return st;
+}
+
+hvd_status coord_current_round(struct coord_round *out) {
+  struct coord_state *s = coord_acquire();
+  if (s == NULL)
+    return hvd_error_status();
+  *out = s->round;
+  coord_release();
+  return HVD_OK;
+}
+
+void coord_mark_removed(const char *message) {
+  pthread_mutex_lock(&g_life);
+  pthread_rwlock_wrlock(&g_rw);
+  g_removed = true;
+  snprintf(g_removed_msg, sizeof(g_removed_msg), "%s", message);
+  pthread_rwlock_unlock(&g_rw);
+  pthread_mutex_unlock(&g_life);
+}
+
+bool coord_is_removed(void) {
+  bool removed;
+  pthread_mutex_lock(&g_life);
+  removed = g_removed;
+  pthread_mutex_unlock(&g_life);
+  return removed;
+}
+
+void coord_shutdown_state(void) {
+  struct coord_state *s;
+
+  pthread_mutex_lock(&g_life);
+  if (g_state != NULL) { /* (written only under g_life) */
+    /* A user thread driving the loop holds the read lock: it lets go. */
+    atomic_store(&g_state->closing, true);
+    coord_wake(g_state);
+  }
+  pthread_rwlock_wrlock(&g_rw);
+  s = g_state;
+  g_state = NULL;
+  pthread_rwlock_unlock(&g_rw);
+  if (s != NULL) {
+    pthread_mutex_lock(&s->lock);
+    s->stop_requested = true;
+    pthread_mutex_unlock(&s->lock);
+    coord_wake(s);
+    coord_loop_unpark(s);
+    state_destroy(s); /* joins the background thread first */
+  }
+  pthread_mutex_unlock(&g_life);
+}
+
+HVD_API int hvd_is_initialized(void) {
+  int r;
+  pthread_rwlock_rdlock(&g_rw);
+  r = g_state != NULL;
+  pthread_rwlock_unlock(&g_rw);
+  return r;
+}
+
