@@ -422,12 +422,13 @@ struct coord_gpu; /* a backend's per-process state: its device, streams, communi
 struct coord_set;
 
 /*
- * What a GPU backend provides. coord runs every GPU response through
- * coord_gpu_execute: the backend's own collectives where it has them
- * (NCCL), else the host-staged path (inputs copied to host memory, the
- * CPU collectives over TCP, outputs copied back). Device pointers are
- * opaque here. Every function but device_count and free runs on the
- * thread that runs the loop (or tears the state down, for close).
+ * What a GPU backend provides. coord runs every GPU response with the
+ * backend's own collectives where it has them (NCCL), else on the
+ * host-staged path (inputs copied to host memory, the CPU collectives over
+ * TCP, outputs copied back): execute.c asks coord_gpu_run, then stages.
+ * Device pointers are opaque here. Every function but device_count and
+ * free runs on the thread that runs the loop (or tears the state down, for
+ * close).
  */
 struct coord_gpu_backend {
   const char *name;
@@ -463,12 +464,29 @@ const struct coord_gpu_backend *coord_gpu_backend(void);
 /* HVD_GPU_COLLECTIVES: "nccl" (the backend's own, default) or "host". */
 hvd_status coord_gpu_mode_from_env(bool *host_staged);
 
-/* Runs a GPU response (execute.c calls it for device != CPU). */
-hvd_status coord_gpu_execute(struct coord_state *s, const struct coord_set *set,
-                             const struct coord_response *r, struct coord_entry **entries);
-/* The CPU collectives of execute.c on the given entries (host staging). */
-hvd_status coord_execute_cpu(struct coord_state *s, const struct coord_set *set,
-                             const struct coord_response *r, struct coord_entry **entries);
+/* Opens the device on first use, makes the stream wait for the inputs'
+ * ready events and runs the response with the backend's own collectives;
+ * *ran is false (and HVD_OK returned) when the response is to be staged
+ * instead: HVD_GPU_COLLECTIVES=host, or a type the backend lacks. */
+hvd_status coord_gpu_run(struct coord_state *s, const struct coord_set *set,
+                         const struct coord_response *r, struct coord_entry **entries,
+                         bool *ran);
+/* Host staging: copies of the entries with host buffers (entries[i] NULL
+ * where this rank has none), the inputs copied in. */
+struct coord_gpu_staging {
+  struct coord_entry *copies;
+  struct coord_entry **entries; /* what the CPU collectives run on */
+  size_t *out_bytes;            /* output bytes the caller gave; 0: hvd allocates */
+  size_t n;
+};
+hvd_status coord_gpu_stage_in(struct coord_state *s, const struct coord_set *set,
+                              const struct coord_response *r, struct coord_entry **entries,
+                              struct coord_gpu_staging *out);
+/* The outputs back to the device (outputs hvd allocated move there). */
+hvd_status coord_gpu_stage_out(struct coord_state *s, const struct coord_response *r,
+                               struct coord_entry **entries,
+                               const struct coord_gpu_staging *staging);
+void coord_gpu_staging_free(struct coord_gpu_staging *g);
 /* The store scope in which NCCL unique ids travel in this generation (cuda/). */
 void coord_gpu_id_scope(const struct coord_state *s, char *out, size_t size);
 

@@ -399,8 +399,8 @@ static hvd_status run_reducescatter(struct coord_state *s, const struct coord_se
 
 /* ==== dispatch ========================================================================== */
 
-hvd_status coord_execute_cpu(struct coord_state *s, const struct coord_set *set,
-                             const struct coord_response *r, struct coord_entry **entries) {
+static hvd_status execute_cpu(struct coord_state *s, const struct coord_set *set,
+                              const struct coord_response *r, struct coord_entry **entries) {
   switch (r->type) {
   case COORD_ALLREDUCE: return run_allreduce(s, set, r, entries);
   case COORD_ALLGATHER: return run_allgather(s, set, r, entries);
@@ -413,6 +413,25 @@ hvd_status coord_execute_cpu(struct coord_state *s, const struct coord_set *set,
   default:
     return hvd_error(HVD_ERR_PROTOCOL, "unexpected response type %d", r->type);
   }
+}
+
+/* A GPU response: the backend's own collectives, else staged through host
+ * memory and the CPU collectives above. */
+static hvd_status execute_gpu(struct coord_state *s, const struct coord_set *set,
+                              const struct coord_response *r, struct coord_entry **entries) {
+  struct coord_gpu_staging staging;
+  bool ran;
+  hvd_status st = coord_gpu_run(s, set, r, entries, &ran);
+
+  if (ran)
+    return st;
+  if ((st = coord_gpu_stage_in(s, set, r, entries, &staging)) != HVD_OK)
+    return st;
+  st = execute_cpu(s, set, r, staging.entries);
+  if (st == HVD_OK)
+    st = coord_gpu_stage_out(s, r, entries, &staging);
+  coord_gpu_staging_free(&staging);
+  return st;
 }
 
 hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) {
@@ -460,9 +479,9 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
     if (set->rank < 0) /* not a member */
       goto out;
     if (r->device != HVD_DEVICE_CPU)
-      st = coord_gpu_execute(s, set, r, entries);
+      st = execute_gpu(s, set, r, entries);
     else
-      st = coord_execute_cpu(s, set, r, entries);
+      st = execute_cpu(s, set, r, entries);
     /* A failed collective means a failed communicator: the job stops. */
     if (st != HVD_OK)
       failure = st;

@@ -10,7 +10,9 @@
  * to host memory, the CPU collectives of execute.c run over TCP, outputs
  * are copied back. Staging works on copies of the entries, so execute.c's
  * code runs unchanged, and the outputs hvd allocates (allgather, alltoall)
- * move to device memory at the end.
+ * move to device memory at the end. execute.c owns the dispatch: it asks
+ * for the backend's own run, else stages in, runs its CPU collectives and
+ * stages out; nothing here calls back into it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -103,70 +105,85 @@ static hvd_status move_output(struct coord_state *s, struct coord_output *o) {
   return HVD_OK;
 }
 
-static hvd_status run_staged(struct coord_state *s, const struct coord_set *set,
-                             const struct coord_response *r, struct coord_entry **entries) {
+void coord_gpu_staging_free(struct coord_gpu_staging *g) {
+  for (size_t i = 0; g->copies != NULL && i < g->n; i++) {
+    free((void *)g->copies[i].input);
+    free(g->copies[i].output);
+  }
+  free(g->copies);
+  free(g->entries);
+  free(g->out_bytes);
+  memset(g, 0, sizeof(*g));
+}
+
+hvd_status coord_gpu_stage_in(struct coord_state *s, const struct coord_set *set,
+                              const struct coord_response *r, struct coord_entry **entries,
+                              struct coord_gpu_staging *out) {
   const struct coord_gpu_backend *b = s->gpu_backend;
   size_t esize = hvd_dtype_size(r->dtype), n = r->ntensors;
-  struct coord_entry *copies = calloc(n, sizeof(*copies));
-  struct coord_entry **staged = calloc(n, sizeof(*staged));
-  size_t *out_bytes = calloc(n, sizeof(*out_bytes));
   hvd_status st = HVD_OK;
 
-  if (copies == NULL || staged == NULL || out_bytes == NULL) {
+  memset(out, 0, sizeof(*out));
+  out->n = n;
+  out->copies = calloc(n, sizeof(*out->copies));
+  out->entries = calloc(n, sizeof(*out->entries));
+  out->out_bytes = calloc(n, sizeof(*out->out_bytes));
+  if (out->copies == NULL || out->entries == NULL || out->out_bytes == NULL)
     st = hvd_error(HVD_ERR_NO_MEMORY, "cannot stage %zu GPU tensors", n);
-    goto out;
-  }
   for (size_t i = 0; i < n && st == HVD_OK; i++) {
-    struct coord_entry *e = entries[i], *c = &copies[i];
+    struct coord_entry *e = entries[i], *c = &out->copies[i];
     int64_t elements = 0;
     size_t in_bytes;
     if (e == NULL)
       continue;
     *c = *e;
     c->input = c->output = NULL;
-    staged[i] = c;
+    out->entries[i] = c;
     coord_shape_elements(e->req.shape, e->req.ndims, &elements);
     in_bytes = (size_t)elements * esize;
-    out_bytes[i] = given_output_bytes(set, r, e, in_bytes);
+    out->out_bytes[i] = given_output_bytes(set, r, e, in_bytes);
     c->input = malloc(in_bytes > 0 ? in_bytes : 1);
     /* Never NULL, even for a reducescatter share of 0 rows: the CPU
      * collectives copy 0 bytes to it, and memcpy to NULL is undefined. */
-    c->output = malloc(out_bytes[i] > 0 ? out_bytes[i] : 1);
+    c->output = malloc(out->out_bytes[i] > 0 ? out->out_bytes[i] : 1);
     if (c->input == NULL || c->output == NULL)
       st = hvd_error(HVD_ERR_NO_MEMORY, "cannot stage %s '%s' in host memory (%zu bytes)",
-                     coord_type_name(r->type), e->req.name, in_bytes + out_bytes[i]);
+                     coord_type_name(r->type), e->req.name, in_bytes + out->out_bytes[i]);
     else if (in_bytes > 0)
       st = b->to_host(s->gpu, (void *)c->input, e->input, in_bytes);
   }
-  if (st == HVD_OK)
-    st = coord_execute_cpu(s, set, r, staged);
-  for (size_t i = 0; i < n && st == HVD_OK; i++) {
+  if (st != HVD_OK)
+    coord_gpu_staging_free(out);
+  return st;
+}
+
+hvd_status coord_gpu_stage_out(struct coord_state *s, const struct coord_response *r,
+                               struct coord_entry **entries,
+                               const struct coord_gpu_staging *staging) {
+  hvd_status st = HVD_OK;
+
+  for (size_t i = 0; i < staging->n && st == HVD_OK; i++) {
     struct coord_entry *e = entries[i];
     if (e == NULL)
       continue;
-    if (out_bytes[i] > 0)
-      st = b->to_device(s->gpu, e->output, copies[i].output, out_bytes[i]);
+    if (staging->out_bytes[i] > 0)
+      st = s->gpu_backend->to_device(s->gpu, e->output, staging->copies[i].output,
+                                     staging->out_bytes[i]);
     else if (r->type == COORD_ALLGATHER || r->type == COORD_ALLTOALL)
       st = move_output(s, coord_entry_output(e));
   }
-out:
-  for (size_t i = 0; copies != NULL && i < n; i++) {
-    free((void *)copies[i].input);
-    free(copies[i].output);
-  }
-  free(copies);
-  free(staged);
-  free(out_bytes);
   return st;
 }
 
 /* ==== running a GPU response ============================================================== */
 
-hvd_status coord_gpu_execute(struct coord_state *s, const struct coord_set *set,
-                             const struct coord_response *r, struct coord_entry **entries) {
+hvd_status coord_gpu_run(struct coord_state *s, const struct coord_set *set,
+                         const struct coord_response *r, struct coord_entry **entries,
+                         bool *ran) {
   const struct coord_gpu_backend *b = s->gpu_backend;
   hvd_status st;
 
+  *ran = true; /* unless the backend leaves it to staging, below */
   if (b == NULL)
     return hvd_error(HVD_ERR_UNSUPPORTED,
                      "%s '%s' is on a GPU, and this build of hvd has no GPU support",
@@ -188,5 +205,6 @@ hvd_status coord_gpu_execute(struct coord_state *s, const struct coord_set *set,
       return st;
     hvd_error_clear();
   }
-  return run_staged(s, set, r, entries);
+  *ran = false;
+  return HVD_OK;
 }
