@@ -1337,6 +1337,80 @@ static void wait_in_callback(hvd_handle h, hvd_status st, void *arg) {
   atomic_store(&w->status, (int)hvd_handle_wait(w->other));
 }
 
+struct late_init {
+  pthread_t thread;
+  hvd_status status;
+  char message[256];
+};
+
+static void *init_main(void *arg) {
+  struct late_init *li = arg;
+  li->status = hvd_init();
+  snprintf(li->message, sizeof(li->message), "%s", hvd_last_error_message());
+  return NULL;
+}
+
+/* Rank 0 starts again alone, so its hvd_init waits for peers that never
+ * come; hvd_shutdown on another thread makes it give up at once (it used
+ * to wait behind hvd_init's lock until the start timed out). */
+static int shutdown_during_init(int rank, int size, void *arg) {
+  struct late_init li = {.status = HVD_ERR_INTERNAL};
+  int64_t deadline = hvd_deadline_after_ms(20000);
+  (void)size;
+  (void)arg;
+
+  CALL(hvd_shutdown());
+  if (rank != 0)
+    return 0;
+  EXPECT(pthread_create(&li.thread, NULL, init_main, &li) == 0, "pthread_create");
+  while (!coord_is_starting() && hvd_now_ns() < deadline)
+    hvd_sleep_ns(1000000);
+  EXPECT(coord_is_starting(), "hvd_init did not start");
+  CALL(hvd_shutdown());
+  pthread_join(li.thread, NULL);
+  EXPECT(li.status == HVD_ERR_ABORTED, "hvd_init ended with %s (%s), not HVD_ERR_ABORTED",
+         hvd_strerror(li.status), li.message);
+  EXPECT(strstr(li.message, "hvd_shutdown") != NULL, "%s", li.message);
+  EXPECT(!hvd_is_initialized(), "initialized after an aborted start");
+  return 0;
+}
+
+START_TEST(shutdown_ends_a_waiting_init) { run_ok(2, shutdown_during_init, NULL); }
+END_TEST
+
+/* A completion callback cannot shut hvd down (it runs on hvd's loop). */
+static void shutdown_in_callback(hvd_handle h, hvd_status st, void *arg) {
+  (void)h;
+  (void)st;
+  atomic_store((atomic_int *)arg, (int)hvd_shutdown());
+}
+
+static int callback_shuts_down(int rank, int size, void *arg) {
+  int64_t shape[1] = {1};
+  float in = 1, out = 0;
+  hvd_tensor t = {"cb.shutdown", HVD_FLOAT32, 1, shape, &in, &out};
+  hvd_options o = HVD_OPTIONS_INIT;
+  atomic_int status;
+  hvd_handle h;
+  (void)rank;
+  (void)arg;
+
+  atomic_init(&status, -1);
+  o.callback = shutdown_in_callback;
+  o.callback_arg = &status;
+  CALL(hvd_allreduce_async(&t, &o, &h));
+  CALL(hvd_handle_wait(h));
+  hvd_handle_release(h);
+  EXPECT(atomic_load(&status) == HVD_ERR_PRECONDITION,
+         "hvd_shutdown in a callback gave %d, not HVD_ERR_PRECONDITION", atomic_load(&status));
+  EXPECT(hvd_is_initialized(), "a refused shutdown shut hvd down");
+  EXPECT(out == (float)size, "%g", (double)out);
+  return 0;
+}
+
+START_TEST(shutdown_in_a_callback_is_refused) { run_ok(_i, callback_shuts_down, NULL); }
+END_TEST
+
 static int callback_waits(int rank, int size, void *arg) {
   int64_t shape[1] = {1};
   float in = 1, out = 0, lone_in = 0, lone_out;
@@ -1614,6 +1688,8 @@ static Suite *lifecycle_suite(void) {
   tcase_add_loop_test(tc, shutdown_aborts_pending, 2, 4);
   tcase_add_loop_test(tc, shutdown_while_waiting, 2, 3);
   tcase_add_loop_test(tc, wait_in_a_callback_is_refused, 2, 3);
+  tcase_add_test(tc, shutdown_ends_a_waiting_init);
+  tcase_add_loop_test(tc, shutdown_in_a_callback_is_refused, 1, 3);
   tcase_add_loop_test(tc, killed_rank_fails_pending, 0, 2);
   tcase_add_loop_test(tc, frozen_rank_fails_pending, 0, 2);
   tcase_add_test(tc, stall_warns_then_shuts_down);

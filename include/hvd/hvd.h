@@ -145,7 +145,10 @@ HVD_API hvd_status hvd_init(void);
  * then fail with HVD_ERR_ABORTED, as this rank's pending ones do), stops the
  * background thread and closes every connection. Blocks until done, at most
  * about HOROVOD_GLOO_TIMEOUT_SECONDS. Handles stay valid until released.
- * Returns HVD_OK, also when hvd is not initialized.
+ * An hvd_init running on another thread gives up (it returns
+ * HVD_ERR_ABORTED) and is waited for. Returns HVD_OK, also when hvd is not
+ * initialized; HVD_ERR_PRECONDITION, doing nothing, in a completion
+ * callback.
  */
 HVD_API hvd_status hvd_shutdown(void);
 
@@ -190,12 +193,16 @@ typedef struct hvd_tensor {
 
 typedef struct hvd_handle_s *hvd_handle;
 
-/* Called once when an operation completes, with no hvd lock held, on the
- * thread that runs hvd's loop at that moment: hvd's background thread, or
- * a user thread inside hvd_handle_wait (see there). It must not block for
- * long (the next operation waits for it) and must not wait on or release
- * a handle that has not completed, its own included (hvd_handle_wait
- * returns HVD_ERR_PRECONDITION there). */
+/* Called once when an operation completes, on the thread that runs hvd's
+ * loop at that moment: hvd's background thread, or a user thread inside
+ * hvd_handle_wait (see there). That thread holds hvd's loop while the
+ * callback runs (no hvd lock that other threads' calls take, so the
+ * callback may start operations, poll and release completed handles, and
+ * query ranks). It must not block for long (the next operation waits for
+ * it), must not wait on or release a handle that has not completed, its
+ * own included (hvd_handle_wait returns HVD_ERR_PRECONDITION there), and
+ * cannot shut hvd down (hvd_shutdown returns HVD_ERR_PRECONDITION there,
+ * doing nothing). */
 typedef void (*hvd_callback)(hvd_handle handle, hvd_status status, void *arg);
 
 /*

@@ -9,7 +9,9 @@
  *
  * Lock order: coord_state.lock, then a handle's mu. coord_state.sets_lock
  * and the timeline's lock are leaves. No lock is held across socket I/O or
- * a user callback.
+ * a user callback except the loop's (drive) and, on a user thread that
+ * drives, its read hold on the published state; docs/architecture.md has
+ * the whole table.
  */
 #ifndef HVD_COORD_H
 #define HVD_COORD_H

@@ -9,7 +9,11 @@
  * the state (to queue an operation or read a field), and hvd_shutdown
  * takes the write lock just to unpublish it, so no call can see a state
  * being torn down, and shutdown never waits for a user callback that calls
- * hvd. g_life serializes hvd_init and hvd_shutdown.
+ * hvd. g_life serializes hvd_init and hvd_shutdown, but only around their
+ * bookkeeping: building a state (rendezvous, connections: up to the
+ * timeout) runs without it, marked by g_starting, so that hvd_shutdown on
+ * another thread can ask the start to give up (an eventfd its store client
+ * watches) instead of waiting for it to time out.
  */
 #include <signal.h>
 #include <stddef.h>
@@ -21,6 +25,11 @@
 #include "coord.h"
 
 static pthread_mutex_t g_life = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_life_cond = PTHREAD_COND_INITIALIZER; /* a start ended */
+/* Under g_life: a thread is building a state; hvd_shutdown asked it to
+ * give up; the eventfd that tells its store client so. */
+static bool g_starting, g_stop_start;
+static int g_start_cancel_fd = -1;
 static pthread_rwlock_t g_rw = PTHREAD_RWLOCK_INITIALIZER;
 static struct coord_state *g_state; /* under g_rw */
 /* Successful hvd_init calls so far (under g_life): the nth init of every
@@ -186,7 +195,7 @@ static hvd_status control_handshake(struct coord_state *s) {
 /* Which ranks and generation this state takes: the round given (a reset),
  * else the environment's, in the generation of the driver's round for an
  * elastic worker and of this process's nth init otherwise. */
-static void take_round(struct coord_state *s, const struct coord_start *how,
+static void take_round(struct coord_state *s, const struct coord_start *how, uint64_t nth,
                        struct net_world_config *wcfg) {
   const struct coord_round *given = how->round;
   if (given != NULL) {
@@ -198,13 +207,16 @@ static void take_round(struct coord_state *s, const struct coord_start *how,
     wcfg->cross_rank = given->cross_rank;
     wcfg->cross_size = given->cross_size;
   } else {
-    s->round.round = how->elastic ? how->generation : g_inits;
+    s->round.round = how->elastic ? how->generation : nth;
     s->round.updates = how->elastic ? how->updates : 0;
   }
   wcfg->ctx.generation = s->round.round;
 }
 
-static hvd_status state_create(const struct coord_start *how, struct coord_state **out) {
+/* nth: earlier successful starts of this process; cancel_fd: an eventfd
+ * that ends the store client's waits (hvd_shutdown during the start). */
+static hvd_status state_create(const struct coord_start *how, uint64_t nth, int cancel_fd,
+                               struct coord_state **out) {
   struct coord_state *s = calloc(1, sizeof(*s));
   struct net_world_config wcfg;
   int *all = NULL;
@@ -224,9 +236,11 @@ static hvd_status state_create(const struct coord_start *how, struct coord_state
 
   st = net_world_config_from_env(&wcfg);
   if (st == HVD_OK)
-    take_round(s, how, &wcfg);
+    take_round(s, how, nth, &wcfg);
   if (st == HVD_OK && wcfg.size > 1)
     st = rdzv_client_create_from_env(&s->store);
+  if (st == HVD_OK && s->store != NULL && cancel_fd >= 0)
+    st = rdzv_client_set_cancel_fd(s->store, cancel_fd);
   if (st == HVD_OK)
     st = hvd_env_int("HOROVOD_GLOO_RENDEZVOUS_PORT", 0, 0, 65535, &port);
   if (st != HVD_OK)
@@ -285,6 +299,8 @@ static hvd_status state_create(const struct coord_start *how, struct coord_state
     goto fail;
   if ((st = coord_loop_start(s)) != HVD_OK)
     goto fail;
+  if (s->store != NULL)
+    (void)rdzv_client_set_cancel_fd(s->store, -1); /* the start's eventfd goes with it */
   *out = s;
   return HVD_OK;
 fail:
@@ -292,34 +308,77 @@ fail:
   return st;
 }
 
-hvd_status coord_init_state(const struct coord_start *how) {
-  struct coord_state *s = NULL;
-  hvd_status st;
-
-  pthread_mutex_lock(&g_life);
+/* Under g_life: whether a start may begin; sets the error if not. */
+static hvd_status may_start(void) {
+  hvd_status st = HVD_OK;
+  if (g_starting)
+    return hvd_error(HVD_ERR_PRECONDITION, "hvd_init is already running on another thread");
   pthread_rwlock_rdlock(&g_rw);
-  st = g_state != NULL ? hvd_error(HVD_ERR_PRECONDITION, "hvd is already initialized") : HVD_OK;
+  if (g_state != NULL)
+    st = hvd_error(HVD_ERR_PRECONDITION, "hvd is already initialized");
   pthread_rwlock_unlock(&g_rw);
   if (st == HVD_OK && g_removed)
     st = hvd_error(HVD_ERR_REMOVED, "%s", g_removed_msg);
+  return st;
+}
+
+/* Under g_life: publishes a started state, unless hvd_shutdown asked the
+ * start to give up meanwhile (then it goes, and the start fails). */
+static hvd_status publish(struct coord_state *s) {
+  if (g_stop_start) {
+    state_destroy(s);
+    return hvd_error(HVD_ERR_ABORTED, "hvd_shutdown was called while hvd_init ran");
+  }
+  pthread_rwlock_wrlock(&g_rw);
+  g_state = s;
+  pthread_rwlock_unlock(&g_rw);
+  g_inits++;
+  HVD_LOG_DEBUG("hvd %s: rank %d of %d (local %d of %d, cross %d of %d)", hvd_version(), s->rank,
+                s->size, s->world->local_rank, s->world->local_size, s->world->cross_rank,
+                s->world->cross_size);
+  return HVD_OK;
+}
+
+hvd_status coord_init_state(const struct coord_start *how) {
+  struct coord_state *s = NULL;
+  uint64_t nth;
+  int cancel_fd;
+  hvd_status st;
+
+  pthread_mutex_lock(&g_life);
+  if ((st = may_start()) != HVD_OK) {
+    pthread_mutex_unlock(&g_life);
+    return hvd_error_prefix("hvd_init");
+  }
+  g_starting = true;
+  g_stop_start = false;
+  g_start_cancel_fd = cancel_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  nth = g_inits;
+  pthread_mutex_unlock(&g_life);
+
+  if (cancel_fd < 0)
+    st = hvd_error(HVD_ERR_IO, "eventfd failed");
   if (st == HVD_OK)
     st = hvd_log_configure_from_env();
   if (st == HVD_OK) {
     /* Writing to a closed socket must be an error, not a signal. */
     signal(SIGPIPE, SIG_IGN);
-    st = state_create(how, &s);
+    st = state_create(how, nth, cancel_fd, &s);
   }
-  if (st == HVD_OK) {
-    pthread_rwlock_wrlock(&g_rw);
-    g_state = s;
-    pthread_rwlock_unlock(&g_rw);
-    g_inits++;
-    HVD_LOG_DEBUG("hvd %s: rank %d of %d (local %d of %d, cross %d of %d)", hvd_version(),
-                  s->rank, s->size, s->world->local_rank, s->world->local_size,
-                  s->world->cross_rank, s->world->cross_size);
-  } else {
+
+  pthread_mutex_lock(&g_life);
+  if (st == HVD_OK)
+    st = publish(s);
+  else if (g_stop_start)
+    st = hvd_error(HVD_ERR_ABORTED, "hvd_shutdown was called while hvd_init ran (%s)",
+                   hvd_last_error_message());
+  if (st != HVD_OK)
     hvd_error_prefix("hvd_init");
-  }
+  g_starting = false;
+  g_start_cancel_fd = -1;
+  if (cancel_fd >= 0)
+    close(cancel_fd);
+  pthread_cond_broadcast(&g_life_cond);
   pthread_mutex_unlock(&g_life);
   return st;
 }
@@ -342,6 +401,14 @@ void coord_mark_removed(const char *message) {
   pthread_mutex_unlock(&g_life);
 }
 
+bool coord_is_starting(void) {
+  bool starting;
+  pthread_mutex_lock(&g_life);
+  starting = g_starting;
+  pthread_mutex_unlock(&g_life);
+  return starting;
+}
+
 bool coord_is_removed(void) {
   bool removed;
   pthread_mutex_lock(&g_life);
@@ -350,10 +417,22 @@ bool coord_is_removed(void) {
   return removed;
 }
 
-void coord_shutdown_state(void) {
+hvd_status coord_shutdown_state(void) {
   struct coord_state *s;
 
+  /* From a completion callback, this thread holds the loop that shutting
+   * down would wait for. */
+  if (coord_loop_driving())
+    return hvd_error(HVD_ERR_PRECONDITION,
+                     "hvd_shutdown cannot run in a completion callback (it waits for hvd's loop, "
+                     "which runs the callback)");
   pthread_mutex_lock(&g_life);
+  while (g_starting) { /* a start on another thread: it gives up at once */
+    uint64_t one = 1;
+    g_stop_start = true;
+    (void)!write(g_start_cancel_fd, &one, sizeof(one));
+    pthread_cond_wait(&g_life_cond, &g_life);
+  }
   if (g_state != NULL) { /* (written only under g_life) */
     /* A user thread driving the loop holds the read lock: it lets go. */
     atomic_store(&g_state->closing, true);
@@ -372,6 +451,7 @@ void coord_shutdown_state(void) {
     state_destroy(s); /* joins the background thread first */
   }
   pthread_mutex_unlock(&g_life);
+  return HVD_OK;
 }
 
 HVD_API int hvd_is_initialized(void) {

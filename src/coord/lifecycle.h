@@ -32,11 +32,17 @@ struct coord_start {
 };
 
 /* Builds and publishes the state (what hvd_init does once it knows how);
- * HVD_ERR_PRECONDITION when initialized, HVD_ERR_REMOVED once removed. */
+ * HVD_ERR_PRECONDITION when initialized or another thread is starting,
+ * HVD_ERR_REMOVED once removed, HVD_ERR_ABORTED when coord_shutdown_state
+ * ran meanwhile. No lock is held while the state is built. */
 hvd_status coord_init_state(const struct coord_start *how);
 /* Stops and frees the state, if any: hvd_shutdown without the pod's
- * membership (a reset keeps it). */
-void coord_shutdown_state(void);
+ * membership (a reset keeps it). A start in progress on another thread is
+ * told to give up, and waited for. HVD_ERR_PRECONDITION, with nothing
+ * done, from a completion callback. */
+hvd_status coord_shutdown_state(void);
+/* Whether a thread is in coord_init_state (tests). */
+bool coord_is_starting(void);
 /* The round of the running state: HVD_ERR_PRECONDITION when not initialized. */
 hvd_status coord_current_round(struct coord_round *out);
 /* From now on hvd_init and every call that needs hvd fail with HVD_ERR_REMOVED. */

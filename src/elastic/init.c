@@ -23,7 +23,7 @@ HVD_API hvd_status hvd_init(void) {
   how.updates = env.updates;
   st = coord_init_state(&how);
   if (st == HVD_OK && env.elastic && (st = elastic_started()) != HVD_OK) {
-    coord_shutdown_state();
+    (void)coord_shutdown_state();
     hvd_error_prefix("hvd_init");
   }
 
@@ -38,8 +38,10 @@ HVD_API hvd_status hvd_init(void) {
 }
 
 HVD_API hvd_status hvd_shutdown(void) {
+  hvd_status st = coord_shutdown_state();
+  if (st != HVD_OK)
+    return st; /* a completion callback: nothing was done */
   elastic_stopping();
-  coord_shutdown_state();
   elastic_pod_leave();
   return HVD_OK;
 }

@@ -33,12 +33,20 @@ enum {
   INCARNATION_HEX = 16,
 };
 
-static struct {
-  pthread_mutex_t lock; /* the fields below, for join and leave */
-  bool active, done;
+/* One registration: its slot, incarnation and heartbeat thread. */
+struct membership {
   struct elastic_store_thread heartbeat;
   char slot[RDZV_RECORD_HOST_MAX + 16];
   char incarnation[INCARNATION_HEX + 1];
+};
+
+/* The pod's membership, if any. The lock guards only these fields: the
+ * store's requests (registering, the last word) run without it, so
+ * hvd_elastic_done never waits for one. */
+static struct {
+  pthread_mutex_t lock;
+  struct membership *active;
+  bool done; /* hvd_elastic_run succeeded: the last word is "done" */
 } g_pod = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void make_incarnation(char *out) {
@@ -51,24 +59,24 @@ static void make_incarnation(char *out) {
     snprintf(out + 2 * i, 3, "%02x", bytes[i]);
 }
 
-static hvd_status beat(struct rdzv_client *c, const char *state) {
+static hvd_status beat(const struct membership *m, struct rdzv_client *c, const char *state) {
   char value[INCARNATION_HEX + 32];
-  int n = snprintf(value, sizeof(value), "%s %s", g_pod.incarnation, state);
-  return rdzv_client_set(c, "elastic_pods", g_pod.slot, value, (size_t)n);
+  int n = snprintf(value, sizeof(value), "%s %s", m->incarnation, state);
+  return rdzv_client_set(c, "elastic_pods", m->slot, value, (size_t)n);
 }
 
 static void *heartbeat_main(void *arg) {
+  struct membership *m = arg;
   unsigned long long n = 0;
   bool failing = false;
-  (void)arg;
   for (;;) {
-    struct pollfd stop = {.fd = g_pod.heartbeat.stop_fd, .events = POLLIN};
+    struct pollfd stop = {.fd = m->heartbeat.stop_fd, .events = POLLIN};
     char count[24];
     hvd_status st;
     if (poll(&stop, 1, HEARTBEAT_MS) != 0)
       break; /* leaving (or poll failed: no busy loop either way) */
     snprintf(count, sizeof(count), "%llu", ++n);
-    st = beat(g_pod.heartbeat.client, count);
+    st = beat(m, m->heartbeat.client, count);
     if (st == HVD_ERR_ABORTED)
       break;
     if (st != HVD_OK && !failing) /* once per outage: the store may be restarting */
@@ -79,30 +87,52 @@ static void *heartbeat_main(void *arg) {
 }
 
 /* Registers with a fresh incarnation and starts the heartbeat. */
-static hvd_status start(const struct elastic_env *env) {
+static hvd_status start(const struct elastic_env *env, struct membership **out) {
+  struct membership *m = calloc(1, sizeof(*m));
   hvd_status st;
 
-  snprintf(g_pod.slot, sizeof(g_pod.slot), "%s:%d", env->host, env->local_rank);
-  make_incarnation(g_pod.incarnation);
-  g_pod.done = false;
-  if ((st = elastic_store_thread_open(&g_pod.heartbeat)) != HVD_OK)
-    return st;
-  if ((st = beat(g_pod.heartbeat.client, "0")) != HVD_OK)
-    hvd_error_prefix("registering pod %s in the store", g_pod.slot);
-  rdzv_client_set_timeout_ms(g_pod.heartbeat.client, HEARTBEAT_REQUEST_MS);
-  if (st == HVD_OK && elastic_store_thread_start(&g_pod.heartbeat, heartbeat_main, NULL) != HVD_OK)
-    st = hvd_error_prefix("the pod's heartbeat");
-  if (st != HVD_OK) {
-    elastic_store_thread_close(&g_pod.heartbeat);
+  if (m == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the pod's membership");
+  snprintf(m->slot, sizeof(m->slot), "%s:%d", env->host, env->local_rank);
+  make_incarnation(m->incarnation);
+  if ((st = elastic_store_thread_open(&m->heartbeat)) != HVD_OK) {
+    free(m);
     return st;
   }
-  g_pod.active = true;
-  HVD_LOG_INFO("elastic pod: registered as %s (incarnation %s)", g_pod.slot, g_pod.incarnation);
+  if ((st = beat(m, m->heartbeat.client, "0")) != HVD_OK)
+    hvd_error_prefix("registering pod %s in the store", m->slot);
+  rdzv_client_set_timeout_ms(m->heartbeat.client, HEARTBEAT_REQUEST_MS);
+  if (st == HVD_OK && elastic_store_thread_start(&m->heartbeat, heartbeat_main, m) != HVD_OK)
+    st = hvd_error_prefix("the pod's heartbeat");
+  if (st != HVD_OK) {
+    elastic_store_thread_close(&m->heartbeat);
+    free(m);
+    return st;
+  }
+  HVD_LOG_INFO("elastic pod: registered as %s (incarnation %s)", m->slot, m->incarnation);
+  *out = m;
   return HVD_OK;
 }
 
+/* Stops the heartbeat and tells the driver the pod left. */
+static void finish(struct membership *m, bool done) {
+  struct rdzv_client *c = NULL;
+
+  elastic_store_thread_close(&m->heartbeat);
+  /* Best effort: without it the driver sees the heartbeat stop. */
+  if (rdzv_client_create_from_env(&c) == HVD_OK) {
+    rdzv_client_set_timeout_ms(c, LEAVE_REQUEST_MS);
+    if (beat(m, c, done ? "done" : "exit") != HVD_OK)
+      HVD_LOG_DEBUG("elastic pod: telling the driver %s left: %s", m->slot,
+                    hvd_last_error_message());
+  }
+  rdzv_client_destroy(c);
+  free(m);
+}
+
 /* The first round the driver lets this pod into. */
-static hvd_status admitted(const struct elastic_env *env, uint64_t *first) {
+static hvd_status admitted(const struct elastic_env *env, const struct membership *m,
+                           uint64_t *first) {
   int64_t wait_ms = env->timeout_ms < ADMIT_WAIT_MS ? env->timeout_ms : ADMIT_WAIT_MS;
   struct rdzv_client *c = NULL;
   struct hvd_buf v;
@@ -112,12 +142,12 @@ static hvd_status admitted(const struct elastic_env *env, uint64_t *first) {
   hvd_buf_init(&v, 32);
   st = rdzv_client_create_from_env(&c);
   if (st == HVD_OK) {
-    st = rdzv_client_wait(c, "elastic_admitted", g_pod.incarnation, wait_ms, &v);
+    st = rdzv_client_wait(c, "elastic_admitted", m->incarnation, wait_ms, &v);
     if (st == HVD_ERR_TIMEOUT)
       hvd_error(HVD_ERR_TIMEOUT,
                 "no elastic driver admitted pod %s within %d s: HVD_POD=1 with "
                 "HOROVOD_ELASTIC=1 needs a store run as 'hvd-rendezvous --min-np N'",
-                g_pod.slot, (int)(wait_ms / 1000));
+                m->slot, (int)(wait_ms / 1000));
   }
   if (st == HVD_OK && v.len == 8 && memcmp(v.data, "finished", 8) == 0)
     st = hvd_error(HVD_ERR_REMOVED,
@@ -125,7 +155,7 @@ static hvd_status admitted(const struct elastic_env *env, uint64_t *first) {
                    "new job with a fresh hvd-rendezvous)");
   else if (st == HVD_OK && (!hvd_parse_int64((const char *)v.data, v.len, &n) || n < 0))
     st = hvd_error(HVD_ERR_PROTOCOL, "the driver admitted pod %s with '%.*s', not a round number",
-                   g_pod.slot, (int)(v.len < 40 ? v.len : 40), (const char *)v.data);
+                   m->slot, (int)(v.len < 40 ? v.len : 40), (const char *)v.data);
   if (st == HVD_OK)
     *first = (uint64_t)n;
   hvd_buf_fini(&v);
@@ -134,15 +164,30 @@ static hvd_status admitted(const struct elastic_env *env, uint64_t *first) {
 }
 
 hvd_status elastic_pod_join(const struct elastic_env *env) {
+  struct membership *m = NULL;
   uint64_t first = 0;
-  hvd_status st = HVD_OK;
+  hvd_status st;
 
   pthread_mutex_lock(&g_pod.lock);
-  if (!g_pod.active)
-    st = start(env);
+  m = g_pod.active;
   pthread_mutex_unlock(&g_pod.lock);
-  if (st == HVD_OK)
-    st = admitted(env, &first);
+  if (m == NULL) {
+    if ((st = start(env, &m)) != HVD_OK)
+      return st;
+    pthread_mutex_lock(&g_pod.lock);
+    if (g_pod.active == NULL) {
+      g_pod.active = m;
+      g_pod.done = false;
+    } else { /* another thread registered meanwhile: keep its membership */
+      struct membership *extra = m;
+      m = g_pod.active;
+      pthread_mutex_unlock(&g_pod.lock);
+      finish(extra, false);
+      pthread_mutex_lock(&g_pod.lock);
+    }
+    pthread_mutex_unlock(&g_pod.lock);
+  }
+  st = admitted(env, m, &first);
   if (st == HVD_ERR_REMOVED)
     coord_mark_removed(hvd_last_error_message());
   if (st == HVD_OK)
@@ -163,22 +208,14 @@ void elastic_pod_mark_done(void) {
 }
 
 void elastic_pod_leave(void) {
-  struct rdzv_client *c = NULL;
+  struct membership *m;
+  bool done;
 
   pthread_mutex_lock(&g_pod.lock);
-  if (!g_pod.active) {
-    pthread_mutex_unlock(&g_pod.lock);
-    return;
-  }
-  elastic_store_thread_close(&g_pod.heartbeat);
-  g_pod.active = false;
-  /* Best effort: without it the driver sees the heartbeat stop. */
-  if (rdzv_client_create_from_env(&c) == HVD_OK) {
-    rdzv_client_set_timeout_ms(c, LEAVE_REQUEST_MS);
-    if (beat(c, g_pod.done ? "done" : "exit") != HVD_OK)
-      HVD_LOG_DEBUG("elastic pod: telling the driver %s left: %s", g_pod.slot,
-                    hvd_last_error_message());
-  }
-  rdzv_client_destroy(c);
+  m = g_pod.active;
+  done = g_pod.done;
+  g_pod.active = NULL;
   pthread_mutex_unlock(&g_pod.lock);
+  if (m != NULL)
+    finish(m, done);
 }

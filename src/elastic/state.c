@@ -310,8 +310,9 @@ HVD_API hvd_status hvd_elastic_reset(void) {
                      "hvd_elastic_reset: this worker has reset %d times, the limit "
                      "(HOROVOD_ELASTIC_RESET_LIMIT)",
                      hvd_elastic_resets());
+  if ((st = coord_shutdown_state()) != HVD_OK) /* a pod stays a member */
+    return hvd_error_prefix("hvd_elastic_reset");
   elastic_stopping();
-  coord_shutdown_state(); /* a pod stays a member */
   atomic_fetch_add(&g_resets, 1);
   return elastic_rejoin(&env, was.round);
 }
@@ -335,7 +336,7 @@ static hvd_status join_rounds(const struct elastic_env *env, bool first, uint64_
       st = coord_init_state(&how);
     }
     if (st == HVD_OK && (st = elastic_started()) != HVD_OK)
-      coord_shutdown_state(); /* as if it had failed to start */
+      (void)coord_shutdown_state(); /* as if it had failed to start */
     /* A round that fails while its workers meet (one of them died too)
      * is followed by another one: go on to it. */
     if (st == HVD_OK || !elastic_recoverable(st))
