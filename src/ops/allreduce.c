@@ -20,35 +20,19 @@
 
 static hvd_status recursive_doubling(struct ops_ctx *o, struct net_comm *c, void *buf,
                                      size_t count, hvd_dtype dtype, hvd_reduce_op op) {
-  int n = net_comm_size(c), r = net_comm_rank(c);
-  int p = 1, rem, vrank;
+  int r = net_comm_rank(c);
   size_t bytes = count * hvd_dtype_size(dtype);
   void *tmp = ops_scratch(o, SCRATCH_TMP, bytes);
-  hvd_status st = HVD_OK;
+  struct ops_fold f;
+  hvd_status st;
 
   if (tmp == NULL)
     return hvd_error_status();
-  while (p * 2 <= n)
-    p *= 2;
-  rem = n - p;
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      st = net_send(c, r + 1, buf, bytes);
-      if (st == HVD_OK)
-        st = net_recv(c, r + 1, buf, bytes);
-      return st;
-    }
-    st = net_recv(c, r - 1, tmp, bytes);
-    if (st != HVD_OK)
-      return st;
-    ops_reduce(buf, tmp, buf, count, dtype, op);
-    vrank = r / 2;
-  } else {
-    vrank = r - rem;
-  }
-  for (int mask = 1; mask < p && st == HVD_OK; mask <<= 1) {
-    int vpartner = vrank ^ mask;
-    int partner = vpartner < rem ? vpartner * 2 + 1 : vpartner + rem;
+  ops_fold_plan(net_comm_size(c), r, &f);
+  if ((st = ops_fold_in(c, &f, buf, buf, tmp, count, dtype, op)) != HVD_OK || f.sits_out)
+    return st;
+  for (int mask = 1; mask < f.p && st == HVD_OK; mask <<= 1) {
+    int partner = ops_fold_rank(&f, f.vrank ^ mask);
     st = net_sendrecv(c, partner, buf, bytes, partner, tmp, bytes);
     if (st != HVD_OK)
       break;
@@ -57,24 +41,18 @@ static hvd_status recursive_doubling(struct ops_ctx *o, struct net_comm *c, void
     else
       ops_reduce(buf, buf, tmp, count, dtype, op);
   }
-  if (st == HVD_OK && r < 2 * rem)
-    st = net_send(c, r - 1, buf, bytes);
-  return st;
+  return st == HVD_OK ? ops_fold_out(c, &f, buf, bytes) : st;
 }
 
 static hvd_status ring_allreduce(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
                                  size_t count, hvd_dtype dtype, hvd_reduce_op op) {
   int n = net_comm_size(c);
-  size_t *sizes = ops_sizes(o, 2 * (size_t)n);
+  size_t *sizes = ops_equal_shares(o, count, n);
   struct ring_args a = {.in = in, .work = out, .dtype = dtype, .op = op, .shift = 0,
                         .reduce_scatter = true, .allgather = true};
 
   if (sizes == NULL)
     return hvd_error_status();
-  for (int i = 0; i < n; i++) {
-    sizes[i] = ops_share_offset(count, n, i);
-    sizes[n + i] = ops_share_count(count, n, i);
-  }
   a.offsets = sizes;
   a.counts = sizes + n;
   return ops_ring(o, c, &a);

@@ -138,6 +138,15 @@ size_t ops_share_offset(size_t count, int n, int r) {
   return (size_t)r * (count / (size_t)n) + ((size_t)r < extra ? (size_t)r : extra);
 }
 
+size_t *ops_equal_shares(struct ops_ctx *o, size_t count, int n) {
+  size_t *sizes = ops_sizes(o, 2 * (size_t)n);
+  for (int i = 0; sizes != NULL && i < n; i++) {
+    sizes[i] = ops_share_offset(count, n, i);
+    sizes[n + i] = ops_share_count(count, n, i);
+  }
+  return sizes;
+}
+
 void ops_copy_scaled(void *dst, const void *src, size_t count, hvd_dtype dtype, double factor) {
   if (count == 0) /* an empty share's buffers may be NULL */
     return;

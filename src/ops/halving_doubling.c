@@ -100,47 +100,36 @@ static hvd_status step(struct ops_ctx *o, struct exchange *x) {
 
 hvd_status ops_halving_doubling(struct ops_ctx *o, struct net_comm *c, const void *in, void *buf,
                                 size_t count, hvd_dtype dtype, hvd_reduce_op op) {
-  int n = net_comm_size(c), r = net_comm_rank(c);
-  int p = 1, rem, vrank, levels = 0;
+  int levels = 0;
   size_t esize = hvd_dtype_size(dtype), bytes = count * esize;
   size_t lo = 0, hi = count;
   size_t stack_lo[32], stack_hi[32];
   struct exchange x = {.c = c, .buf = buf, .src = in, .esize = esize, .dtype = dtype, .op = op};
-  hvd_status st = HVD_OK;
+  struct ops_fold f;
+  void *whole = NULL;
+  hvd_status st;
 
   x.tmp = ops_scratch(o, SCRATCH_TMP, bytes / 2 + esize + 64);
   if (x.tmp == NULL)
     return hvd_error_status();
-  while (p * 2 <= n)
-    p *= 2;
-  rem = n - p;
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      st = net_send(c, r + 1, in, bytes);
-      return st == HVD_OK ? net_recv(c, r + 1, buf, bytes) : st;
-    }
-    char *whole = ops_scratch(o, SCRATCH_WORK, bytes + 64);
-    if (whole == NULL)
-      return hvd_error_status();
-    st = net_recv(c, r - 1, whole, bytes);
-    if (st != HVD_OK)
-      return st;
-    ops_reduce(buf, whole, in, count, dtype, op);
-    x.src = buf;
-    vrank = r / 2;
-  } else {
-    vrank = r - rem;
-  }
+  ops_fold_plan(net_comm_size(c), net_comm_rank(c), &f);
+  /* Folding in takes the partner's whole buffer: more than x.tmp holds. */
+  if (f.takes_in && (whole = ops_scratch(o, SCRATCH_WORK, bytes + 64)) == NULL)
+    return hvd_error_status();
+  if ((st = ops_fold_in(c, &f, in, buf, whole, count, dtype, op)) != HVD_OK || f.sits_out)
+    return st;
+  if (f.takes_in)
+    x.src = buf; /* this rank's data is now the pair's */
   /* Reduce-scatter by recursive halving: keep one half, reduce it with the
    * partner's copy of it, hand the partner the other half. */
-  for (int mask = p / 2; mask >= 1 && st == HVD_OK; mask /= 2) {
-    int vpartner = vrank ^ mask;
+  for (int mask = f.p / 2; mask >= 1 && st == HVD_OK; mask /= 2) {
+    int vpartner = f.vrank ^ mask;
     size_t mid = lo + (hi - lo) / 2;
-    bool low = vrank < vpartner;
+    bool low = f.vrank < vpartner;
     stack_lo[levels] = lo;
     stack_hi[levels] = hi;
     levels++;
-    x.partner = vpartner < rem ? vpartner * 2 + 1 : vpartner + rem;
+    x.partner = ops_fold_rank(&f, vpartner);
     x.lower = low;
     x.reduce = true;
     x.send_first = low ? mid : lo;
@@ -154,11 +143,11 @@ hvd_status ops_halving_doubling(struct ops_ctx *o, struct net_comm *c, const voi
   }
   /* Allgather by recursive doubling: undo the halvings in reverse. */
   x.src = buf;
-  for (int mask = 1; mask < p && st == HVD_OK; mask *= 2) {
-    int vpartner = vrank ^ mask;
+  for (int mask = 1; mask < f.p && st == HVD_OK; mask *= 2) {
+    int vpartner = f.vrank ^ mask;
     size_t plo = stack_lo[levels - 1], phi = stack_hi[levels - 1];
     levels--;
-    x.partner = vpartner < rem ? vpartner * 2 + 1 : vpartner + rem;
+    x.partner = ops_fold_rank(&f, vpartner);
     x.reduce = false;
     x.send_first = lo;
     x.send_count = hi - lo;
@@ -168,7 +157,5 @@ hvd_status ops_halving_doubling(struct ops_ctx *o, struct net_comm *c, const voi
     lo = plo;
     hi = phi;
   }
-  if (st == HVD_OK && r < 2 * rem)
-    st = net_send(c, r - 1, buf, bytes);
-  return st;
+  return st == HVD_OK ? ops_fold_out(c, &f, buf, bytes) : st;
 }

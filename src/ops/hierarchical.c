@@ -64,16 +64,12 @@ static bool hierarchical(struct ops_ctx *o, const struct ops_layout *l, int *per
 static hvd_status local_ring(struct ops_ctx *o, struct net_comm *local, void *work, const void *in,
                              size_t count, hvd_dtype dtype, hvd_reduce_op op, bool reduce) {
   int n = net_comm_size(local);
-  size_t *sizes = ops_sizes(o, 2 * (size_t)n);
+  size_t *sizes = ops_equal_shares(o, count, n);
   struct ring_args a = {.in = in, .work = work, .dtype = dtype, .op = op, .shift = -1,
                         .reduce_scatter = reduce, .allgather = !reduce};
 
   if (sizes == NULL)
     return hvd_error_status();
-  for (int i = 0; i < n; i++) {
-    sizes[i] = ops_share_offset(count, n, i);
-    sizes[n + i] = ops_share_count(count, n, i);
-  }
   a.offsets = sizes;
   a.counts = sizes + n;
   return ops_ring(o, local, &a);

@@ -32,6 +32,35 @@ void *ops_scratch(struct ops_ctx *o, int which, size_t bytes);
 struct net_req *ops_requests(struct ops_ctx *o, size_t n);
 /* At least n size_t slots. */
 size_t *ops_sizes(struct ops_ctx *o, size_t n);
+/* The equal shares of count elements over n ranks (ops_share_offset and
+ * ops_share_count): offsets in [0, n), counts in [n, 2n) of ops_sizes. */
+size_t *ops_equal_shares(struct ops_ctx *o, size_t count, int n);
+
+/*
+ * n ranks that are not a power of two (fold.c): the largest power of two
+ * p <= n runs the algorithm, and the first 2 * rem = 2 * (n - p) ranks pair
+ * up. The even rank of a pair hands its data to the odd one and sits out;
+ * the odd one reduces (even's data) op (its own), so that every rank
+ * computes each combination in the same order, takes part as virtual rank
+ * r / 2, and in the end hands the result back.
+ */
+struct ops_fold {
+  int p, rem;
+  int vrank;     /* this rank's place among the p */
+  bool sits_out; /* the even rank of a pair */
+  bool takes_in; /* the odd rank of a pair */
+};
+void ops_fold_plan(int n, int r, struct ops_fold *f);
+/* The real rank of virtual rank v. */
+int ops_fold_rank(const struct ops_fold *f, int v);
+/* Folds in: an even rank sends in and receives the final result into buf
+ * (then it is done); an odd rank receives into scratch (bytes) and leaves
+ * scratch op in in buf; the others do nothing. in may be buf. */
+hvd_status ops_fold_in(struct net_comm *c, const struct ops_fold *f, const void *in, void *buf,
+                       void *scratch, size_t count, hvd_dtype dtype, hvd_reduce_op op);
+/* Folds out: an odd rank of a pair hands the result in buf to its even one. */
+hvd_status ops_fold_out(struct net_comm *c, const struct ops_fold *f, const void *buf,
+                        size_t bytes);
 /* Checks that count * element size fits. */
 hvd_status ops_bytes(size_t count, hvd_dtype dtype, size_t *bytes);
 

@@ -50,14 +50,10 @@ hvd_status ops_reducescatter(struct ops_ctx *o, struct net_comm *c, const void *
                              size_t count, hvd_dtype dtype, hvd_reduce_op op, double prescale,
                              double postscale) {
   int n = net_comm_size(c);
-  size_t *sizes = ops_sizes(o, 2 * (size_t)n);
+  size_t *sizes = ops_equal_shares(o, count, n);
 
   if (sizes == NULL)
     return hvd_error_status();
-  for (int i = 0; i < n; i++) {
-    sizes[i] = ops_share_offset(count, n, i);
-    sizes[n + i] = ops_share_count(count, n, i);
-  }
   return reducescatter(o, c, in, out, count, sizes, dtype, op, prescale, postscale);
 }
 
