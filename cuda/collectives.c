@@ -202,118 +202,111 @@ static hvd_status run_allreduce(struct coord_gpu *g, const struct coord_set *set
 
 /* ==== allgather ============================================================================ */
 
-/* Every rank's block of bytes[i] at offsets[i] of buf (this rank's is in
- * place, or at `mine` if not NULL). */
+/* Every rank's block of counts[i] elements at offsets[i] of buf (this
+ * rank's is in place, or at `mine` if not NULL). */
 static hvd_status gather_blocks(struct coord_gpu *g, struct gpu_comm *c, const void *mine,
-                                char *buf, const size_t *bytes, const size_t *offsets) {
+                                char *buf, const size_t *counts, const size_t *offsets,
+                                size_t esize) {
   bool even = true;
   hvd_status st = HVD_OK;
   for (int i = 1; i < c->size; i++)
-    even = even && bytes[i] == bytes[0];
+    even = even && counts[i] == counts[0];
   if (mine == NULL)
-    mine = buf + offsets[c->rank];
+    mine = buf + offsets[c->rank] * esize;
   if (even)
-    return cuda_nccl_check(g, ncclAllGather(mine, buf, bytes[0], ncclChar, c->nccl, g->stream),
-                          "ncclAllGather");
+    return cuda_nccl_check(
+        g, ncclAllGather(mine, buf, counts[0] * esize, ncclChar, c->nccl, g->stream),
+        "ncclAllGather");
   if ((st = cuda_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
     return st;
   for (int i = 0; i < c->size && st == HVD_OK; i++) {
-    const void *send = i == c->rank ? mine : buf + offsets[i];
+    char *block = buf + offsets[i] * esize;
+    const void *send = i == c->rank ? mine : block;
     st = cuda_nccl_check(
-        g, ncclBroadcast(send, buf + offsets[i], bytes[i], ncclChar, i, c->nccl, g->stream),
+        g, ncclBroadcast(send, block, counts[i] * esize, ncclChar, i, c->nccl, g->stream),
         "ncclBroadcast");
   }
   return st == HVD_OK ? group_end(g) : st;
 }
 
-static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set,
-                                const struct coord_response *r, struct coord_entry **entries) {
+/* Allocates a device output of every tensor, sized by the plan. */
+static hvd_status gathered_outputs(struct coord_gpu *g, const struct coord_response *r,
+                                   struct coord_entry **entries,
+                                   const struct coord_gather_plan *p) {
   const struct coord_gpu_backend *b = coord_gpu_builtin();
-  int n = set->size;
-  size_t esize = hvd_dtype_size(r->dtype), total = 0;
-  size_t *bytes = calloc((size_t)n, sizeof(*bytes)), *offsets = calloc((size_t)n, sizeof(*offsets));
-  struct gpu_copy *copies = NULL;
-  struct gpu_comm *c = NULL;
+  size_t esize = hvd_dtype_size(r->dtype);
+  hvd_status st = HVD_OK;
+
+  for (uint32_t t = 0; t < r->ntensors && st == HVD_OK; t++) {
+    struct coord_output *o;
+    if (entries[t] == NULL)
+      return hvd_error(HVD_ERR_PROTOCOL, "allgather '%s' reached a rank that did not submit it",
+                       r->names[t]);
+    coord_output_shape(entries[t], p->sums[t], esize);
+    o = coord_entry_output(entries[t]);
+    if ((st = b->alloc(g, o->bytes, &o->data)) == HVD_OK)
+      o->free = b->free;
+  }
+  return st;
+}
+
+/* Fused: this rank's tensors one after the other in its block, the blocks
+ * gathered in place, then every part copied once to its tensor's output
+ * (the plan's copies, one batch each way). */
+static hvd_status gather_fused(struct coord_gpu *g, struct gpu_comm *c, int rank,
+                               const struct coord_response *r, struct coord_entry **entries,
+                               const struct coord_gather_plan *p) {
+  size_t esize = hvd_dtype_size(r->dtype), parts = (size_t)p->n * p->tensors;
+  const struct coord_gather_copy *mine = &p->copies[(size_t)rank * p->tensors];
+  struct gpu_copy *copies = calloc(parts, sizeof(*copies));
   char *fb = NULL;
   hvd_status st = HVD_OK;
 
-  if (bytes == NULL || offsets == NULL) {
-    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate allgather counts");
+  if (copies == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot plan a fused allgather");
+  if ((st = cuda_fusion_buffer(g, p->total * esize, (void **)&fb)) != HVD_OK)
     goto out;
-  }
-  if ((st = cuda_comm_for_set(g, set, &c)) != HVD_OK)
+  for (size_t t = 0; t < p->tensors; t++)
+    copies[t] = (struct gpu_copy){entries[t]->input, fb + mine[t].src * esize,
+                                  mine[t].count * esize};
+  if ((st = cuda_batched_copy(copies, p->tensors, g->stream)) != HVD_OK)
     goto out;
-  for (uint32_t t = 0; t < r->ntensors && st == HVD_OK; t++) {
-    struct coord_entry *e = entries[t];
-    int64_t sum = 0;
-    if (e == NULL) {
-      st = hvd_error(HVD_ERR_PROTOCOL, "allgather '%s' reached a rank that did not submit it",
-                     r->names[t]);
-      goto out;
-    }
-    for (int i = 0; i < n; i++) {
-      int64_t count = r->counts[t * (uint32_t)n + (uint32_t)i];
-      bytes[i] += (size_t)count * esize;
-      sum += count;
-    }
-    coord_output_shape(e, sum, esize);
-    if ((st = b->alloc(g, coord_entry_output(e)->bytes, &coord_entry_output(e)->data)) == HVD_OK)
-      coord_entry_output(e)->free = b->free;
-  }
-  if (st != HVD_OK)
+  if ((st = gather_blocks(g, c, NULL, fb, p->block_counts, p->block_offsets, esize)) != HVD_OK)
     goto out;
-  for (int i = 0; i < n; i++) {
-    offsets[i] = total;
-    total += bytes[i];
+  for (size_t k = 0; k < parts; k++) {
+    const struct coord_gather_copy *part = &p->copies[k];
+    copies[k] = (struct gpu_copy){
+        fb + part->src * esize,
+        (char *)coord_entry_output(entries[part->tensor])->data + part->dst * esize,
+        part->count * esize};
   }
-  coord_execute_phase(g->s, r, "NCCL_ALLGATHER");
-  if (r->ntensors == 1) {
-    st = gather_blocks(g, c, entries[0]->input, coord_entry_output(entries[0])->data, bytes,
-                       offsets);
-    goto wait;
+  st = cuda_batched_copy(copies, parts, g->stream);
+out:
+  free(copies);
+  return st;
+}
+
+static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set,
+                                const struct coord_response *r, struct coord_entry **entries) {
+  struct coord_gather_plan p;
+  struct gpu_comm *c = NULL;
+  hvd_status st = coord_gather_plan_make(r, set->size, &p);
+
+  if (st == HVD_OK)
+    st = cuda_comm_for_set(g, set, &c);
+  if (st == HVD_OK)
+    st = gathered_outputs(g, r, entries, &p);
+  if (st == HVD_OK) {
+    coord_execute_phase(g->s, r, "NCCL_ALLGATHER");
+    if (r->ntensors == 1)
+      st = gather_blocks(g, c, entries[0]->input, coord_entry_output(entries[0])->data,
+                         p.block_counts, p.block_offsets, hvd_dtype_size(r->dtype));
+    else
+      st = gather_fused(g, c, set->rank, r, entries, &p);
   }
-  /* Fused: this rank's tensors one after the other in its block, the
-   * blocks gathered in place, then every tensor's rows from every block. */
-  if ((st = cuda_fusion_buffer(g, total, (void **)&fb)) != HVD_OK)
-    goto out;
-  if ((copies = calloc((size_t)n * r->ntensors, sizeof(*copies))) == NULL) {
-    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot plan a fused allgather");
-    goto out;
-  }
-  {
-    size_t off = offsets[set->rank], k = 0;
-    for (uint32_t t = 0; t < r->ntensors; t++) {
-      size_t len = (size_t)r->counts[t * (uint32_t)n + (uint32_t)set->rank] * esize;
-      copies[k++] = (struct gpu_copy){entries[t]->input, fb + off, len};
-      off += len;
-    }
-    if ((st = cuda_batched_copy(copies, k, g->stream)) != HVD_OK)
-      goto out;
-  }
-  if ((st = gather_blocks(g, c, NULL, fb, bytes, offsets)) != HVD_OK)
-    goto out;
-  {
-    size_t k = 0;
-    for (int i = 0; i < n; i++) {
-      size_t src = offsets[i];
-      for (uint32_t t = 0; t < r->ntensors; t++) {
-        size_t len = (size_t)r->counts[t * (uint32_t)n + (uint32_t)i] * esize, dst = 0;
-        for (int j = 0; j < i; j++)
-          dst += (size_t)r->counts[t * (uint32_t)n + (uint32_t)j] * esize;
-        copies[k++] =
-            (struct gpu_copy){fb + src, (char *)coord_entry_output(entries[t])->data + dst, len};
-        src += len;
-      }
-    }
-    st = cuda_batched_copy(copies, k, g->stream);
-  }
-wait:
   if (st == HVD_OK)
     st = cuda_wait(g, c, "allgather");
-out:
-  free(bytes);
-  free(offsets);
-  free(copies);
+  coord_gather_plan_free(&p);
   return st;
 }
 

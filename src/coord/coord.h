@@ -397,6 +397,30 @@ void coord_execute_phase(struct coord_state *s, const struct coord_response *r,
  * elements, the input's shape with the first dimension to match. */
 void coord_output_shape(struct coord_entry *e, int64_t total, size_t esize);
 
+/* An allgather of a response's tensors over n ranks (gather_plan.c), in
+ * elements: the CPU path and the GPU backend both run it. */
+struct coord_gather_copy {
+  uint32_t tensor; /* whose part */
+  size_t src;      /* in the fused blocks */
+  size_t dst;      /* in the tensor's output */
+  size_t count;
+};
+struct coord_gather_plan {
+  int n;
+  size_t tensors;
+  size_t *block_counts;  /* per rank: its parts of every tensor */
+  size_t *block_offsets; /* per rank: where its block starts */
+  size_t total;          /* every block */
+  int64_t *sums;         /* per tensor: elements gathered */
+  /* Rank by rank, tensor by tensor: rank i's part of tensor t is
+   * copies[i * tensors + t]. A rank copies its own parts in (input to
+   * src), and every part out (src to the output at dst). */
+  struct coord_gather_copy *copies;
+};
+hvd_status coord_gather_plan_make(const struct coord_response *r, int n,
+                                  struct coord_gather_plan *p);
+void coord_gather_plan_free(struct coord_gather_plan *p);
+
 /* Runs one response on this rank and finishes the entries it covers.
  * Returns a failure of the job (a communicator failed); a failed operation
  * whose ranks go on (a mismatch) is not one. */

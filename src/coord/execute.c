@@ -229,72 +229,48 @@ static hvd_status gathered_output(struct coord_entry *e, int64_t total, size_t e
 
 static hvd_status run_allgather(struct coord_state *s, const struct coord_set *set,
                                 const struct coord_response *r, struct coord_entry **entries) {
-  int n = set->size;
   size_t esize = hvd_dtype_size(r->dtype);
-  size_t *counts = calloc((size_t)n, sizeof(*counts));
-  size_t *offsets = calloc((size_t)n, sizeof(*offsets));
-  size_t total = 0, off;
+  const struct coord_gather_copy *mine;
+  struct coord_gather_plan p;
   char *fb;
-  hvd_status st = HVD_OK;
+  hvd_status st = coord_gather_plan_make(r, set->size, &p);
 
-  if (counts == NULL || offsets == NULL) {
-    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate allgather counts");
-    goto out;
-  }
-  for (uint32_t t = 0; t < r->ntensors; t++) {
-    int64_t sum = 0;
-    if (entries[t] == NULL) {
+  for (uint32_t t = 0; t < r->ntensors && st == HVD_OK; t++) {
+    if (entries[t] == NULL)
       st = hvd_error(HVD_ERR_PROTOCOL, "allgather '%s' reached a rank that did not submit it",
                      r->names[t]);
-      goto out;
-    }
-    for (int i = 0; i < n; i++) {
-      counts[i] += (size_t)r->counts[t * (uint32_t)n + (uint32_t)i];
-      sum += r->counts[t * (uint32_t)n + (uint32_t)i];
-    }
-    if ((st = gathered_output(entries[t], sum, esize)) != HVD_OK)
-      goto out;
+    else
+      st = gathered_output(entries[t], p.sums[t], esize);
   }
+  if (st != HVD_OK)
+    goto out;
   if (r->ntensors == 1) {
     coord_execute_phase(s, r, "ALLGATHER");
-    st = gather(s, set, entries[0]->input, coord_entry_output(entries[0])->data, counts,
+    st = gather(s, set, entries[0]->input, coord_entry_output(entries[0])->data, p.block_counts,
                 r->dtype);
     goto out;
   }
-  for (int i = 0; i < n; i++) {
-    offsets[i] = total;
-    total += counts[i];
-  }
-  if ((fb = grow(&s->fusion, &s->fusion_cap, total * esize)) == NULL) {
+  if ((fb = grow(&s->fusion, &s->fusion_cap, p.total * esize)) == NULL) {
     st = hvd_error_status();
     goto out;
   }
   /* This rank's block: its tensors, one after the other. */
   coord_execute_phase(s, r, "MEMCPY_IN_FUSION_BUFFER");
-  off = offsets[set->rank] * esize;
-  for (uint32_t t = 0; t < r->ntensors; t++) {
-    size_t bytes = (size_t)r->counts[t * (uint32_t)n + (uint32_t)set->rank] * esize;
-    memcpy(fb + off, entries[t]->input, bytes);
-    off += bytes;
-  }
+  mine = &p.copies[(size_t)set->rank * p.tensors];
+  for (size_t t = 0; t < p.tensors; t++)
+    memcpy(fb + mine[t].src * esize, entries[t]->input, mine[t].count * esize);
   coord_execute_phase(s, r, "ALLGATHER");
-  st = gather(s, set, fb + offsets[set->rank] * esize, fb, counts, r->dtype);
+  st = gather(s, set, fb + p.block_offsets[set->rank] * esize, fb, p.block_counts, r->dtype);
   if (st != HVD_OK)
     goto out;
   coord_execute_phase(s, r, "MEMCPY_OUT_FUSION_BUFFER");
-  for (int i = 0; i < n; i++) {
-    size_t src = offsets[i] * esize;
-    for (uint32_t t = 0; t < r->ntensors; t++) {
-      size_t bytes = (size_t)r->counts[t * (uint32_t)n + (uint32_t)i] * esize, dst = 0;
-      for (int j = 0; j < i; j++)
-        dst += (size_t)r->counts[t * (uint32_t)n + (uint32_t)j] * esize;
-      memcpy((char *)coord_entry_output(entries[t])->data + dst, fb + src, bytes);
-      src += bytes;
-    }
+  for (size_t k = 0; k < (size_t)p.n * p.tensors; k++) {
+    const struct coord_gather_copy *c = &p.copies[k];
+    memcpy((char *)coord_entry_output(entries[c->tensor])->data + c->dst * esize,
+           fb + c->src * esize, c->count * esize);
   }
 out:
-  free(counts);
-  free(offsets);
+  coord_gather_plan_free(&p);
   return st;
 }
 
