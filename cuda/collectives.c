@@ -332,10 +332,8 @@ static hvd_status run_broadcast(struct coord_gpu *g, const struct coord_set *set
 static hvd_status run_alltoall(struct coord_gpu *g, const struct coord_set *set,
                                const struct coord_response *r, struct coord_entry *e) {
   const struct coord_gpu_backend *b = coord_gpu_builtin();
-  int n = set->size;
-  size_t esize = hvd_dtype_size(r->dtype), *ones = NULL;
-  int32_t *recv = NULL;
-  int64_t row = 1, rows = 0;
+  size_t row_bytes, send_off = 0, recv_off = 0;
+  struct coord_alltoall_plan p = {0};
   struct coord_output *o;
   struct gpu_comm *c;
   hvd_status st;
@@ -345,64 +343,39 @@ static hvd_status run_alltoall(struct coord_gpu *g, const struct coord_set *set,
                      r->names[0]);
   if ((st = cuda_comm_for_set(g, set, &c)) != HVD_OK)
     return st;
-  recv = calloc((size_t)n, sizeof(*recv));
-  ones = calloc((size_t)n, sizeof(*ones));
-  if (recv == NULL || ones == NULL) {
-    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate alltoall splits");
-    goto out;
-  }
-  for (int i = 0; i < n; i++)
-    ones[i] = 1;
   coord_execute_phase(g->s, r, "NCCL_ALLTOALL");
-  /* The splits are host data: they go over the set's TCP communicator. */
-  if ((st = ops_alltoallv(g->s->ops, set->comm, e->splits, ones, recv, ones, HVD_INT32)) != HVD_OK)
-    goto out;
-  coord_shape_elements(e->req.shape + 1, e->req.ndims - 1, &row);
-  for (int i = 0; i < n; i++) {
-    if (recv[i] < 0) {
-      st = hvd_error(HVD_ERR_PROTOCOL, "alltoall '%s': set rank %d sends %d rows", r->names[0], i,
-                     recv[i]);
-      goto out;
-    }
-    rows += recv[i];
-  }
-  coord_output_shape(e, rows * row, esize);
+  if ((st = coord_alltoall_exchange(g->s, set, r, e, &p)) != HVD_OK)
+    return st;
+  row_bytes = (size_t)p.row * hvd_dtype_size(r->dtype);
+  coord_output_shape(e, p.rows * p.row, hvd_dtype_size(r->dtype));
   o = coord_entry_output(e);
-  o->shape[0] = rows;
+  o->shape[0] = p.rows;
   if ((st = b->alloc(g, o->bytes, &o->data)) != HVD_OK)
     goto out;
   o->free = b->free;
   if ((st = cuda_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
     goto out;
-  {
-    size_t row_bytes = (size_t)row * esize, send_off = 0, recv_off = 0;
-    for (int i = 0; i < n && st == HVD_OK; i++) {
-      size_t out_len = (size_t)e->splits[i] * row_bytes, in_len = (size_t)recv[i] * row_bytes;
-      st = cuda_nccl_check(g,
-                          ncclSend((const char *)e->input + send_off, out_len, ncclChar, i,
-                                   c->nccl, g->stream),
-                          "ncclSend");
-      if (st == HVD_OK)
-        st = cuda_nccl_check(g,
-                            ncclRecv((char *)o->data + recv_off, in_len, ncclChar, i,
-                                     c->nccl, g->stream),
-                            "ncclRecv");
-      send_off += out_len;
-      recv_off += in_len;
-    }
+  for (int i = 0; i < set->size && st == HVD_OK; i++) {
+    size_t out_len = (size_t)e->splits[i] * row_bytes;
+    size_t in_len = (size_t)p.recv_splits[i] * row_bytes;
+    st = cuda_nccl_check(
+        g, ncclSend((const char *)e->input + send_off, out_len, ncclChar, i, c->nccl, g->stream),
+        "ncclSend");
+    if (st == HVD_OK)
+      st = cuda_nccl_check(
+          g, ncclRecv((char *)o->data + recv_off, in_len, ncclChar, i, c->nccl, g->stream),
+          "ncclRecv");
+    send_off += out_len;
+    recv_off += in_len;
   }
   if (st == HVD_OK)
     st = group_end(g);
   if (st == HVD_OK)
     st = cuda_wait(g, c, "alltoall");
-  if (st == HVD_OK) {
-    e->handle->recv_splits = recv;
-    e->handle->nsplits = (size_t)n;
-    recv = NULL;
-  }
+  if (st == HVD_OK)
+    coord_alltoall_done(&p, e, set->size);
 out:
-  free(recv);
-  free(ones);
+  coord_alltoall_plan_free(&p);
   return st;
 }
 

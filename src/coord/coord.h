@@ -421,6 +421,20 @@ hvd_status coord_gather_plan_make(const struct coord_response *r, int n,
                                   struct coord_gather_plan *p);
 void coord_gather_plan_free(struct coord_gather_plan *p);
 
+/* An alltoall's splits exchange (gather_plan.c): every rank learns how many
+ * rows it receives from each, checked, and the output's size. */
+struct coord_alltoall_plan {
+  int32_t *recv_splits; /* per set rank */
+  int64_t row;          /* elements of one row */
+  int64_t rows;         /* rows received */
+};
+hvd_status coord_alltoall_exchange(struct coord_state *s, const struct coord_set *set,
+                                   const struct coord_response *r, const struct coord_entry *e,
+                                   struct coord_alltoall_plan *out);
+/* The exchange succeeded: the handle takes the received splits. */
+void coord_alltoall_done(struct coord_alltoall_plan *p, struct coord_entry *e, int n);
+void coord_alltoall_plan_free(struct coord_alltoall_plan *p);
+
 /* Runs one response on this rank and finishes the entries it covers.
  * Returns a failure of the job (a communicator failed); a failed operation
  * whose ranks go on (a mismatch) is not one. */

@@ -292,61 +292,41 @@ static hvd_status run_alltoall(struct coord_state *s, const struct coord_set *se
                                const struct coord_response *r, struct coord_entry *e) {
   int n = set->size;
   size_t esize = hvd_dtype_size(r->dtype);
-  struct hvd_handle_s *h;
+  struct coord_alltoall_plan p = {0};
   struct coord_output *o;
-  int32_t *recv_splits = NULL;
-  size_t *send = NULL, *recv = NULL, *ones = NULL;
-  int64_t row = 1, rows = 0;
+  size_t *send = NULL, *recv = NULL;
   hvd_status st;
 
   if (e == NULL)
     return hvd_error(HVD_ERR_PROTOCOL, "alltoall '%s' reached a rank that did not submit it",
                      r->names[0]);
-  h = e->handle;
-  o = coord_entry_output(e);
-  recv_splits = calloc((size_t)n, sizeof(*recv_splits));
+  coord_execute_phase(s, r, "ALLTOALL");
+  if ((st = coord_alltoall_exchange(s, set, r, e, &p)) != HVD_OK)
+    return st;
   send = calloc((size_t)n, sizeof(*send));
   recv = calloc((size_t)n, sizeof(*recv));
-  ones = calloc((size_t)n, sizeof(*ones));
-  if (recv_splits == NULL || send == NULL || recv == NULL || ones == NULL) {
-    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate alltoall splits");
+  if (send == NULL || recv == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate alltoall counts");
     goto out;
   }
-  coord_shape_elements(e->req.shape + 1, e->req.ndims - 1, &row);
-  for (int i = 0; i < n; i++)
-    ones[i] = 1;
-  /* Every rank learns how many rows it receives from each. */
-  coord_execute_phase(s, r, "ALLTOALL");
-  st = ops_alltoallv(s->ops, set->comm, e->splits, ones, recv_splits, ones, HVD_INT32);
-  if (st != HVD_OK)
-    goto out;
   for (int i = 0; i < n; i++) {
-    if (recv_splits[i] < 0) {
-      st = hvd_error(HVD_ERR_PROTOCOL, "alltoall '%s': set rank %d sends %d rows", r->names[0], i,
-                     recv_splits[i]);
-      goto out;
-    }
-    send[i] = (size_t)e->splits[i] * (size_t)row;
-    recv[i] = (size_t)recv_splits[i] * (size_t)row;
-    rows += recv_splits[i];
+    send[i] = (size_t)e->splits[i] * (size_t)p.row;
+    recv[i] = (size_t)p.recv_splits[i] * (size_t)p.row;
   }
-  o->bytes = (size_t)rows * (size_t)row * esize;
+  o = coord_entry_output(e);
+  o->bytes = (size_t)p.rows * (size_t)p.row * esize;
   if ((st = host_output(e, "alltoall")) != HVD_OK)
     goto out;
   o->ndims = e->req.ndims;
   memcpy(o->shape, e->req.shape, (size_t)e->req.ndims * sizeof(o->shape[0]));
-  o->shape[0] = rows;
+  o->shape[0] = p.rows;
   st = ops_alltoallv(s->ops, set->comm, e->input, send, o->data, recv, r->dtype);
-  if (st == HVD_OK) {
-    h->recv_splits = recv_splits;
-    h->nsplits = (size_t)n;
-    recv_splits = NULL;
-  }
+  if (st == HVD_OK)
+    coord_alltoall_done(&p, e, n);
 out:
-  free(recv_splits);
+  coord_alltoall_plan_free(&p);
   free(send);
   free(recv);
-  free(ones);
   return st;
 }
 

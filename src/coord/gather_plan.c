@@ -1,6 +1,8 @@
 /*
- * The plan of an allgather of a response's tensors, shared by the CPU path
- * (execute.c) and the GPU backend, in elements. Fused, rank i's block holds
+ * What the CPU path (execute.c) and the GPU backend share about running a
+ * response: the plan of an allgather, and an alltoall's splits exchange.
+ *
+ * The allgather plan is in elements. Fused, rank i's block holds
  * its part of every tensor one after the other, the blocks lie in rank
  * order, and every part is copied once out to where it belongs in its
  * tensor's output: the parts of one tensor follow each other in rank
@@ -50,4 +52,50 @@ hvd_status coord_gather_plan_make(const struct coord_response *r, int n,
   }
   p->total = total;
   return HVD_OK;
+}
+
+/* ==== alltoall: the splits exchange ============================================ */
+
+void coord_alltoall_plan_free(struct coord_alltoall_plan *p) {
+  free(p->recv_splits);
+  p->recv_splits = NULL;
+}
+
+hvd_status coord_alltoall_exchange(struct coord_state *s, const struct coord_set *set,
+                                   const struct coord_response *r, const struct coord_entry *e,
+                                   struct coord_alltoall_plan *out) {
+  int n = set->size;
+  size_t *ones = calloc((size_t)n, sizeof(*ones));
+  hvd_status st = HVD_OK;
+
+  *out = (struct coord_alltoall_plan){.row = 1};
+  out->recv_splits = calloc((size_t)n, sizeof(*out->recv_splits));
+  if (ones == NULL || out->recv_splits == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate alltoall splits");
+    goto out;
+  }
+  for (int i = 0; i < n; i++)
+    ones[i] = 1;
+  /* The splits are host data: they go over the set's TCP communicator,
+   * for GPU tensors too. */
+  st = ops_alltoallv(s->ops, set->comm, e->splits, ones, out->recv_splits, ones, HVD_INT32);
+  coord_shape_elements(e->req.shape + 1, e->req.ndims - 1, &out->row);
+  for (int i = 0; i < n && st == HVD_OK; i++) {
+    if (out->recv_splits[i] < 0)
+      st = hvd_error(HVD_ERR_PROTOCOL, "alltoall '%s': set rank %d sends %d rows", r->names[0], i,
+                     out->recv_splits[i]);
+    else
+      out->rows += out->recv_splits[i];
+  }
+out:
+  free(ones);
+  if (st != HVD_OK)
+    coord_alltoall_plan_free(out);
+  return st;
+}
+
+void coord_alltoall_done(struct coord_alltoall_plan *p, struct coord_entry *e, int n) {
+  e->handle->recv_splits = p->recv_splits;
+  e->handle->nsplits = (size_t)n;
+  p->recv_splits = NULL;
 }
