@@ -516,6 +516,7 @@ static enum MHD_Result answer_wait(struct request *req) {
                        " keys",
                        wait_ms, req->scope, req->count);
   case RDZV_WAIT_ABANDONED:
+    rdzv_blob_unref(value); /* none: abandoned waiters get no value */
     HVD_LOG_DEBUG("rendezvous server: the client of a long-poll on scope '%s' left", req->scope);
     return MHD_NO; /* nobody to answer: close the connection */
   case RDZV_WAIT_CANCELLED:
