@@ -27,42 +27,36 @@
  * resets reach --reset-limit, or when --min-np slots are missing for
  * --elastic-timeout, each said in one line.
  */
-#include <errno.h>
-#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "elastic_driver.h"
 
 enum {
-  GRACE_S = 5,            /* SIGTERM, then SIGKILL after this */
-  TICK_MS = 20,           /* how often the store is looked at */
+  /* How often the store is looked at: it cannot wake the driver when a
+   * worker writes to it (the waiters' fire callback is the HTTP server's). */
+  TICK_MS = 20,
   DISCOVERY_EVERY_MS = 1000,
   DISCOVERY_TIMEOUT_MS = 30000,
-  DRAIN_MS = 1000,
 };
 
 static int64_t ms_ns(int64_t ms) { return ms * 1000000; }
 
 /* ==== stopping ============================================================= */
 
-static void stop_worker(struct worker *w, int sig) {
-  if (!w->stopped)
-    w->stopped_at = hvd_now_ns();
+/* SIGTERM (SIGKILL after the grace) or SIGKILL now, through the supervisor. */
+static void stop_worker(struct driver *d, struct worker *w, int sig) {
   w->stopped = true;
-  w->killed = w->killed || sig == SIGKILL;
-  if (w->p.running && w->p.pid > 0)
-    (void)kill(-w->p.pid, sig);
-  else if (w->p.pid == 0)
-    w->p.running = false; /* a pod: no process to stop, it is just out */
+  if (w->proc < 0)
+    w->running = false; /* a pod: no process to stop, it is just out */
+  else if (sig == SIGKILL)
+    hvdrun_sup_kill(&d->sup, (size_t)w->proc);
+  else
+    hvdrun_sup_stop(&d->sup, (size_t)w->proc);
 }
-
 
 static void stop_job(struct driver *d, int code, const char *why) {
   if (d->stopping)
@@ -72,7 +66,7 @@ static void stop_job(struct driver *d, int code, const char *why) {
   d->stopping = true;
   d->exit_code = code;
   for (size_t i = 0; i < d->nw; i++)
-    stop_worker(&d->w[i], SIGTERM);
+    stop_worker(d, &d->w[i], SIGTERM);
 }
 
 static size_t live_workers(const struct driver *d) {
@@ -253,8 +247,8 @@ struct worker *driver_add_worker(struct driver *d) {
   w = &d->w[d->nw];
   memset(w, 0, sizeof(*w));
   w->label = (int)d->nw;
+  w->proc = -1;
   w->left = -1;
-  w->p.fds[0] = w->p.fds[1] = -1;
   d->nw++;
   return w;
 }
@@ -262,16 +256,20 @@ struct worker *driver_add_worker(struct driver *d) {
 static hvd_status start_worker(struct driver *d, const struct hvdrun_slot *s, const char *host) {
   struct hvdrun_env vars = {0};
   struct worker *w = driver_add_worker(d);
+  struct hvdrun_proc *p;
+  size_t proc;
   hvd_status st;
 
-  if (w == NULL)
+  if (w == NULL || hvdrun_sup_add(&d->sup, 1, &proc) != HVD_OK)
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
   snprintf(w->host, sizeof(w->host), "%s", host);
   w->local_rank = s->local_rank;
   w->assigned = true;
-  st = hvdrun_proc_init(&w->p, d->o, w->label, d->digits);
+  w->proc = (long)proc;
+  p = hvdrun_sup_proc(&d->sup, proc);
+  st = hvdrun_proc_init(p, d->o, w->label, d->digits);
   if (st == HVD_OK)
-    st = hvdrun_job_vars(d->o, d->addr, d->port, d->token, &vars);
+    st = hvdrun_job_vars(d->o, d->rdzv.addr, d->rdzv.port, d->rdzv.token, &vars);
 #define SET(...) \
   if (st == HVD_OK) \
   st = hvdrun_env_set(&vars, __VA_ARGS__)
@@ -283,10 +281,11 @@ static hvd_status start_worker(struct driver *d, const struct hvdrun_slot *s, co
   if (st == HVD_OK)
     st = hvdrun_slot_vars(host, s, &vars);
   if (st == HVD_OK)
-    st = hvdrun_proc_start(&w->p, d->o, host, !hvdrun_host_is_local(host), &vars, w->label);
+    st = hvdrun_proc_start(p, d->o, host, !hvdrun_host_is_local(host), &vars, w->label);
   hvdrun_env_fini(&vars);
   if (st != HVD_OK)
     return hvd_error_prefix("starting a worker on %s", host);
+  w->running = true;
   if (d->o->verbose)
     driver_say(d, "worker %d started on %s[%d] as rank %d of %d (round %llu)", w->label, host,
                s->local_rank, s->rank, s->size, (unsigned long long)d->round);
@@ -377,7 +376,7 @@ static void on_failure(struct driver *d, struct worker *w, const char *why, int 
     /* A pod that failed comes back (if it does) as a new registration:
      * nothing to blacklist, and its pod's other workers are left alone. */
     driver_say(d, "worker %d (pod %s:%d) %s", w->label, w->host, w->local_rank, why);
-    stop_worker(w, SIGTERM);
+    stop_worker(d, w, SIGTERM);
     need_round(d);
     return;
   }
@@ -386,16 +385,16 @@ static void on_failure(struct driver *d, struct worker *w, const char *why, int 
   hvdrun_hosts_view_blacklist(&d->view, w->host, hvd_now_ns());
   for (size_t i = 0; i < d->nw; i++) {
     if (worker_live(&d->w[i]) && strcmp(d->w[i].host, w->host) == 0)
-      stop_worker(&d->w[i], SIGTERM);
+      stop_worker(d, &d->w[i], SIGTERM);
   }
   need_round(d);
 }
 
 void driver_worker_ended(struct driver *d, struct worker *w, const char *why, int code) {
-  w->p.running = false;
-  if (d->o->verbose && w->p.pid > 0)
+  w->running = false;
+  if (d->o->verbose && w->proc >= 0)
     driver_say(d, "worker %d on %s[%d] (pid %d) %s", w->label, w->host, w->local_rank,
-               (int)w->p.pid, why);
+               (int)hvdrun_sup_proc(&d->sup, (size_t)w->proc)->pid, why);
   else if (d->o->verbose && w->assigned && code == 0) /* a pod's failure is said below */
     driver_say(d, "worker %d (pod %s:%d) %s", w->label, w->host, w->local_rank, why);
   if (w->stopped || !w->assigned || d->stopping)
@@ -412,39 +411,6 @@ void driver_worker_ended(struct driver *d, struct worker *w, const char *why, in
     return;
   }
   on_failure(d, w, why, code);
-}
-
-static void reap(struct driver *d) {
-  for (size_t i = 0; i < d->nw; i++) {
-    struct worker *w = &d->w[i];
-    char why[128];
-    int status, code;
-    if (w->p.running && w->p.pid > 0 && waitpid(w->p.pid, &status, WNOHANG) == w->p.pid) {
-      hvdrun_describe_end(status, why, sizeof(why), &code);
-      driver_worker_ended(d, w, why, code);
-    }
-  }
-}
-
-static void on_signal(struct driver *d) {
-  struct signalfd_siginfo si;
-  while (read(d->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-    if (si.ssi_signo == SIGCHLD)
-      continue;
-    if (!d->stopping && d->pods) { /* the store stops, as a plain one does */
-      char why[96];
-      snprintf(why, sizeof(why), "got %s; shutting down", strsignal((int)si.ssi_signo));
-      stop_job(d, 0, why);
-    } else if (!d->stopping) {
-      char why[96];
-      snprintf(why, sizeof(why), "got %s; stopping the job", strsignal((int)si.ssi_signo));
-      stop_job(d, 128 + (int)si.ssi_signo, why);
-    } else {
-      for (size_t i = 0; i < d->nw; i++)
-        stop_worker(&d->w[i], SIGKILL);
-    }
-  }
-  reap(d); /* SIGCHLDs merge: look at every worker */
 }
 
 /* A worker says it left a round: elastic_ready/<host>:<lr> = N. */
@@ -553,8 +519,9 @@ static void advance(struct driver *d) {
       continue;
     if (d->published && w->assigned && w->left >= (int64_t)d->round)
       need_round(d); /* a worker hit a failure hvdrun did not see */
-    if (!w->assigned && w->removed_at > 0 && now - w->removed_at > (int64_t)GRACE_S * 1000000000)
-      stop_worker(w, SIGTERM); /* removed, and still running */
+    if (!w->assigned && w->removed_at > 0 &&
+        now - w->removed_at > (int64_t)HVDRUN_GRACE_S * 1000000000)
+      stop_worker(d, w, SIGTERM); /* removed, and still running */
   }
   if (d->published && !d->pending)
     return;
@@ -571,7 +538,7 @@ static void advance(struct driver *d) {
       if (worker_live(w) && w->assigned && w->left < (int64_t)d->round) {
         snprintf(why, sizeof(why), "did not leave round %llu within --elastic-timeout (%d s)",
                  (unsigned long long)d->round, d->o->elastic_timeout_s);
-        stop_worker(w, SIGTERM);
+        stop_worker(d, w, SIGTERM);
         on_failure(d, w, why, 1);
       }
     }
@@ -643,22 +610,54 @@ static void advance(struct driver *d) {
   }
 }
 
-/* ==== the loop ============================================================= */
+/* ==== the policy over the supervisor ======================================= */
 
-static void tick(struct driver *d) {
-  int64_t now = hvd_now_ns();
-  for (size_t i = 0; i < d->nw; i++) { /* stopped and still there: no more grace */
-    struct worker *w = &d->w[i];
-    if (w->stopped && !w->killed && w->p.running &&
-        now - w->stopped_at > (int64_t)GRACE_S * 1000000000) {
-      driver_say(d, "worker %d still running %d s after SIGTERM: sending SIGKILL", w->label,
-                 GRACE_S);
-      stop_worker(w, SIGKILL);
-    }
+static struct worker *worker_of(struct driver *d, size_t proc) {
+  for (size_t i = 0; i < d->nw; i++) {
+    if (d->w[i].proc == (long)proc)
+      return &d->w[i];
   }
+  return NULL;
+}
+
+static void ended_cb(void *arg, size_t proc, const char *why, int code) {
+  struct driver *d = arg;
+  struct worker *w = worker_of(d, proc);
+  if (w != NULL)
+    driver_worker_ended(d, w, why, code);
+}
+
+static void signal_cb(void *arg, int signo) {
+  struct driver *d = arg;
+  char why[96];
+
+  if (!d->stopping && d->pods) { /* the store stops, as a plain one does */
+    snprintf(why, sizeof(why), "got %s; shutting down", strsignal(signo));
+    stop_job(d, 0, why);
+  } else if (!d->stopping) {
+    snprintf(why, sizeof(why), "got %s; stopping the job", strsignal(signo));
+    stop_job(d, 128 + signo, why);
+  } else {
+    for (size_t i = 0; i < d->nw; i++)
+      stop_worker(d, &d->w[i], SIGKILL);
+  }
+}
+
+static void overdue_cb(void *arg, size_t proc) {
+  struct driver *d = arg;
+  struct worker *w = worker_of(d, proc);
+  if (w != NULL)
+    driver_say(d, "worker %d still running %d s after SIGTERM: sending SIGKILL", w->label,
+               HVDRUN_GRACE_S);
+}
+
+static void failed_cb(void *arg) { stop_job(arg, 1, "poll failed"); }
+
+/* Discovery when due, the workers that left the round, the next round. */
+static void tick(struct driver *d) {
   if (d->stopping)
     return;
-  if (now >= d->next_discovery && discover(d) != HVD_OK) {
+  if (hvd_now_ns() >= d->next_discovery && discover(d) != HVD_OK) {
     char why[HVD_ERROR_MESSAGE_MAX + 32];
     snprintf(why, sizeof(why), "host discovery: %s", hvd_last_error_message());
     stop_job(d, 1, why);
@@ -669,81 +668,36 @@ static void tick(struct driver *d) {
     advance(d);
 }
 
-static int supervise(struct driver *d) {
-  int64_t drain_until = 0;
-
-  for (;;) {
-    int64_t now = hvd_now_ns();
-    size_t cap = d->nw * 2 + 1, n = 0;
-    struct pollfd *pfds = calloc(cap, sizeof(*pfds));
-    size_t *who = calloc(cap, sizeof(*who));
-    bool any_running = false, any_open = false;
-
-    if (pfds == NULL || who == NULL) {
-      free(pfds);
-      free(who);
-      stop_job(d, 1, "out of memory");
-      for (size_t i = 0; i < d->nw; i++)
-        stop_worker(&d->w[i], SIGKILL);
-      return 1;
-    }
-    for (size_t i = 0; i < d->nw; i++)
-      any_running = any_running || d->w[i].p.running;
-    if (!any_running && (d->stopping || (d->finishing && !d->pods)) && drain_until == 0) {
-      /* Every worker has ended: nothing they started may outlive them
-       * (a remote shell's child that ignored SIGTERM, say). */
-      for (size_t i = 0; i < d->nw; i++) {
-        if (d->w[i].p.pid > 0)
-          (void)kill(-d->w[i].p.pid, SIGKILL);
-      }
-      drain_until = now + ms_ns(DRAIN_MS);
-    }
-    pfds[n++] = (struct pollfd){.fd = d->sigfd, .events = POLLIN};
-    for (size_t i = 0; i < d->nw; i++) {
-      for (int k = 0; k < 2; k++) {
-        if (d->w[i].p.fds[k] >= 0) {
-          who[n] = i * 2 + (size_t)k;
-          pfds[n++] = (struct pollfd){.fd = d->w[i].p.fds[k], .events = POLLIN};
-          any_open = true;
-        }
-      }
-    }
-    if (drain_until != 0 && (!any_open || now >= drain_until)) {
-      free(pfds);
-      free(who);
-      break;
-    }
-    if (poll(pfds, n, TICK_MS) < 0 && errno != EINTR)
-      stop_job(d, 1, "poll failed");
-    if (pfds[0].revents & POLLIN)
-      on_signal(d);
-    for (size_t i = 1; i < n; i++) {
-      if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR))
-        hvdrun_proc_forward(&d->w[who[i] / 2].p, (int)(who[i] % 2));
-    }
-    free(pfds);
-    free(who);
-    reap(d);
-    tick(d);
-    if (!d->stopping && d->finishing && live_workers(d) == 0 && d->pods && !d->finished) {
-      /* The store serves on: pods that come now are told the job is over. */
-      driver_say(d, "the job has finished (round %llu); new pods are not admitted",
-                 (unsigned long long)d->round);
-      d->finished = true;
-    } else if (!d->stopping && d->finishing && live_workers(d) == 0 && !d->pods) {
-      d->stopping = true; /* what hvdrun stopped may still be on its way out */
-      d->exit_code = d->finish_code;
-    }
+/* After a success, the job ends with the last worker; pods' store serves on. */
+static void check_finished(struct driver *d) {
+  if (d->stopping || !d->finishing || live_workers(d) > 0)
+    return;
+  if (d->pods && !d->finished) {
+    /* The store serves on: pods that come now are told the job is over. */
+    driver_say(d, "the job has finished (round %llu); new pods are not admitted",
+               (unsigned long long)d->round);
+    d->finished = true;
+  } else if (!d->pods) {
+    d->stopping = true; /* what hvdrun stopped may still be on its way out */
+    d->exit_code = d->finish_code;
   }
-  return d->exit_code;
+}
+
+static int64_t tick_cb(void *arg) {
+  struct driver *d = arg;
+
+  tick(d);
+  check_finished(d);
+  if (d->stopping || (d->finishing && !d->pods))
+    hvdrun_sup_end_when_idle(&d->sup);
+  return hvd_now_ns() + ms_ns(TICK_MS);
 }
 
 /* ==== the whole job ========================================================= */
 
 static hvd_status start(struct driver *d) {
-  struct rdzv_server_config cfg;
+  struct hvdrun_store_config cfg = {0};
   const char **remote = calloc(d->view.n + 1, sizeof(*remote));
-  size_t nremote = 0;
   int most = d->o->max_np > d->o->np ? d->o->max_np : d->o->np;
   hvd_status st;
 
@@ -755,39 +709,28 @@ static hvd_status start(struct driver *d) {
    * --network-interface for a job that starts here and grows elsewhere). */
   for (size_t h = 0; h < d->view.n; h++) {
     if (!hvdrun_host_is_local(d->view.hosts[h].name))
-      remote[nremote++] = d->view.hosts[h].name;
+      remote[cfg.nremote++] = d->view.hosts[h].name;
   }
   /* With --network-interface, its address even when every first host is
    * this one: hosts found later reach the store there. */
-  if (nremote == 0 && d->o->iface != NULL)
-    remote[nremote++] = "127.0.0.1";
-  st = hvdrun_make_token(d->token, sizeof(d->token));
-  if (st == HVD_OK)
-    st = hvdrun_store_address(d->o, remote, nremote, d->addr, sizeof(d->addr));
+  if (cfg.nremote == 0 && d->o->iface != NULL)
+    remote[cfg.nremote++] = "127.0.0.1";
+  cfg.remote = remote;
+  cfg.hosts_may_join = d->fixed == NULL;
+  cfg.blocking_scope = "rank_and_size"; /* Horovod's GET waits for the next round */
+  st = hvdrun_store_start(d->o, &cfg, &d->rdzv);
   free(remote);
   if (st != HVD_OK)
     return st;
-  rdzv_server_config_default(&cfg);
-  cfg.bind_address = d->fixed != NULL && strcmp(d->addr, "127.0.0.1") == 0 ? "127.0.0.1" : NULL;
-  cfg.port = d->o->rendezvous_port;
-  cfg.token = d->token;
-  cfg.threads = 1;
-  cfg.blocking_scope = "rank_and_size";
-  if ((st = rdzv_server_start(&cfg, &d->server)) != HVD_OK)
-    return hvd_error_prefix("starting the rendezvous store");
-  d->port = rdzv_server_port(d->server);
-  d->store = rdzv_server_store(d->server);
+  d->store = rdzv_server_store(d->rdzv.server);
   if (d->o->verbose)
-    driver_say(d, "elastic job; rendezvous store on port %d (ranks use %s:%d)", d->port,
-               d->addr, d->port);
+    driver_say(d, "elastic job; rendezvous store on port %d (ranks use %s:%d)", d->rdzv.port,
+               d->rdzv.addr, d->rdzv.port);
   return HVD_OK;
 }
 
 static void driver_fini(struct driver *d) {
-  for (size_t i = 0; i < d->nw; i++)
-    hvdrun_proc_fini(&d->w[i].p);
-  if (d->sigfd >= 0)
-    close(d->sigfd);
+  hvdrun_sup_fini(&d->sup);
   free(d->w);
   free(d->plan);
   free(d->plan_hosts);
@@ -797,20 +740,20 @@ static void driver_fini(struct driver *d) {
 int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host *hosts,
                        size_t nhosts) {
   struct driver d;
-  hvd_status st = HVD_OK;
-  int code;
+  struct hvdrun_sup_hooks hooks = {&d, ended_cb, signal_cb, overdue_cb, failed_cb, tick_cb};
+  hvd_status st;
+  int code = 1;
 
   memset(&d, 0, sizeof(d));
   d.o = o;
   d.name = "hvdrun";
-  d.sigfd = -1;
   d.digits = 1;
   if (o->discovery_script == NULL) {
     d.fixed = hosts;
     d.nfixed = nhosts;
   }
   hvdrun_hosts_view_init(&d.view, o->cooldown_min_s, o->cooldown_max_s);
-  st = hvdrun_signal_fd(&d.sigfd);
+  st = hvdrun_sup_init(&d.sup, &hooks); /* before the store's threads */
   if (st == HVD_OK && (st = discover(&d)) != HVD_OK)
     hvd_error_prefix("host discovery");
   if (st == HVD_OK)
@@ -818,11 +761,11 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
   d.pending_since = hvd_now_ns(); /* the first round waits for -np slots as long */
   if (st != HVD_OK) {
     driver_say(&d, "%s", hvd_last_error_message());
-    code = 1;
   } else {
-    code = supervise(&d);
+    hvdrun_sup_run(&d.sup);
+    code = d.exit_code;
   }
-  rdzv_server_stop(d.server);
+  hvdrun_store_stop(&d.rdzv);
   driver_fini(&d);
   return code;
 }
@@ -830,25 +773,23 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
 int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *server,
                             int pod_timeout_s) {
   struct driver d;
-  hvd_status st;
-  int code;
+  struct hvdrun_sup_hooks hooks = {&d, ended_cb, signal_cb, overdue_cb, failed_cb, tick_cb};
+  int code = 1;
 
   memset(&d, 0, sizeof(d));
   d.o = o;
   d.name = "hvd-rendezvous";
   d.pods = true;
   d.pod_timeout_s = pod_timeout_s;
-  d.sigfd = -1;
   d.digits = 1;
-  d.server = server;
   d.store = rdzv_server_store(server);
   hvdrun_hosts_view_init(&d.view, 0, 0);
   d.pending_since = hvd_now_ns();
-  if ((st = hvdrun_signal_fd(&d.sigfd)) != HVD_OK) {
+  if (hvdrun_sup_init(&d.sup, &hooks) != HVD_OK) {
     driver_say(&d, "%s", hvd_last_error_message());
-    code = 1;
   } else {
-    code = supervise(&d);
+    hvdrun_sup_run(&d.sup);
+    code = d.exit_code;
   }
   driver_fini(&d);
   return code;

@@ -3,8 +3,8 @@
 #ifndef HVD_LAUNCHER_ELASTIC_DRIVER_H
 #define HVD_LAUNCHER_ELASTIC_DRIVER_H
 
-#include "proc.h"
 #include "rendezvous/rendezvous.h"
+#include "supervise.h"
 
 enum { POD_INCARNATION_MAX = 64 };
 
@@ -12,13 +12,12 @@ struct worker {
   char host[HVDRUN_HOST_MAX + 1];
   int local_rank; /* with host: the slot, the worker's name in every round */
   int label;      /* output prefix: workers are numbered in the order they start */
-  struct hvdrun_proc p; /* a pod's: pid 0, no pipes; running while it is alive */
+  long proc;      /* its process in the supervisor's table; -1: none (a pod) */
+  bool running;   /* started and not ended (a pod: registered and not gone) */
   bool assigned;  /* has a rank in the latest round */
   bool stopped;   /* the driver stopped it: its end is not a failure */
   int64_t left;   /* the last round it said it left; -1: none */
   int64_t removed_at; /* lost its place at this time (0: it has one) */
-  int64_t stopped_at; /* SIGTERM sent then; SIGKILL follows after GRACE_S */
-  bool killed;        /* SIGKILL sent */
   /* pods */
   char incarnation[POD_INCARNATION_MAX + 1]; /* the registration this worker is */
   char beat[POD_INCARNATION_MAX + 32];       /* its latest heartbeat */
@@ -27,7 +26,7 @@ struct worker {
 };
 
 /* Running and not being stopped by the driver. */
-static inline bool worker_live(const struct worker *w) { return w->p.running && !w->stopped; }
+static inline bool worker_live(const struct worker *w) { return w->running && !w->stopped; }
 
 struct driver {
   const struct hvdrun_options *o;
@@ -35,13 +34,12 @@ struct driver {
   struct hvdrun_hosts_view view;
   const struct hvdrun_host *fixed; /* -H / --hostfile hosts, or NULL: the script */
   size_t nfixed;
-  struct rdzv_server *server;
-  struct rdzv_store *store;
-  char token[65], addr[128];
-  int port, digits;
+  struct hvdrun_store rdzv; /* hvdrun's own store (pods: the caller's, not here) */
+  struct rdzv_store *store; /* the store the driver reads and writes */
+  struct hvdrun_sup sup;    /* the workers' processes (pods: none) */
+  int digits;
   struct worker *w;
   size_t nw, capw;
-  int sigfd;
   /* rounds */
   bool published;
   uint64_t round;

@@ -46,7 +46,7 @@ static void admit(struct driver *d, const char *key, size_t host_len, int lr, co
   memcpy(w->incarnation, value, inc_len);
   memcpy(w->beat, value, len);
   w->heard_at = hvd_now_ns();
-  w->p.running = !d->finishing;
+  w->running = !d->finishing;
   if (d->finishing)
     snprintf(first, sizeof(first), "finished");
   else

@@ -1,7 +1,7 @@
 /*
- * What every hvdrun job does with its ranks, static or elastic: the store's
- * token and address, the variables every rank gets, starting a rank on its
- * host, and forwarding its output.
+ * What every hvdrun job does with its ranks, static or elastic: the
+ * variables every rank gets, starting a rank on its host, forwarding its
+ * output, and naming how it ended.
  *
  * DESIGN. A local rank starts by fork and exec with hvdrun's environment
  * plus the rank's; a remote one through ssh (or --ssh-command) with `cd`
@@ -21,76 +21,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "proc.h"
-#include "transport/transport.h"
 
 extern char **environ;
 
 enum { READ_CHUNK = 64 * 1024 };
-
-/* ==== the store ============================================================= */
-
-hvd_status hvdrun_make_token(char *out, size_t size) {
-  unsigned char raw[24];
-  size_t got = 0;
-  while (got < sizeof(raw)) {
-    ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
-    if (n < 0 && errno != EINTR)
-      return hvd_error(HVD_ERR_IO, "cannot make a job token: getrandom: %s", strerror(errno));
-    if (n > 0)
-      got += (size_t)n;
-  }
-  for (size_t i = 0; i < sizeof(raw) && 2 * i + 2 < size; i++)
-    snprintf(out + 2 * i, 3, "%02x", raw[i]);
-  return HVD_OK;
-}
-
-hvd_status hvdrun_store_address(const struct hvdrun_options *o, const char *const *remote_hosts,
-                                size_t nremote, char *out, size_t size) {
-  const char *remote = nremote > 0 ? remote_hosts[0] : NULL;
-  struct net_addr addrs[NET_MAX_ADDRS];
-  size_t n = 0;
-  hvd_status st;
-
-  if (remote == NULL) {
-    snprintf(out, size, "127.0.0.1");
-    return HVD_OK;
-  }
-  st = net_select_addresses(o->iface, remote, o->ssh_port > 0 ? o->ssh_port : 22, addrs,
-                            NET_MAX_ADDRS, &n);
-  if (st != HVD_OK && o->iface == NULL) {
-    /* A host name only the remote shell knows (a pod behind kubectl exec):
-     * this host's first address that is not loopback. */
-    struct net_iface ifs[NET_MAX_IFACES];
-    size_t nifs = 0;
-    char why[HVD_ERROR_MESSAGE_MAX];
-    snprintf(why, sizeof(why), "%s", hvd_last_error_message());
-    if (net_iface_list(ifs, NET_MAX_IFACES, &nifs) == HVD_OK) {
-      for (size_t i = 0; i < nifs && n == 0; i++) {
-        if (!ifs[i].loopback && ifs[i].addr.ss.ss_family == AF_INET)
-          addrs[n++] = ifs[i].addr;
-      }
-    }
-    if (n == 0)
-      return hvd_error(HVD_ERR_NOT_FOUND,
-                       "choosing the address remote ranks reach the store at: %s, and this host "
-                       "has no other IPv4 address (use --network-interface)",
-                       why);
-    st = HVD_OK;
-  }
-  if (st != HVD_OK)
-    return hvd_error_prefix("choosing the address remote ranks reach the store at");
-  if (n == 0)
-    return hvd_error(HVD_ERR_NOT_FOUND, "no address of this host reaches %s", remote);
-  net_addr_format(&addrs[0], out, size);
-  return HVD_OK;
-}
 
 /* ==== a rank's command ====================================================== */
 
@@ -287,21 +226,6 @@ void hvdrun_child_setup(pid_t parent, int in, int out, int err) {
     dup2(in, 0);
   dup2(out, 1);
   dup2(err, 2);
-}
-
-hvd_status hvdrun_signal_fd(int *fd) {
-  sigset_t mask;
-  /* Signals become events of the loop; the store's threads inherit the mask. */
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGCHLD);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, NULL);
-  signal(SIGPIPE, SIG_IGN);
-  if ((*fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
-    return hvd_error(HVD_ERR_IO, "signalfd: %s", strerror(errno));
-  return HVD_OK;
 }
 
 /* A pipe that already holds the token's line and its end: a remote rank's

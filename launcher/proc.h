@@ -1,20 +1,48 @@
-/* What every hvdrun job does with its ranks, static or elastic (proc.c):
- * the store's token and address, the variables every rank gets, starting
- * a rank on its host, forwarding its output, and naming how it ended. */
+/* What every hvdrun job does with its ranks, static or elastic: the store
+ * (store.c); the variables every rank gets, starting a rank on its host,
+ * forwarding its output, and naming how it ended (proc.c). */
 #ifndef HVD_LAUNCHER_PROC_H
 #define HVD_LAUNCHER_PROC_H
 
 #include "hvdrun.h"
 
-/* A random job token: 48 hex digits (out has room for 49 bytes). */
-hvd_status hvdrun_make_token(char *out, size_t size);
+/* ==== the store (store.c) ================================================== */
 
-/* Where ranks reach the store: 127.0.0.1 when no host is remote, else the
- * interface --network-interface names or the route to the first remote
- * host (for a name only the remote shell knows, this host's first IPv4
- * address that is not loopback). */
-hvd_status hvdrun_store_address(const struct hvdrun_options *o, const char *const *remote_hosts,
-                                size_t nremote, char *out, size_t size);
+struct rdzv_server;
+
+/* The store a job serves in-process, and what its ranks need to reach it. */
+struct hvdrun_store {
+  struct rdzv_server *server;
+  char token[65]; /* 48 random hex digits */
+  char addr[128]; /* where ranks reach it */
+  int port;
+  bool loopback; /* listening on 127.0.0.1 alone (else on every interface) */
+};
+
+/* What differs between the static job and the elastic driver. */
+struct hvdrun_store_config {
+  /* The remote hosts ranks start on: the first one chooses the address
+   * (none: 127.0.0.1). */
+  const char *const *remote;
+  size_t nremote;
+  /* Hosts may be found later (a discovery script): listen on every
+   * interface even when the first ranks use 127.0.0.1. */
+  bool hosts_may_join;
+  const char *blocking_scope; /* as rdzv_server_config's; NULL: none */
+};
+
+/* Makes a random token, chooses the ranks' address (--network-interface's,
+ * else the route to the first remote host; for a name only the remote
+ * shell knows, this host's first IPv4 address that is not loopback) and
+ * starts the server (--rendezvous-port, one event loop). *out is written
+ * only on success. Errors name what failed ("starting the rendezvous
+ * store: ..."). */
+hvd_status hvdrun_store_start(const struct hvdrun_options *o, const struct hvdrun_store_config *cfg,
+                              struct hvdrun_store *out);
+/* Stops the server (waiting clients get 503). Safe on a zeroed struct. */
+void hvdrun_store_stop(struct hvdrun_store *s);
+
+/* ==== ranks (proc.c) ======================================================= */
 
 /* The variables every rank of the job gets: the store, the token, the
  * knobs given as options, the -x exports and the Python path
@@ -26,9 +54,6 @@ hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int
  * CROSS_RANK/SIZE. */
 hvd_status hvdrun_slot_vars(const char *host, const struct hvdrun_slot *s, struct hvdrun_env *e);
 
-/* Blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP (ignoring SIGPIPE) and
- * returns a signalfd that reads them: the loop's view of signals. */
-hvd_status hvdrun_signal_fd(int *fd);
 /* In a child between fork and exec (async-signal-safe calls only): no
  * blocked signals, a process group of its own, death with hvdrun (exits
  * at once if hvdrun is already gone), stdin from in (-1: /dev/null),
@@ -76,7 +101,6 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
  * store (hvd-rendezvous --min-np): o gives np, min_np, max_np,
  * elastic_timeout_s and verbose. Serves until SIGINT, SIGTERM or SIGHUP;
  * returns the exit code (0 after a signal). */
-struct rdzv_server;
 int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *server,
                             int pod_timeout_s);
 

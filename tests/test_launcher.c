@@ -1,11 +1,12 @@
 /*
- * hvdrun's pieces without processes (but for the discovery script's): the
- * command line, hosts and slots, the elastic view of hosts, output
- * prefixing, shell quoting, the ranks' Python path. The job itself is
- * tested end to end (tests/e2e/hvdrun.sh).
+ * hvdrun's pieces: the command line, hosts and slots, the elastic view of
+ * hosts, output prefixing, shell quoting, the ranks' Python path, the
+ * store's start-up, and the supervisor with small processes of its own.
+ * The jobs themselves are tested end to end (tests/e2e/hvdrun.sh).
  */
 #include <check.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "proc.h"
+#include "rendezvous/rendezvous.h"
+#include "supervise.h"
 
 /* ==== options ============================================================== */
 
@@ -983,6 +985,207 @@ START_TEST(python_reaches_the_ranks) {
 }
 END_TEST
 
+/* ==== the store's start-up ================================================= */
+
+START_TEST(store_on_loopback_only_for_local_ranks) {
+  struct hvdrun_store_config cfg = {0};
+  struct hvdrun_store st;
+  struct hvdrun_options o;
+  bool help;
+  const char *args[] = {"-np", "1", "x", NULL};
+
+  ck_assert_int_eq(parse(&o, &help, args), HVD_OK);
+  /* Every rank here, and no host can join: loopback alone. */
+  ck_assert_int_eq(hvdrun_store_start(&o, &cfg, &st), HVD_OK);
+  ck_assert_str_eq(st.addr, "127.0.0.1");
+  ck_assert_uint_eq(strlen(st.token), 48);
+  ck_assert(st.loopback);
+  ck_assert_int_eq(strncmp(rdzv_server_address(st.server), "127.0.0.1:", 10), 0);
+  hvdrun_store_stop(&st);
+  /* Hosts may join later: every interface, though the first ranks use loopback. */
+  cfg.hosts_may_join = true;
+  cfg.blocking_scope = "rank_and_size";
+  ck_assert_int_eq(hvdrun_store_start(&o, &cfg, &st), HVD_OK);
+  ck_assert_str_eq(st.addr, "127.0.0.1");
+  ck_assert(!st.loopback);
+  ck_assert_int_ne(strncmp(rdzv_server_address(st.server), "127.0.0.1:", 10), 0);
+  hvdrun_store_stop(&st);
+  hvdrun_options_fini(&o);
+}
+END_TEST
+
+/* ==== the supervisor ======================================================= */
+
+/* A policy that records what the supervisor tells it; turn_cb is the
+ * test's own tick. */
+struct recorder {
+  struct hvdrun_sup sup;
+  struct hvdrun_options o;
+  int codes[4]; /* per process: how it ended, -1 until then */
+  char why[4][128];
+  int signo, overdue, turns;
+  int64_t (*turn_cb)(struct recorder *r);
+  pthread_t waker;
+};
+
+static void rec_ended_cb(void *arg, size_t i, const char *why, int code) {
+  struct recorder *r = arg;
+  r->codes[i] = code;
+  snprintf(r->why[i], sizeof(r->why[i]), "%s", why);
+}
+
+static void rec_signal_cb(void *arg, int signo) {
+  struct recorder *r = arg;
+  r->signo = signo;
+  hvdrun_sup_end_when_idle(&r->sup);
+}
+
+static void rec_overdue_cb(void *arg, size_t i) {
+  struct recorder *r = arg;
+  (void)i;
+  r->overdue++;
+}
+
+static void rec_failed_cb(void *arg) {
+  (void)arg;
+  ck_abort_msg("the loop failed: %s", hvd_last_error_message());
+}
+
+static int64_t rec_tick_cb(void *arg) {
+  struct recorder *r = arg;
+  r->turns++;
+  return r->turn_cb(r);
+}
+
+static void rec_init(struct recorder *r, int64_t (*turn_cb)(struct recorder *r)) {
+  struct hvdrun_sup_hooks hooks = {r,           rec_ended_cb,  rec_signal_cb,
+                                   rec_overdue_cb, rec_failed_cb, rec_tick_cb};
+  const char *args[] = {"-np", "1", "sh", "-c", "eval \"$SUP_CMD\"", NULL};
+  bool help;
+
+  memset(r, 0, sizeof(*r));
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(r->codes); i++)
+    r->codes[i] = -1;
+  r->turn_cb = turn_cb;
+  ck_assert_int_eq(parse(&r->o, &help, args), HVD_OK);
+  ck_assert_int_eq(hvdrun_sup_init(&r->sup, &hooks), HVD_OK);
+}
+
+static void rec_fini(struct recorder *r) {
+  hvdrun_sup_fini(&r->sup);
+  hvdrun_options_fini(&r->o);
+}
+
+/* Starts `sh -c CMD` as the next process. */
+static void rec_start(struct recorder *r, const char *cmd) {
+  struct hvdrun_env vars = {0};
+  size_t i;
+
+  ck_assert_int_eq(hvdrun_sup_add(&r->sup, 1, &i), HVD_OK);
+  ck_assert_int_eq(hvdrun_proc_init(hvdrun_sup_proc(&r->sup, i), &r->o, (int)i, 1), HVD_OK);
+  ck_assert_int_eq(hvdrun_env_set(&vars, "SUP_CMD", "%s", cmd), HVD_OK);
+  ck_assert_int_eq(
+      hvdrun_proc_start(hvdrun_sup_proc(&r->sup, i), &r->o, "localhost", false, &vars, (int)i),
+      HVD_OK);
+  hvdrun_env_fini(&vars);
+}
+
+static int64_t end_when_idle(struct recorder *r) {
+  hvdrun_sup_end_when_idle(&r->sup);
+  return HVD_NO_DEADLINE;
+}
+
+START_TEST(supervisor_reaps_every_process) {
+  struct recorder r;
+  rec_init(&r, end_when_idle);
+  rec_start(&r, "exit 0");
+  rec_start(&r, "exit 3");
+  rec_start(&r, "kill -KILL $$");
+  hvdrun_sup_run(&r.sup);
+  ck_assert_int_eq(r.codes[0], 0);
+  ck_assert_int_eq(r.codes[1], 3);
+  ck_assert_str_eq(r.why[1], "exited with code 3");
+  ck_assert_int_eq(r.codes[2], 128 + SIGKILL);
+  ck_assert_uint_eq(hvdrun_sup_running(&r.sup), 0);
+  ck_assert_int_eq(r.overdue, 0);
+  rec_fini(&r);
+}
+END_TEST
+
+static int64_t stop_first(struct recorder *r) {
+  if (r->turns == 1)
+    hvdrun_sup_stop(&r->sup, 0);
+  return end_when_idle(r);
+}
+
+START_TEST(supervisor_stops_with_sigterm) {
+  struct recorder r;
+  rec_init(&r, stop_first);
+  rec_start(&r, "exec sleep 30");
+  hvdrun_sup_run(&r.sup);
+  ck_assert_int_eq(r.codes[0], 128 + SIGTERM);
+  ck_assert_int_eq(r.overdue, 0);
+  rec_fini(&r);
+}
+END_TEST
+
+START_TEST(supervisor_kills_after_the_grace) {
+  struct recorder r;
+  rec_init(&r, stop_first);
+  /* It ignores SIGTERM from its first instruction on: an ignored
+   * disposition survives fork and exec. */
+  signal(SIGTERM, SIG_IGN);
+  rec_start(&r, "exec sleep 30");
+  signal(SIGTERM, SIG_DFL);
+  hvdrun_sup_run(&r.sup);
+  ck_assert_int_eq(r.overdue, 1);
+  ck_assert_int_eq(r.codes[0], 128 + SIGKILL);
+  rec_fini(&r);
+}
+END_TEST
+
+static int64_t raise_hangup(struct recorder *r) {
+  if (r->turns == 1)
+    kill(getpid(), SIGHUP); /* blocked: it reaches the loop's signalfd */
+  return HVD_NO_DEADLINE;
+}
+
+START_TEST(supervisor_passes_signals_on) {
+  struct recorder r;
+  rec_init(&r, raise_hangup);
+  hvdrun_sup_run(&r.sup); /* the signal hook ends it */
+  ck_assert_int_eq(r.signo, SIGHUP);
+  rec_fini(&r);
+}
+END_TEST
+
+static void *wake_main(void *arg) {
+  struct recorder *r = arg;
+  hvd_sleep_ns(20 * 1000000);
+  hvdrun_sup_wake(&r->sup);
+  return NULL;
+}
+
+/* The first turn asks for no other; only the other thread's wake-up
+ * brings the second, which ends the loop. */
+static int64_t wait_for_wake(struct recorder *r) {
+  if (r->turns == 1)
+    ck_assert_int_eq(pthread_create(&r->waker, NULL, wake_main, r), 0);
+  else
+    hvdrun_sup_end_when_idle(&r->sup);
+  return HVD_NO_DEADLINE;
+}
+
+START_TEST(supervisor_woken_by_another_thread) {
+  struct recorder r;
+  rec_init(&r, wait_for_wake);
+  hvdrun_sup_run(&r.sup);
+  pthread_join(r.waker, NULL);
+  ck_assert_int_eq(r.turns, 2);
+  rec_fini(&r);
+}
+END_TEST
+
 static Suite *launcher_suite(void) {
   Suite *s = suite_create("parts");
   TCase *tc = tcase_create("parts");
@@ -1013,6 +1216,15 @@ static Suite *launcher_suite(void) {
   tcase_add_test(tc, hosts_view_changes_and_order);
   tcase_add_test(tc, hosts_view_blacklist_for_good);
   tcase_add_test(tc, hosts_view_cooldown);
+  tcase_set_timeout(tc, 60);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("supervisor");
+  tcase_add_test(tc, store_on_loopback_only_for_local_ranks);
+  tcase_add_test(tc, supervisor_reaps_every_process);
+  tcase_add_test(tc, supervisor_stops_with_sigterm);
+  tcase_add_test(tc, supervisor_kills_after_the_grace);
+  tcase_add_test(tc, supervisor_passes_signals_on);
+  tcase_add_test(tc, supervisor_woken_by_another_thread);
   tcase_set_timeout(tc, 60);
   suite_add_tcase(s, tc);
   return s;
