@@ -30,8 +30,11 @@ fail() {
 # its output (stdout and stderr) in $work/store.
 echo "pod-e2e-token-$$" >"$work/token"
 start_store() {
+    # Emptied here, not by the background redirection, which may run only
+    # after the wait below has read a previous store's line.
+    : >"$work/store"
     "$bin/hvd-rendezvous" --bind 127.0.0.1 --port 0 --token-file "$work/token" "$@" \
-        >"$work/store" 2>&1 &
+        >>"$work/store" 2>&1 &
     store_pid=$!
     for _ in $(seq 100); do
         grep -q "listening on" "$work/store" && break
