@@ -638,6 +638,61 @@ static void init_waiter(struct rdzv_waiter *w, const char *scope, const char *ke
   w->deadline_ns = hvd_deadline_after_ms(timeout_ms);
 }
 
+static atomic_int own_fired;
+static void own_fire_cb(struct rdzv_waiter *w, void *arg) {
+  (void)w;
+  atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* A change wait fires on the scope's next write, delete or clear after the
+ * version it saw, through the waiter's own callback. */
+START_TEST(store_wait_for_changes) {
+  struct rdzv_waiter w;
+  int before = fired.count;
+
+  atomic_store(&own_fired, 0);
+  init_waiter(&w, "s", NULL, 0, 10000);
+  w.changes = true;
+  w.fire = own_fire_cb;
+  w.fire_arg = &own_fired;
+  ck_assert_int_eq(rdzv_store_wait(store, &w, test_park_cb, NULL), HVD_OK);
+  ck_assert_int_eq(w.result, RDZV_WAIT_PENDING);
+  put("other", "k", "v");
+  ck_assert_int_eq(atomic_load(&own_fired), 0);
+  put("s", "a", "1");
+  ck_assert_int_eq(atomic_load(&own_fired), 1);
+  ck_assert_int_eq(w.result, RDZV_WAIT_READY);
+  ck_assert_uint_eq(w.count, 1);
+  ck_assert_uint_gt(w.version, 0);
+  rdzv_blob_unref(w.value);
+
+  /* Seen: the same version waits; a delete is a change. */
+  uint64_t seen = w.version;
+  init_waiter(&w, "s", NULL, 0, 10000);
+  w.changes = true;
+  w.after = seen;
+  w.fire = own_fire_cb;
+  w.fire_arg = &own_fired;
+  ck_assert_int_eq(rdzv_store_wait(store, &w, test_park_cb, NULL), HVD_OK);
+  ck_assert_int_eq(w.result, RDZV_WAIT_PENDING);
+  ck_assert_int_eq(rdzv_store_delete(store, S("s"), S("a")), HVD_OK);
+  ck_assert_int_eq(atomic_load(&own_fired), 2);
+  ck_assert_int_eq(w.result, RDZV_WAIT_READY);
+  ck_assert_uint_eq(w.count, 0);
+  ck_assert_uint_gt(w.version, seen);
+  rdzv_blob_unref(w.value);
+
+  /* A scope changed since the version given is ready at once, without a
+   * callback. */
+  init_waiter(&w, "other", NULL, 0, 10000);
+  w.changes = true;
+  ck_assert_int_eq(rdzv_store_wait(store, &w, test_park_cb, NULL), HVD_OK);
+  ck_assert_int_eq(w.result, RDZV_WAIT_READY);
+  rdzv_blob_unref(w.value);
+  ck_assert_int_eq(fired.count, before); /* the store's own callback never ran */
+}
+END_TEST
+
 START_TEST(store_wait_ready_now_and_later) {
   struct rdzv_waiter now, later;
 
@@ -2452,6 +2507,7 @@ static Suite *store_suite(void) {
   tcase_add_test(tc, store_wait_scope_count);
   tcase_add_test(tc, store_wait_deadlines);
   tcase_add_test(tc, store_wait_many_deadlines);
+  tcase_add_test(tc, store_wait_for_changes);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -132,6 +132,13 @@ enum rdzv_wait_result {
  * and must keep it alive until the store hands it back through the fire
  * callback (once registered, the store is the only one who may finish it).
  */
+struct rdzv_waiter;
+
+/* Called, without the store lock, once for every waiter that finishes after
+ * registering: when its key or count arrives, its deadline passes, or the
+ * store closes. Runs on the thread that caused it (or the deadline thread). */
+typedef void (*rdzv_fire_cb)(struct rdzv_waiter *w, void *arg);
+
 struct rdzv_waiter {
   /* request */
   const char *scope;
@@ -139,12 +146,20 @@ struct rdzv_waiter {
   const char *key; /* NULL: wait until the scope holds min_count keys */
   size_t key_len;
   size_t min_count;
+  /* With key NULL: wait instead until the scope changes (a key set, added
+   * to, deleted or cleared) after it was at version `after` (0: any
+   * change, or a scope that exists already). */
+  bool changes;
+  uint64_t after;
   int64_t deadline_ns;
   void *owner;
+  rdzv_fire_cb fire; /* NULL: the store's; else this one, with fire_arg */
+  void *fire_arg;
   /* result, valid once result != RDZV_WAIT_PENDING */
   enum rdzv_wait_result result;
   struct rdzv_blob *value; /* a reference the caller releases */
   size_t count;            /* scope waits: entries in value */
+  uint64_t version;        /* change waits: the scope's version now (the next `after`) */
   /* store-private */
   struct rdzv_scope *scope_obj;
   struct rdzv_waiter *prev, *next;
@@ -152,11 +167,6 @@ struct rdzv_waiter {
   size_t heap_index;
   bool abandoned;
 };
-
-/* Called, without the store lock, once for every waiter that finishes after
- * registering: when its key or count arrives, its deadline passes, or the
- * store closes. Runs on the thread that caused it (or the deadline thread). */
-typedef void (*rdzv_fire_cb)(struct rdzv_waiter *w, void *arg);
 /* Called with the store lock held right after a waiter registers, so that the
  * owner can park it before anybody can fire it. Must not call the store. */
 typedef void (*rdzv_park_cb)(struct rdzv_waiter *w, void *arg);

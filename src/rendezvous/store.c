@@ -210,7 +210,7 @@ struct rdzv_scope *rdzv_store_get_scope(struct rdzv_store *s, const char *name, 
 
 void rdzv_store_maybe_drop_scope(struct rdzv_store *s, struct rdzv_scope *scope) {
   if (scope->items.count > 0 || scope->finished.count > 0 || scope->key_waiters != NULL ||
-      scope->count_waiters != NULL)
+      scope->count_waiters != NULL || scope->change_waiters != NULL)
     return;
   hvd_map_remove(&s->scopes, scope->name, scope->name_len);
   s->bytes -= SCOPE_OVERHEAD + scope->name_len;
@@ -221,12 +221,21 @@ static size_t entry_cost(size_t key_len, size_t value_len) {
   return key_len + value_len + ENTRY_OVERHEAD;
 }
 
-/* Removes every item (and finished mark) of the scope. */
-static void clear_scope(struct rdzv_store *s, struct rdzv_scope *scope) {
+/* A write: a new store version, which is the scope's latest change. */
+static void changed(struct rdzv_store *s, struct rdzv_scope *scope) {
+  s->version++;
+  scope->changed = s->version;
+}
+
+/* Removes every item (and finished mark) of the scope; its change waiters
+ * go onto *fired. */
+static void clear_scope(struct rdzv_store *s, struct rdzv_scope *scope,
+                        struct rdzv_waiter **fired) {
   s->keys -= scope->items.count;
   s->bytes -= scope->bytes;
-  s->version++;
+  changed(s, scope);
   drop_items(s, scope);
+  rdzv_store_wait_changed(s, scope, fired);
 }
 
 struct sort_item {
@@ -302,14 +311,16 @@ hvd_status rdzv_store_scope_snapshot(struct rdzv_store *s, struct rdzv_scope *sc
 /* ---- public operations ---------------------------------------------------- */
 
 void rdzv_store_reset(struct rdzv_store *s) {
+  struct rdzv_waiter *fired = NULL;
   struct hvd_map_iter it = {0};
   void *value;
 
   pthread_mutex_lock(&s->mu);
   while (hvd_map_iter_next(&s->scopes, &it, NULL, NULL, &value)) {
     struct rdzv_scope *scope = value;
-    clear_scope(s, scope);
-    if (scope->key_waiters == NULL && scope->count_waiters == NULL) {
+    clear_scope(s, scope, &fired);
+    if (scope->key_waiters == NULL && scope->count_waiters == NULL &&
+        scope->change_waiters == NULL) {
       hvd_map_iter_remove(&s->scopes, &it);
       s->bytes -= SCOPE_OVERHEAD + scope->name_len;
       free_scope(s, scope);
@@ -317,7 +328,7 @@ void rdzv_store_reset(struct rdzv_store *s) {
   }
   hvd_map_fini(&s->plans);
   hvd_map_fini(&s->rounds);
-  pthread_mutex_unlock(&s->mu);
+  rdzv_store_unlock_deliver(s, fired);
 }
 
 hvd_status rdzv_store_plan(struct rdzv_store *s, const char *scope, size_t scope_len,
@@ -382,7 +393,7 @@ static hvd_status put_locked(struct rdzv_store *s, struct rdzv_scope *scope, con
     rdzv_blob_unref(blob);
     return hvd_error_status();
   }
-  s->version++;
+  changed(s, scope);
   rdzv_blob_release_to(old, s->held);
   if (old == NULL)
     s->keys++;
@@ -501,6 +512,7 @@ static bool is_rank_key(const char *key, size_t len, size_t size) {
 hvd_status rdzv_store_delete(struct rdzv_store *s, const char *scope, size_t scope_len,
                              const char *key, size_t key_len) {
   hvd_status st = check_names(s, scope, scope_len, key, key_len);
+  struct rdzv_waiter *fired = NULL;
   struct rdzv_scope *sc;
   size_t size;
 
@@ -518,7 +530,7 @@ hvd_status rdzv_store_delete(struct rdzv_store *s, const char *scope, size_t sco
         uintptr_t rounds = (uintptr_t)hvd_map_get(&s->rounds, scope, scope_len);
         HVD_LOG_DEBUG("scope '%.*s': all %zu ranks finished, clearing it", (int)scope_len, scope,
                       size);
-        clear_scope(s, sc);
+        clear_scope(s, sc, &fired);
         (void)hvd_map_put(&s->rounds, scope, scope_len, (void *)(rounds + 1), NULL);
       }
     }
@@ -530,19 +542,21 @@ hvd_status rdzv_store_delete(struct rdzv_store *s, const char *scope, size_t sco
       s->bytes -= cost;
       sc->bytes -= cost;
       s->keys--;
-      s->version++;
+      changed(s, sc);
       invalidate(s, sc);
       rdzv_blob_release_to(old, s->held);
+      rdzv_store_wait_changed(s, sc, &fired);
     }
   }
   if (sc != NULL)
     rdzv_store_maybe_drop_scope(s, sc);
-  pthread_mutex_unlock(&s->mu);
+  rdzv_store_unlock_deliver(s, fired);
   return st;
 }
 
 hvd_status rdzv_store_delete_scope(struct rdzv_store *s, const char *scope, size_t scope_len) {
   hvd_status st = check_names(s, scope, scope_len, NULL, 0);
+  struct rdzv_waiter *fired = NULL;
   struct rdzv_scope *sc;
 
   if (st != HVD_OK)
@@ -550,10 +564,10 @@ hvd_status rdzv_store_delete_scope(struct rdzv_store *s, const char *scope, size
   pthread_mutex_lock(&s->mu);
   sc = rdzv_store_find_scope(s, scope, scope_len);
   if (sc != NULL) {
-    clear_scope(s, sc);
+    clear_scope(s, sc, &fired);
     rdzv_store_maybe_drop_scope(s, sc);
   }
-  pthread_mutex_unlock(&s->mu);
+  rdzv_store_unlock_deliver(s, fired);
   return HVD_OK;
 }
 

@@ -20,6 +20,8 @@ struct rdzv_scope {
   struct rdzv_waiter *key_waiters;
   struct rdzv_waiter *count_waiters;
   size_t min_count_bound;
+  struct rdzv_waiter *change_waiters; /* the scope's next change */
+  uint64_t changed;                   /* the store version of its last change */
 };
 
 /* Lock order: mu is a leaf (the connection guard takes it under its own
@@ -60,15 +62,18 @@ struct rdzv_scope *rdzv_store_find_scope(struct rdzv_store *s, const char *name,
 struct rdzv_scope *rdzv_store_get_scope(struct rdzv_store *s, const char *name, size_t len);
 void rdzv_store_maybe_drop_scope(struct rdzv_store *s, struct rdzv_scope *scope);
 hvd_status rdzv_store_scope_snapshot(struct rdzv_store *s, struct rdzv_scope *scope,
-                                struct rdzv_blob **out);
+                                     struct rdzv_blob **out);
 
 /* store_wait.c */
 hvd_status rdzv_store_wait_start(struct rdzv_store *s);
 void rdzv_store_wait_stop(struct rdzv_store *s);
 /* Detaches the waiters that a write of key made ready onto *fired. */
 void rdzv_store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, const char *key,
-                      size_t key_len, struct rdzv_waiter **fired);
-/* Releases the lock, then hands fired waiters to the fire callback. Closing
+                           size_t key_len, struct rdzv_waiter **fired);
+/* The scope changed (at version s->version): detaches its change waiters. */
+void rdzv_store_wait_changed(struct rdzv_store *s, struct rdzv_scope *scope,
+                             struct rdzv_waiter **fired);
+/* Releases the lock, then hands fired waiters to their fire callback. Closing
  * waits for every such delivery, so none can outlive rdzv_store_close. */
 void rdzv_store_unlock_deliver(struct rdzv_store *s, struct rdzv_waiter *fired);
 /* Detaches every pending waiter as cancelled onto *fired. */

@@ -84,7 +84,9 @@ static void heap_remove(struct rdzv_store *s, struct rdzv_waiter *w) {
 /* ---- registration and firing (lock held) ---------------------------------- */
 
 static struct rdzv_waiter **list_of(struct rdzv_scope *scope, const struct rdzv_waiter *w) {
-  return w->key != NULL ? &scope->key_waiters : &scope->count_waiters;
+  if (w->key != NULL)
+    return &scope->key_waiters;
+  return w->changes ? &scope->change_waiters : &scope->count_waiters;
 }
 
 /* Takes a pending waiter off every structure and chains it onto *fired. */
@@ -115,8 +117,10 @@ static bool try_ready(struct rdzv_store *s, struct rdzv_scope *scope, struct rdz
     w->value = rdzv_blob_ref(value);
     return true;
   }
-  if ((scope != NULL ? scope->items.count : 0) < w->min_count)
+  if (w->changes ? scope == NULL || scope->changed <= w->after
+                 : (scope != NULL ? scope->items.count : 0) < w->min_count)
     return false;
+  w->version = scope != NULL ? scope->changed : 0;
   if (scope == NULL) {
     w->value = rdzv_blob_create(NULL, 0, s->version);
     w->count = 0;
@@ -138,6 +142,7 @@ void rdzv_store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, const
     if (w->key_len == key_len && memcmp(w->key, key, key_len) == 0 && try_ready(s, scope, w))
       detach(s, w, RDZV_WAIT_READY, fired);
   }
+  rdzv_store_wait_changed(s, scope, fired);
   /* Count waiters only care once the scope is big enough for one of them;
    * skipping until then keeps N ranks' rendezvous linear, not quadratic. */
   if (scope->items.count < scope->min_count_bound)
@@ -150,6 +155,16 @@ void rdzv_store_wait_check(struct rdzv_store *s, struct rdzv_scope *scope, const
       bound = w->min_count;
   }
   scope->min_count_bound = bound;
+}
+
+void rdzv_store_wait_changed(struct rdzv_store *s, struct rdzv_scope *scope,
+                             struct rdzv_waiter **fired) {
+  struct rdzv_waiter *w, *next;
+  for (w = scope->change_waiters; w != NULL; w = next) {
+    next = w->next;
+    if (try_ready(s, scope, w))
+      detach(s, w, RDZV_WAIT_READY, fired);
+  }
 }
 
 void rdzv_store_wait_cancel_all(struct rdzv_store *s, struct rdzv_waiter **fired) {
@@ -171,7 +186,10 @@ void rdzv_store_unlock_deliver(struct rdzv_store *s, struct rdzv_waiter *fired) 
   while (fired != NULL) {
     /* The callback may hand the waiter back to its owner, who may free it. */
     struct rdzv_waiter *next = fired->fired_next;
-    s->fire(fired, s->fire_arg);
+    if (fired->fire != NULL)
+      fired->fire(fired, fired->fire_arg);
+    else
+      s->fire(fired, s->fire_arg);
     fired = next;
   }
   pthread_mutex_lock(&s->mu);
@@ -196,6 +214,7 @@ hvd_status rdzv_store_wait(struct rdzv_store *s, struct rdzv_waiter *w, rdzv_par
   w->prev = w->next = w->fired_next = NULL;
   w->scope_obj = NULL;
   w->abandoned = false;
+  w->version = 0;
   scope = rdzv_store_find_scope(s, w->scope, w->scope_len);
   if (s->closing) {
     w->result = RDZV_WAIT_CANCELLED;
@@ -214,7 +233,7 @@ hvd_status rdzv_store_wait(struct rdzv_store *s, struct rdzv_waiter *w, rdzv_par
     if (*list != NULL)
       (*list)->prev = w;
     *list = w;
-    if (w->key == NULL && w->min_count < scope->min_count_bound)
+    if (w->key == NULL && !w->changes && w->min_count < scope->min_count_bound)
       scope->min_count_bound = w->min_count;
     park(w, park_arg);
     if (w->heap_index == 0)
