@@ -354,6 +354,14 @@ static bool busy(const struct net_conn *c) {
   return c->send_head != NULL || c->recv_head != NULL;
 }
 
+/* A receive waits for the peer to dial. This rank dials the peer too (the
+ * connection its own sends will need), so that a peer that died before
+ * dialling is known at once: its dial is refused, or the connection ends
+ * (net_conn_check_peer_alive), instead of a wait until the timeout. */
+static bool awaits_dial(const struct net_conn *c) {
+  return c->recv_head != NULL && c->rx_fd < 0;
+}
+
 void net_comm_activate(struct net_comm *comm, struct net_conn *c) {
   if (!c->listed) {
     c->listed = true;
@@ -382,13 +390,15 @@ static hvd_status pass(struct net_comm *comm, bool *progressed) {
       comm->active[k] = comm->active[--comm->nactive];
       continue;
     }
-    if (c->send_head != NULL && c->tx != TX_READY)
-      st = net_conn_progress_tx(comm, c, progressed);
-    if (st == HVD_OK && c->recv_head != NULL && c->rx_fd < 0) {
+    if (st == HVD_OK && awaits_dial(c)) {
       net_conn_claim_rx(comm, c, progressed);
       if (c->rx_fd < 0)
-        st = net_conn_check_peer_alive(comm, c);
+        net_conn_start_tx(comm, c); /* nothing if it has started */
     }
+    if ((c->send_head != NULL || awaits_dial(c)) && c->tx != TX_READY)
+      st = net_conn_progress_tx(comm, c, progressed);
+    if (st == HVD_OK && awaits_dial(c))
+      st = net_conn_check_peer_alive(comm, c);
     if (st == HVD_OK)
       st = progress_io(comm, c, progressed);
     if (st != HVD_OK && comm->isolate) {
@@ -468,7 +478,7 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_
   }
   for (int k = 0; k < comm->nactive; k++) {
     const struct net_conn *c = &comm->conns[comm->active[k]];
-    if (c->tx_fd >= 0 && c->send_head != NULL) {
+    if (c->tx_fd >= 0 && (c->send_head != NULL || (awaits_dial(c) && c->tx != TX_READY))) {
       short events = c->tx == TX_READY ? POLLOUT : net_conn_tx_events(c);
       if (events != 0)
         comm->pfds[n++] = (struct pollfd){.fd = c->tx_fd, .events = events};
