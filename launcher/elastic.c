@@ -36,9 +36,13 @@
 #include "elastic_driver.h"
 
 enum {
-  /* How often the store is looked at: it cannot wake the driver when a
-   * worker writes to it (the waiters' fire callback is the HTTP server's). */
-  TICK_MS = 20,
+  /* The longest the driver sleeps. What workers write to the scopes it
+   * reads wakes it at once (scope watches); the timeouts it keeps (the
+   * elastic timeout, a removed worker's grace, a pod's silence) are
+   * seconds long. */
+  TICK_MS = 250,
+  WATCH_MS = 3600 * 1000, /* a watch's wait, armed again when it ends */
+  RETIRE_MS = 2000,       /* how long the end waits for a watch to come back */
   DISCOVERY_EVERY_MS = 1000,
   DISCOVERY_TIMEOUT_MS = 30000,
 };
@@ -653,6 +657,78 @@ static void overdue_cb(void *arg, size_t proc) {
 
 static void failed_cb(void *arg) { stop_job(arg, 1, "poll failed"); }
 
+/* ==== scope watches ========================================================== */
+
+static void watch_fired(struct rdzv_waiter *w, void *arg) {
+  struct scope_watch *sw = arg;
+  (void)w;
+  atomic_store(&sw->fired, true);
+  hvdrun_sup_wake(sw->sup);
+}
+
+static void watch_parked(struct rdzv_waiter *w, void *arg) {
+  (void)w;
+  (void)arg;
+}
+
+/* Arms the watch again once the store has handed it back (the driver's
+ * turn reads the scope anyway); false when the scope changed meanwhile and
+ * the driver should take another turn at once. */
+static bool watch_arm(struct driver *d, struct scope_watch *sw) {
+  if (sw->armed && !atomic_load(&sw->fired))
+    return true; /* still waiting */
+  if (sw->armed) {
+    rdzv_blob_unref(sw->w.value);
+    sw->w.value = NULL;
+    if (sw->w.result == RDZV_WAIT_CANCELLED)
+      return true; /* the store is closing */
+    if (sw->w.result == RDZV_WAIT_READY)
+      sw->seen = sw->w.version;
+  }
+  memset(&sw->w, 0, sizeof(sw->w));
+  sw->w.scope = sw->scope;
+  sw->w.scope_len = strlen(sw->scope);
+  sw->w.changes = true;
+  sw->w.after = sw->seen;
+  sw->w.deadline_ns = hvd_deadline_after_ms(WATCH_MS);
+  sw->w.fire = watch_fired;
+  sw->w.fire_arg = sw;
+  sw->sup = &d->sup;
+  atomic_store(&sw->fired, false);
+  if (rdzv_store_wait(d->store, &sw->w, watch_parked, NULL) != HVD_OK ||
+      sw->w.result != RDZV_WAIT_PENDING) {
+    /* Ready at once (or not registered): no callback comes. */
+    sw->armed = true;
+    atomic_store(&sw->fired, true);
+    return false;
+  }
+  sw->armed = true;
+  return true;
+}
+
+/* The end: takes every watch back from the store, which outlives the
+ * driver in pods mode. */
+static void watches_retire(struct driver *d) {
+  int64_t deadline = hvd_deadline_after_ms(RETIRE_MS);
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(d->watches); i++) {
+    struct scope_watch *sw = &d->watches[i];
+    if (!sw->armed)
+      continue;
+    if (!atomic_load(&sw->fired))
+      (void)rdzv_store_abandon_wait(d->store, &sw->w);
+    while (!atomic_load(&sw->fired) && hvd_now_ns() < deadline)
+      hvd_sleep_ns(1000000);
+    if (!atomic_load(&sw->fired)) {
+      /* Never handed back: leaving it allocated is the safe choice. */
+      driver_say(d, "the store kept the driver's watch on scope '%s'", sw->scope);
+      continue;
+    }
+    rdzv_blob_unref(sw->w.value);
+    sw->w.value = NULL;
+    sw->armed = false;
+  }
+}
+
 /* Discovery when due, the workers that left the round, the next round. */
 static void tick(struct driver *d) {
   if (d->stopping)
@@ -685,12 +761,20 @@ static void check_finished(struct driver *d) {
 
 static int64_t tick_cb(void *arg) {
   struct driver *d = arg;
+  int64_t next = hvd_now_ns() + ms_ns(TICK_MS);
+  bool quiet = true;
 
   tick(d);
   check_finished(d);
   if (d->stopping || (d->finishing && !d->pods))
     hvdrun_sup_end_when_idle(&d->sup);
-  return hvd_now_ns() + ms_ns(TICK_MS);
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(d->watches) && !d->stopping; i++) {
+    if (d->watches[i].scope != NULL)
+      quiet = watch_arm(d, &d->watches[i]) && quiet;
+  }
+  if (!quiet)
+    return hvd_now_ns();
+  return !d->pods && d->next_discovery < next ? d->next_discovery : next;
 }
 
 /* ==== the whole job ========================================================= */
@@ -747,6 +831,7 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
   memset(&d, 0, sizeof(d));
   d.o = o;
   d.name = "hvdrun";
+  d.watches[0].scope = "elastic_ready";
   d.digits = 1;
   if (o->discovery_script == NULL) {
     d.fixed = hosts;
@@ -765,6 +850,7 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
     hvdrun_sup_run(&d.sup);
     code = d.exit_code;
   }
+  watches_retire(&d);
   hvdrun_store_stop(&d.rdzv);
   driver_fini(&d);
   return code;
@@ -779,6 +865,8 @@ int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *
   memset(&d, 0, sizeof(d));
   d.o = o;
   d.name = "hvd-rendezvous";
+  d.watches[0].scope = "elastic_ready";
+  d.watches[1].scope = "elastic_pods";
   d.pods = true;
   d.pod_timeout_s = pod_timeout_s;
   d.digits = 1;
@@ -791,6 +879,7 @@ int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *
     hvdrun_sup_run(&d.sup);
     code = d.exit_code;
   }
+  watches_retire(&d);
   driver_fini(&d);
   return code;
 }

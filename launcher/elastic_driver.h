@@ -28,6 +28,17 @@ struct worker {
 /* Running and not being stopped by the driver. */
 static inline bool worker_live(const struct worker *w) { return w->running && !w->stopped; }
 
+/* A store scope the driver reads at every turn, watched so that what a
+ * worker writes there wakes the driver at once (elastic.c). */
+struct scope_watch {
+  const char *scope;
+  struct rdzv_waiter w;
+  bool armed;            /* w is registered with the store, or was */
+  atomic_bool fired;     /* the store handed w back: it may be armed again */
+  uint64_t seen;         /* the scope's version at the last wake-up */
+  struct hvdrun_sup *sup;
+};
+
 struct driver {
   const struct hvdrun_options *o;
   const char *name; /* the messages' prefix: "hvdrun", "hvd-rendezvous" */
@@ -52,6 +63,7 @@ struct driver {
   uint64_t updates;
   int64_t next_discovery;
   bool discovered_once;
+  struct scope_watch watches[2]; /* elastic_ready; elastic_pods (pods only) */
   /* pods (hvd-rendezvous --min-np): workers are pods that register */
   bool pods;
   int pod_timeout_s;
