@@ -51,7 +51,7 @@ bool cuda_nccl_op(hvd_dtype dtype, hvd_reduce_op op, ncclRedOp_t *out) {
 
 static size_t elements(const struct coord_entry *e) {
   int64_t n = 0;
-  coord_shape_elements(e->req.shape, e->req.ndims, &n);
+  hvd_shape_elements(e->req.shape, e->req.ndims, &n);
   return (size_t)n;
 }
 

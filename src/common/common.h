@@ -203,6 +203,11 @@ static inline uint64_t hvd_get_le64(const unsigned char *p) {
   return v;
 }
 
+/* ---- shapes (dtype.c, beside hvd_dtype_size) ------------------------------ */
+/* Elements of a tensor of this shape (the product; 1 for none); false,
+ * with *out untouched, on a negative dimension or overflow. */
+bool hvd_shape_elements(const int64_t *shape, int ndims, int64_t *out);
+
 /* ---- small helpers (util.c) ----------------------------------------------- */
 /* Copies exactly len bytes (NULs included) and adds a terminating NUL. */
 char *hvd_strndup(const char *s, size_t len);

@@ -1,4 +1,4 @@
-/* Names and sizes of the public dtype and reduce-op enums. */
+/* Names and sizes of the public dtype and reduce-op enums, and of shapes. */
 #include "common.h"
 
 HVD_API size_t hvd_dtype_size(hvd_dtype dtype) {
@@ -44,4 +44,15 @@ HVD_API const char *hvd_reduce_op_name(hvd_reduce_op op) {
   case HVD_PRODUCT: return "product";
   }
   return "unknown";
+}
+
+bool hvd_shape_elements(const int64_t *shape, int ndims, int64_t *out) {
+  int64_t n = 1;
+  for (int i = 0; i < ndims; i++) {
+    if (shape[i] < 0 || (shape[i] > 0 && n > INT64_MAX / shape[i]))
+      return false;
+    n *= shape[i];
+  }
+  *out = n;
+  return true;
 }

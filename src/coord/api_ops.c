@@ -104,7 +104,7 @@ static hvd_status check_tensor(const char *what, const hvd_tensor *t, bool outpu
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: dimension %d is %" PRId64, what, i,
                        t->shape[i]);
   }
-  if (!coord_shape_elements(t->shape, t->ndims, elements) ||
+  if (!hvd_shape_elements(t->shape, t->ndims, elements) ||
       (uint64_t)*elements > SIZE_MAX / 8 / hvd_dtype_size(t->dtype))
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: the shape's size overflows", what);
   if (*elements > 0 && t->input == NULL)
@@ -152,8 +152,9 @@ static struct coord_entry *entry_new(int type, const hvd_tensor *t, const hvd_op
   return e;
 }
 
+/* entries may be NULL, and hold NULLs (entries never built). */
 static void destroy_entries(struct coord_entry **entries, size_t n) {
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; entries != NULL && i < n; i++)
     coord_entry_destroy(entries[i]);
 }
 
@@ -175,161 +176,212 @@ static bool groupable(int type) {
   return type == COORD_ALLREDUCE || type == COORD_ALLGATHER || type == COORD_REDUCESCATTER;
 }
 
-/* The common path of the tensor collectives. */
-static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const int32_t *splits,
-                          const hvd_options *options, hvd_handle *out) {
-  const char *what = coord_type_name(type);
-  const hvd_options *o = options != NULL ? options : &default_options;
-  struct coord_entry *one[1], **entries = one;
-  struct hvd_handle_s *h = NULL;
-  struct coord_state *s;
-  struct target tg;
-  char group[COORD_NAME_MAX + 64];
-  hvd_status st;
-  size_t made = 0;
+/* One call of a tensor collective, as enqueue's steps share it. */
+struct call {
+  int type;
+  const char *what; /* the collective's name, for messages */
+  const hvd_options *o;
+  size_t n;           /* tensors */
+  struct target tg;   /* filled in by check_target */
+  char group[COORD_NAME_MAX + 64]; /* an unnamed group's generated prefix */
+};
 
+/* What needs no state: the handle pointer, the count, the array. */
+static hvd_status check_call(const struct call *c, const hvd_tensor *tensors,
+                             const hvd_handle *out) {
   if (out == NULL)
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no handle pointer", what);
-  if (n == 0 || n > INT32_MAX || (n > 1 && !groupable(type)))
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: %zu tensors", what, n);
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no handle pointer", c->what);
+  if (c->n == 0 || c->n > INT32_MAX || (c->n > 1 && !groupable(c->type)))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: %zu tensors", c->what, c->n);
   if (tensors == NULL)
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no tensor", what);
-  if ((s = coord_acquire()) == NULL)
-    return hvd_error_status();
-  st = check_options(s, what, o, &tg);
-  if (st == HVD_OK && type == COORD_BROADCAST && (o->root < 0 || o->root >= tg.set_size))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: no tensor", c->what);
+  return HVD_OK;
+}
+
+/* The options against this rank's state, and a broadcast's root against the set. */
+static hvd_status check_target(struct coord_state *s, struct call *c) {
+  const hvd_options *o = c->o;
+  hvd_status st = check_options(s, c->what, o, &c->tg);
+
+  if (st == HVD_OK && c->type == COORD_BROADCAST && (o->root < 0 || o->root >= c->tg.set_size))
     st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
                    "broadcast: root %d is not a rank of process set %d (size %d)", o->root,
-                   o->process_set, tg.set_size);
-  if (st != HVD_OK)
-    goto out;
-  if (n > 1 && (entries = calloc(n, sizeof(*entries))) == NULL) {
-    st = hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate %zu entries", what, n);
-    goto out;
-  }
-  if ((h = coord_handle_create((int)n, type == COORD_ALLGATHER || type == COORD_ALLTOALL,
-                              o->callback, o->callback_arg)) == NULL) {
-    st = hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate a handle", what);
-    goto out;
-  }
-  h->spin_ns = s->cfg.spin_ns;
-  group[0] = '\0';
-  for (size_t i = 1; i < n; i++) {
-    if ((tensors[i].name == NULL) != (tensors[0].name == NULL)) {
-      st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                     "%s: tensor %zu %s a name and tensor 0 %s (name all of a group's tensors "
-                     "or none)",
-                     what, i, tensors[i].name == NULL ? "has no" : "has",
-                     tensors[0].name == NULL ? "has none" : "has one");
-      goto out;
-    }
-  }
-  if (n > 1 && tensors[0].name == NULL) {
-    char kind[32];
-    snprintf(kind, sizeof(kind), "grouped_%s", what);
-    snprintf(group, sizeof(group), "%s.noname.%" PRIu64, kind, coord_name_number(s, tg.set, kind));
-  }
-  for (; made < n; made++) {
-    const hvd_tensor *t = &tensors[made];
-    bool reduces = type == COORD_ALLREDUCE || type == COORD_REDUCESCATTER;
-    bool output = type == COORD_ALLREDUCE || type == COORD_BROADCAST ||
-                  type == COORD_REDUCESCATTER;
-    int64_t elements = 0;
-    char name[COORD_NAME_MAX + 64];
-    struct coord_entry *e;
+                   o->process_set, c->tg.set_size);
+  return st;
+}
 
-    st = check_tensor(what, t, output && type != COORD_REDUCESCATTER, &elements);
-    if (st == HVD_OK && reduces)
-      st = ops_check_reduce(t->dtype, o->op, o->prescale, o->postscale);
-    if (st == HVD_OK && t->ndims == 0 &&
-        (type == COORD_ALLGATHER || type == COORD_ALLTOALL || type == COORD_REDUCESCATTER))
-      st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                     "%s needs a tensor of at least one dimension, not a scalar", what);
-    if (st == HVD_OK && type == COORD_REDUCESCATTER && t->output == NULL &&
-        ops_share_count((size_t)t->shape[0], tg.set_size, tg.set_rank) > 0 && elements > 0)
-      st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "reducescatter: no output buffer");
-    if (st != HVD_OK)
-      break;
-    if ((e = entry_new(type, t, o, h)) == NULL) {
-      st = hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate an entry", what);
-      break;
-    }
-    entries[made] = e;
-    e->part = (int)made;
-    if (t->name != NULL)
-      snprintf(name, sizeof(name), "%s", t->name);
-    else if (n > 1)
-      snprintf(name, sizeof(name), "%s.%zu", group, made);
-    else
-      snprintf(name, sizeof(name), "%s.noname.%" PRIu64, what, coord_name_number(s, tg.set, what));
-    if (t->name != NULL && strlen(t->name) > COORD_NAME_MAX) {
-      st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: tensor names must have at most %d bytes",
-                     what, COORD_NAME_MAX);
-      made++;
-      break;
-    }
-    if ((st = set_name(&e->req, name)) != HVD_OK) {
-      made++;
-      break;
-    }
-    if (n > 1) {
-      const char *g = made == 0 ? e->req.name : entries[0]->req.name;
-      e->req.group = hvd_strndup(g, strlen(g));
-      e->req.group_len = (uint32_t)strlen(g);
-      e->req.group_size = (uint32_t)n;
-      if (e->req.group == NULL) {
-        st = hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot copy a group name", what);
-        made++;
-        break;
-      }
-    }
-    /* A small CPU allreduce travels with its request (see coord_request). */
-    size_t bytes = (size_t)elements * hvd_dtype_size(t->dtype);
-    if (type == COORD_ALLREDUCE && n == 1 && o->device == HVD_DEVICE_CPU && bytes > 0 &&
-        bytes <= s->cfg.inline_bytes) {
-      e->req.inline_len = (uint32_t)bytes;
-      memcpy(e->req.inline_data, t->input, bytes);
-    }
-    if (type == COORD_ALLTOALL) {
-      int64_t sum = 0;
-      if ((e->splits = malloc((size_t)tg.set_size * sizeof(*e->splits))) == NULL) {
-        st = hvd_error(HVD_ERR_NO_MEMORY, "alltoall: cannot copy the splits");
-        made++;
-        break;
-      }
-      for (int p = 0; p < tg.set_size; p++) {
-        e->splits[p] = splits != NULL ? splits[p] : (int32_t)(t->shape[0] / tg.set_size);
-        if (e->splits[p] < 0) {
-          st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "alltoall: splits[%d] is %d", p,
-                         e->splits[p]);
-          break;
-        }
-        sum += e->splits[p];
-      }
-      if (st == HVD_OK && splits == NULL && t->shape[0] % tg.set_size != 0)
-        st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                       "alltoall: no splits given, and the first dimension (%" PRId64
-                       ") is not a multiple of the process set's size (%d)",
-                       t->shape[0], tg.set_size);
-      if (st == HVD_OK && sum > t->shape[0])
-        st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                       "alltoall: the splits sum to %" PRId64
-                       " rows, more than the first dimension (%" PRId64 ")",
-                       sum, t->shape[0]);
-      if (st != HVD_OK) {
-        made++;
-        break;
-      }
-    }
+/* What one tensor of the call must satisfy on this rank alone. */
+static hvd_status check_call_tensor(const struct call *c, const hvd_tensor *t,
+                                    int64_t *elements) {
+  const hvd_options *o = c->o;
+  int type = c->type;
+  bool output = type == COORD_ALLREDUCE || type == COORD_BROADCAST;
+  hvd_status st = check_tensor(c->what, t, output, elements);
+
+  if (st == HVD_OK && (type == COORD_ALLREDUCE || type == COORD_REDUCESCATTER))
+    st = ops_check_reduce(t->dtype, o->op, o->prescale, o->postscale);
+  if (st == HVD_OK && t->ndims == 0 &&
+      (type == COORD_ALLGATHER || type == COORD_ALLTOALL || type == COORD_REDUCESCATTER))
+    st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                   "%s needs a tensor of at least one dimension, not a scalar", c->what);
+  /* A rank that receives no rows may pass no output buffer. */
+  if (st == HVD_OK && type == COORD_REDUCESCATTER && t->output == NULL &&
+      ops_share_count((size_t)t->shape[0], c->tg.set_size, c->tg.set_rank) > 0 && *elements > 0)
+    st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "reducescatter: no output buffer");
+  return st;
+}
+
+/* A group's tensors are all named or all unnamed; an unnamed group takes a
+ * generated prefix (its tensors are <prefix>.<i>). */
+static hvd_status name_group(struct coord_state *s, struct call *c, const hvd_tensor *tensors) {
+  char kind[32];
+
+  c->group[0] = '\0';
+  for (size_t i = 1; i < c->n; i++) {
+    if ((tensors[i].name == NULL) != (tensors[0].name == NULL))
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                       "%s: tensor %zu %s a name and tensor 0 %s (name all of a group's tensors "
+                       "or none)",
+                       c->what, i, tensors[i].name == NULL ? "has no" : "has",
+                       tensors[0].name == NULL ? "has none" : "has one");
   }
+  if (c->n == 1 || tensors[0].name != NULL)
+    return HVD_OK;
+  snprintf(kind, sizeof(kind), "grouped_%s", c->what);
+  snprintf(c->group, sizeof(c->group), "%s.noname.%" PRIu64, kind,
+           coord_name_number(s, c->tg.set, kind));
+  return HVD_OK;
+}
+
+/* Entry i's name: its tensor's, or a generated one. A group's entries also
+ * carry the group's name, which is its first entry's. */
+static hvd_status name_entry(struct coord_state *s, const struct call *c, const hvd_tensor *t,
+                             size_t i, struct coord_entry **entries) {
+  struct coord_request *req = &entries[i]->req;
+  char name[COORD_NAME_MAX + 64];
+  const char *g;
+  hvd_status st;
+
+  if (t->name != NULL && strlen(t->name) > COORD_NAME_MAX)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: tensor names must have at most %d bytes",
+                     c->what, COORD_NAME_MAX);
+  if (t->name != NULL)
+    snprintf(name, sizeof(name), "%s", t->name);
+  else if (c->n > 1)
+    snprintf(name, sizeof(name), "%s.%zu", c->group, i);
+  else
+    snprintf(name, sizeof(name), "%s.noname.%" PRIu64, c->what,
+             coord_name_number(s, c->tg.set, c->what));
+  if ((st = set_name(req, name)) != HVD_OK || c->n == 1)
+    return st;
+  g = entries[0]->req.name;
+  if ((req->group = hvd_strndup(g, strlen(g))) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot copy a group name", c->what);
+  req->group_len = (uint32_t)strlen(g);
+  req->group_size = (uint32_t)c->n;
+  return HVD_OK;
+}
+
+/* A small CPU allreduce travels with its request (see coord_request). */
+static void attach_inline(const struct coord_state *s, const struct call *c, const hvd_tensor *t,
+                          int64_t elements, struct coord_entry *e) {
+  size_t bytes = (size_t)elements * hvd_dtype_size(t->dtype);
+
+  if (c->type == COORD_ALLREDUCE && c->n == 1 && c->o->device == HVD_DEVICE_CPU && bytes > 0 &&
+      bytes <= s->cfg.inline_bytes) {
+    e->req.inline_len = (uint32_t)bytes;
+    memcpy(e->req.inline_data, t->input, bytes);
+  }
+}
+
+/* An alltoall's rows to each set rank: the caller's splits, or equal shares. */
+static hvd_status copy_splits(const struct call *c, const hvd_tensor *t, const int32_t *splits,
+                              struct coord_entry *e) {
+  int size = c->tg.set_size;
+  int64_t sum = 0;
+
+  if ((e->splits = malloc((size_t)size * sizeof(*e->splits))) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "alltoall: cannot copy the splits");
+  for (int p = 0; p < size; p++) {
+    e->splits[p] = splits != NULL ? splits[p] : (int32_t)(t->shape[0] / size);
+    if (e->splits[p] < 0)
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "alltoall: splits[%d] is %d", p, e->splits[p]);
+    sum += e->splits[p];
+  }
+  if (splits == NULL && t->shape[0] % size != 0)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "alltoall: no splits given, and the first dimension (%" PRId64
+                     ") is not a multiple of the process set's size (%d)",
+                     t->shape[0], size);
+  if (sum > t->shape[0])
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "alltoall: the splits sum to %" PRId64
+                     " rows, more than the first dimension (%" PRId64 ")",
+                     sum, t->shape[0]);
+  return HVD_OK;
+}
+
+/* Checks tensor i and builds its entry into entries[i] (where the caller
+ * destroys it if this or a later step fails). */
+static hvd_status build_entry(struct coord_state *s, const struct call *c, const hvd_tensor *t,
+                              size_t i, const int32_t *splits, struct hvd_handle_s *h,
+                              struct coord_entry **entries) {
+  int64_t elements = 0;
+  struct coord_entry *e;
+  hvd_status st = check_call_tensor(c, t, &elements);
+
+  if (st != HVD_OK)
+    return st;
+  if ((e = entry_new(c->type, t, c->o, h)) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate an entry", c->what);
+  entries[i] = e;
+  e->part = (int)i;
+  if ((st = name_entry(s, c, t, i, entries)) != HVD_OK)
+    return st;
+  attach_inline(s, c, t, elements, e);
+  return c->type == COORD_ALLTOALL ? copy_splits(c, t, splits, e) : HVD_OK;
+}
+
+static struct hvd_handle_s *handle_new(const struct coord_state *s, int parts, bool outputs,
+                                       hvd_callback cb, void *arg) {
+  struct hvd_handle_s *h = coord_handle_create(parts, outputs, cb, arg);
+  if (h != NULL)
+    h->spin_ns = s->cfg.spin_ns;
+  return h;
+}
+
+/* The common path of the tensor collectives: checks, a handle, an entry per
+ * tensor, the queue. */
+static hvd_status enqueue(int type, const hvd_tensor *tensors, size_t n, const int32_t *splits,
+                          const hvd_options *options, hvd_handle *out) {
+  struct call c = {.type = type, .what = coord_type_name(type), .n = n,
+                   .o = options != NULL ? options : &default_options};
+  struct coord_entry *one[1] = {NULL}, **entries = one;
+  struct hvd_handle_s *h = NULL;
+  struct coord_state *s;
+  hvd_status st = check_call(&c, tensors, out);
+
+  if (st != HVD_OK)
+    return st;
+  if ((s = coord_acquire()) == NULL)
+    return hvd_error_status();
+  st = check_target(s, &c);
+  if (st == HVD_OK && n > 1 && (entries = calloc(n, sizeof(*entries))) == NULL)
+    st = hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate %zu entries", c.what, n);
+  if (st == HVD_OK &&
+      (h = handle_new(s, (int)n, type == COORD_ALLGATHER || type == COORD_ALLTOALL,
+                      c.o->callback, c.o->callback_arg)) == NULL)
+    st = hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate a handle", c.what);
+  if (st == HVD_OK)
+    st = name_group(s, &c, tensors);
+  for (size_t i = 0; st == HVD_OK && i < n; i++)
+    st = build_entry(s, &c, &tensors[i], i, splits, h, entries);
   if (st == HVD_OK) {
-    st = submit(s, entries, n, h, out);
-    h = NULL;
-    made = 0;
+    st = submit(s, entries, n, h, out); /* takes the entries and h, even when it fails */
+  } else {
+    destroy_entries(entries, n);
+    coord_handle_destroy(h);
   }
-out:
-  destroy_entries(entries, made);
-  coord_handle_destroy(h);
   if (entries != one)
     free(entries);
   coord_release();
@@ -455,14 +507,13 @@ static hvd_status control_op(int type, int set, const char *kind, const char *fi
     coord_release();
     return st;
   }
-  h = coord_handle_create(1, false, NULL, NULL);
+  h = handle_new(s, 1, false, NULL, NULL);
   e = h != NULL ? entry_new(type, NULL, &o, h) : NULL;
   if (e == NULL) {
     coord_handle_destroy(h);
     coord_release();
     return hvd_error(HVD_ERR_NO_MEMORY, "%s: cannot allocate an entry", coord_type_name(type));
   }
-  h->spin_ns = s->cfg.spin_ns;
   e->req.root = root;
   if (fixed_name != NULL)
     snprintf(name, sizeof(name), "%s", fixed_name);

@@ -74,7 +74,7 @@ bool coord_cache_eligible(const struct coord_request *req) {
   case COORD_ALLGATHER:
     /* The coordinator recovers a rank's first dimension from its element
      * count, which needs rows of at least one element. */
-    return req->ndims >= 1 && coord_shape_elements(req->shape + 1, req->ndims - 1, &row) &&
+    return req->ndims >= 1 && hvd_shape_elements(req->shape + 1, req->ndims - 1, &row) &&
            row > 0;
   default:
     return false;

@@ -135,6 +135,8 @@ void coord_controller_destroy(struct coord_controller *c) {
   free(c->joined);
   free(c->acks);
   free(c->retired);
+  free(c->singles);
+  free(c->single_bytes);
   free(c);
 }
 
@@ -170,7 +172,7 @@ size_t coord_ctl_pending_bytes(const struct pending *p) {
   if (p->first.type == COORD_ALLGATHER && p->elements != NULL) {
     for (int i = 0; i < p->set_size; i++)
       n += p->elements[i];
-  } else if (!coord_shape_elements(p->first.shape, p->first.ndims, &n)) {
+  } else if (!hvd_shape_elements(p->first.shape, p->first.ndims, &n)) {
     n = 0;
   }
   return (size_t)n * esize;
@@ -337,111 +339,155 @@ static void submit_join(struct coord_controller *c, struct coord_request *req) {
     c->join_due = true;
 }
 
-void coord_controller_submit(struct coord_controller *c, struct coord_request *req) {
-  struct coord_state *s = c->s;
-  char key[COORD_KEY_MAX], msg[HVD_ERROR_MESSAGE_MAX];
-  size_t klen;
-  struct pending *p;
-  const struct coord_request *sub = req; /* the submission, wherever it moved */
-  const struct ctl_set *set;
-  int srank, rank;
-  int64_t elements;
+/* req's set as the coordinator knows it, and req's rank in it (*srank);
+ * NULL, with req failed at once, when there is no such set or the rank is
+ * not in it. */
+static const struct ctl_set *member_set(struct coord_controller *c, struct coord_request *req,
+                                        int *srank) {
+  char msg[128];
 
-  if (req->type == COORD_JOIN) {
-    submit_join(c, req);
-    return;
-  }
   if (req->set < 0 || req->set >= c->nsets || !c->sets[req->set].used) {
     snprintf(msg, sizeof(msg), "process set %d does not exist", req->set);
     fail_now(c, req, HVD_ERR_INVALID_ARGUMENT, msg);
-    return;
+    return NULL;
   }
-  set = &c->sets[req->set];
-  srank = coord_ctl_set_rank(set, req->rank);
-  rank = req->rank;
-  if (!coord_shape_elements(req->shape, req->ndims, &elements))
-    elements = 0;
-  if (srank < 0) {
+  if ((*srank = coord_ctl_set_rank(&c->sets[req->set], req->rank)) < 0) {
     snprintf(msg, sizeof(msg), "rank %d is not in process set %d", req->rank, req->set);
     fail_now(c, req, HVD_ERR_INVALID_ARGUMENT, msg);
+    return NULL;
+  }
+  return &c->sets[req->set];
+}
+
+/* A cached operation submitted with other parameters leaves the cache. */
+static void retire_if_changed(struct coord_controller *c, const struct coord_request *req) {
+  struct coord_cache *cache = &c->s->cache;
+  int bit;
+  const struct coord_cache_entry *e;
+
+  if (cache->capacity == 0)
     return;
+  bit = coord_cache_find(cache, req->set, req->name, req->name_len);
+  e = coord_cache_entry(cache, bit);
+  if (e != NULL && e->state == COORD_CACHE_ACTIVE && e->have_req && !same_params(&e->req, req))
+    coord_ctl_retire(c, bit);
+}
+
+/* The timeline's negotiation phase: NEGOTIATE_ALLREDUCE, ... */
+static void begin_negotiation(struct coord_timeline *t, const struct pending *p) {
+  char phase[64];
+
+  snprintf(phase, sizeof(phase), "NEGOTIATE_%s", coord_type_name(p->first.type));
+  for (char *q = phase; *q; q++)
+    *q = (char)(*q >= 'a' && *q <= 'z' ? *q - 32 : *q);
+  coord_timeline_begin(t, p->first.name, phase);
+}
+
+/* A new table entry for the first submission of an operation, which it
+ * takes from req; NULL (req dropped) when out of memory. */
+static struct pending *open_pending(struct coord_controller *c, struct coord_request *req,
+                                    const struct ctl_set *set, const char *key, size_t klen) {
+  struct pending *p = calloc(1, sizeof(*p));
+
+  if (p == NULL || (p->submitted = calloc((size_t)set->size / 8 + 1, 1)) == NULL ||
+      (req->type == COORD_ALLGATHER &&
+       (p->elements = calloc((size_t)set->size, sizeof(*p->elements))) == NULL)) {
+    coord_ctl_pending_destroy(p);
+    HVD_LOG_ERROR("out of memory in the coordinator: dropping '%s'", req->name);
+    coord_request_fini(req);
+    return NULL;
   }
-  /* A cached operation submitted with other parameters leaves the cache. */
-  if (s->cache.capacity > 0) {
-    int bit = coord_cache_find(&s->cache, req->set, req->name, req->name_len);
-    const struct coord_cache_entry *e = coord_cache_entry(&s->cache, bit);
-    if (e != NULL && e->state == COORD_CACHE_ACTIVE && e->have_req && !same_params(&e->req, req))
-      coord_ctl_retire(c, bit);
+  p->first = *req;
+  memset(req, 0, sizeof(*req));
+  p->set_size = set->size;
+  p->first_ns = hvd_now_ns();
+  if (hvd_map_put(&c->table, key, klen, p, NULL) != HVD_OK) {
+    coord_ctl_pending_destroy(p);
+    HVD_LOG_ERROR("out of memory in the coordinator: dropping an operation");
+    return NULL;
   }
-  klen = coord_key(key, sizeof(key), req->set, req->name, req->name_len);
-  p = hvd_map_get(&c->table, key, klen);
-  if (p == NULL) {
-    p = calloc(1, sizeof(*p));
-    if (p == NULL || (p->submitted = calloc((size_t)set->size / 8 + 1, 1)) == NULL ||
-        (req->type == COORD_ALLGATHER &&
-         (p->elements = calloc((size_t)set->size, sizeof(*p->elements))) == NULL)) {
-      coord_ctl_pending_destroy(p);
-      coord_request_fini(req);
-      HVD_LOG_ERROR("out of memory in the coordinator: dropping '%s'", req->name);
-      return;
-    }
-    p->first = *req;
-    memset(req, 0, sizeof(*req));
-    sub = &p->first;
-    p->set_size = set->size;
-    p->first_ns = hvd_now_ns();
-    if (hvd_map_put(&c->table, key, klen, p, NULL) != HVD_OK) {
-      coord_ctl_pending_destroy(p);
-      HVD_LOG_ERROR("out of memory in the coordinator: dropping an operation");
-      return;
-    }
-    p->in_table = true;
-    p->prev = c->tail;
-    if (c->tail != NULL)
-      c->tail->next = p;
-    else
-      c->head = p;
-    c->tail = p;
-    c->npending++;
-    if (s->timeline != NULL) {
-      char phase[64];
-      snprintf(phase, sizeof(phase), "NEGOTIATE_%s", coord_type_name(p->first.type));
-      for (char *q = phase; *q; q++)
-        *q = (char)(*q >= 'a' && *q <= 'z' ? *q - 32 : *q);
-      coord_timeline_begin(s->timeline, p->first.name, phase);
-    }
-  } else {
-    if (p->error == NULL && !coord_validate(&p->first, req, msg, sizeof(msg))) {
-      char full[HVD_ERROR_MESSAGE_MAX];
-      snprintf(full, sizeof(full), "%s '%.256s': %.700s", coord_type_name(p->first.type),
-               p->first.name, msg);
-      p->error = hvd_strndup(full, strlen(full));
-      p->error_status = HVD_ERR_MISMATCH;
-    }
-    if (p->submitted[srank / 8] & (1u << (srank % 8))) {
-      snprintf(msg, sizeof(msg), "%s '%.256s': rank %d submitted it twice",
-               coord_type_name(p->first.type), p->first.name, req->rank);
-      HVD_LOG_ERROR("%s", msg);
-      if (p->error == NULL) {
-        p->error = hvd_strndup(msg, strlen(msg));
-        p->error_status = HVD_ERR_PROTOCOL;
-      }
-      coord_request_fini(req);
-      return;
-    }
+  p->in_table = true;
+  p->prev = c->tail;
+  if (c->tail != NULL)
+    c->tail->next = p;
+  else
+    c->head = p;
+  c->tail = p;
+  c->npending++;
+  if (c->s->timeline != NULL)
+    begin_negotiation(c->s->timeline, p);
+  return p;
+}
+
+/* A later submission: the first disagreement with the first one is kept
+ * (it fails the operation on every rank once ready). Returns false for a
+ * rank's second submission, which is dropped. */
+static bool check_again(struct pending *p, const struct coord_request *req, int srank) {
+  char msg[HVD_ERROR_MESSAGE_MAX], full[HVD_ERROR_MESSAGE_MAX];
+
+  if (p->error == NULL && !coord_validate(&p->first, req, msg, sizeof(msg))) {
+    snprintf(full, sizeof(full), "%s '%.256s': %.700s", coord_type_name(p->first.type),
+             p->first.name, msg);
+    p->error = hvd_strndup(full, strlen(full));
+    p->error_status = HVD_ERR_MISMATCH;
   }
+  if (!(p->submitted[srank / 8] & (1u << (srank % 8))))
+    return true;
+  snprintf(msg, sizeof(msg), "%s '%.256s': rank %d submitted it twice",
+           coord_type_name(p->first.type), p->first.name, req->rank);
+  HVD_LOG_ERROR("%s", msg);
+  if (p->error == NULL) {
+    p->error = hvd_strndup(msg, strlen(msg));
+    p->error_status = HVD_ERR_PROTOCOL;
+  }
+  return false;
+}
+
+/* Set rank srank has submitted p (sub: its submission). */
+static void record(struct coord_controller *c, struct pending *p, const struct coord_request *sub,
+                   int srank) {
+  int64_t elements;
+
+  if (!hvd_shape_elements(sub->shape, sub->ndims, &elements))
+    elements = 0;
   p->submitted[srank / 8] |= (unsigned char)(1u << (srank % 8));
   p->count++;
   keep_inline(p, sub, srank, elements);
   if (p->elements != NULL)
     p->elements[srank] = elements;
-  if (s->timeline != NULL) {
+  if (c->s->timeline != NULL) {
     char what[32];
-    snprintf(what, sizeof(what), "rank %d", rank);
-    coord_timeline_mark(s->timeline, p->first.name, what);
+    snprintf(what, sizeof(what), "rank %d", sub->rank);
+    coord_timeline_mark(c->s->timeline, p->first.name, what);
+  }
+}
+
+void coord_controller_submit(struct coord_controller *c, struct coord_request *req) {
+  char key[COORD_KEY_MAX];
+  size_t klen;
+  struct pending *p;
+  const struct ctl_set *set;
+  int srank;
+
+  if (req->type == COORD_JOIN) {
+    submit_join(c, req);
+    return;
+  }
+  if ((set = member_set(c, req, &srank)) == NULL)
+    return;
+  retire_if_changed(c, req);
+  klen = coord_key(key, sizeof(key), req->set, req->name, req->name_len);
+  p = hvd_map_get(&c->table, key, klen);
+  if (p == NULL) {
+    if ((p = open_pending(c, req, set, key, klen)) != NULL)
+      record(c, p, &p->first, srank);
+  } else if (check_again(p, req, srank)) {
+    record(c, p, req, srank);
+  } else {
+    p = NULL; /* a second submission, dropped */
   }
   coord_request_fini(req);
-  if (coord_ctl_is_ready(c, p))
+  if (p != NULL && coord_ctl_is_ready(c, p))
     make_ready(c, p);
 }
 
@@ -474,7 +520,7 @@ static hvd_status submit_hit(struct coord_controller *c, int rank, uint64_t ack,
     const struct ctl_set *set = &c->sets[req.set];
     int srank = req.set < c->nsets && set->used ? coord_ctl_set_rank(set, rank) : -1;
     int64_t row = 1;
-    coord_shape_elements(req.shape + 1, req.ndims - 1, &row);
+    hvd_shape_elements(req.shape + 1, req.ndims - 1, &row);
     if (srank < 0 || (uint32_t)srank >= e->resp.ncounts || row <= 0) {
       coord_request_fini(&req);
       return hvd_error(HVD_ERR_PROTOCOL, "rank %d sent cache bit %d of a set it is not in", rank,

@@ -63,6 +63,11 @@ struct coord_controller {
   uint64_t next_seq;
   int32_t *retired; /* cache bits to announce in the next list */
   uint32_t nretired, retired_cap;
+  /* dispatch.c's single responses and their sizes while it builds a list,
+   * kept across lists (grown, never shrunk; empty between lists) */
+  struct coord_response *singles;
+  size_t *single_bytes;
+  size_t singles_cap;
 
   bool shutdown;      /* a rank asked to shut down */
   bool aborting;      /* a rank reported a failure */

@@ -157,9 +157,6 @@ hvd_status coord_response_copy(struct coord_response *dst, const struct coord_re
 void coord_request_list_fini(struct coord_request_list *l);
 void coord_response_list_fini(struct coord_response_list *l);
 
-/* Elements of a request's tensor (product of the shape); false on overflow. */
-bool coord_shape_elements(const int64_t *shape, int ndims, int64_t *out);
-
 /* Little-endian, versioned, every length checked on decode; a decode failure
  * is HVD_ERR_PROTOCOL naming what was wrong, and leaves *out empty. */
 hvd_status coord_encode_requests(const struct coord_request_list *l, struct hvd_buf *out);

@@ -84,13 +84,8 @@ static hvd_status reduce_inline(const struct pending *p, struct coord_response *
   return HVD_OK;
 }
 
-/* The response for one ready operation (consumes p's counts). */
-static hvd_status build_single(struct coord_controller *c, struct pending *p,
-                               struct coord_response *r) {
-  const struct coord_request *q = &p->first;
-  char msg[HVD_ERROR_MESSAGE_MAX], joined[256];
-  int64_t elements = 0;
-
+/* A response's fields from its request, for one tensor, with no cache bit. */
+static hvd_status start_response(const struct coord_request *q, struct coord_response *r) {
   memset(r, 0, sizeof(*r));
   r->type = q->type;
   r->dtype = q->dtype;
@@ -111,77 +106,109 @@ static hvd_status build_single(struct coord_controller *c, struct pending *p,
       (r->names[0] = hvd_strndup(q->name, q->name_len)) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
   r->bits[0] = -1;
+  return HVD_OK;
+}
+
+/* Collectives a joined rank cannot take part in (it has no tensor to give). */
+static bool needs_every_rank(int type) {
+  return type == COORD_ALLGATHER || type == COORD_BROADCAST || type == COORD_ALLTOALL ||
+         type == COORD_REDUCESCATTER;
+}
+
+/* ALLREDUCE, BROADCAST, REDUCESCATTER: the tensor's elements; a small CPU
+ * allreduce whose every input came with its request is reduced here. */
+static hvd_status count_response(const struct pending *p, struct coord_response *r) {
+  const struct coord_request *q = &p->first;
+  int64_t elements = 0;
+
+  hvd_shape_elements(q->shape, q->ndims, &elements);
+  if ((r->counts = malloc(sizeof(*r->counts))) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
+  r->counts[0] = elements;
+  r->ncounts = 1;
+  if (q->type == COORD_ALLREDUCE && p->inline_vals != NULL && !p->inline_broken &&
+      q->device == HVD_DEVICE_CPU)
+    return reduce_inline(p, r);
+  return HVD_OK;
+}
+
+/* A new process set takes the lowest free id, unless one with these ranks exists. */
+static hvd_status set_add_response(struct coord_controller *c, const struct coord_request *q,
+                                   struct coord_response *r) {
+  char msg[128];
+  int existing = -1, id = 1;
+
+  for (int i = 0; i < c->nsets; i++) {
+    if (c->sets[i].used && (uint32_t)c->sets[i].size == q->nranks &&
+        memcmp(c->sets[i].ranks, q->ranks, q->nranks * sizeof(*q->ranks)) == 0)
+      existing = i;
+  }
+  if (existing >= 0) {
+    snprintf(msg, sizeof(msg), "a process set with these %u ranks exists already (id %d)",
+             q->nranks, existing);
+    return error_response(r, HVD_ERR_EXISTS, msg);
+  }
+  while (id < c->nsets && c->sets[id].used)
+    id++;
+  if (coord_ctl_set_added(c, id, q->ranks, (int)q->nranks) != HVD_OK)
+    return hvd_error_status();
+  r->new_set = id;
+  r->ranks = malloc(q->nranks * sizeof(*r->ranks));
+  if (r->ranks == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
+  memcpy(r->ranks, q->ranks, q->nranks * sizeof(*r->ranks));
+  r->nranks = q->nranks;
+  return HVD_OK;
+}
+
+static hvd_status set_remove_response(struct coord_controller *c, const struct coord_request *q,
+                                      struct coord_response *r) {
+  char msg[128];
+
+  if (q->root <= 0 || q->root >= c->nsets || !c->sets[q->root].used) {
+    snprintf(msg, sizeof(msg), "process set %d %s", q->root,
+             q->root == 0 ? "is the global set, which cannot be removed" : "does not exist");
+    return error_response(r, HVD_ERR_INVALID_ARGUMENT, msg);
+  }
+  r->new_set = q->root;
+  coord_ctl_set_removed(c, q->root);
+  return HVD_OK;
+}
+
+/* The response for one ready operation (consumes p's counts): an error for
+ * a disagreement or an operation join does not allow, else what runs. */
+static hvd_status build_single(struct coord_controller *c, struct pending *p,
+                               struct coord_response *r) {
+  const struct coord_request *q = &p->first;
+  char msg[HVD_ERROR_MESSAGE_MAX], joined[256];
+  hvd_status st = start_response(q, r);
+
+  if (st != HVD_OK)
+    return st;
   if (p->error != NULL)
     return error_response(r, p->error_status, p->error);
-  coord_shape_elements(q->shape, q->ndims, &elements);
-  switch (q->type) {
-  case COORD_ALLGATHER:
-  case COORD_BROADCAST:
-  case COORD_ALLTOALL:
-  case COORD_REDUCESCATTER:
-    if (anyone_joined(c, q->set, joined, sizeof(joined))) {
-      snprintf(msg, sizeof(msg), "%s '%s' cannot run while rank(s) %s have joined (hvd_join)",
-               coord_type_name(q->type), q->name, joined);
-      return error_response(r, HVD_ERR_PRECONDITION, msg);
-    }
-    break;
-  default:
-    break;
+  if (needs_every_rank(q->type) && anyone_joined(c, q->set, joined, sizeof(joined))) {
+    snprintf(msg, sizeof(msg), "%s '%s' cannot run while rank(s) %s have joined (hvd_join)",
+             coord_type_name(q->type), q->name, joined);
+    return error_response(r, HVD_ERR_PRECONDITION, msg);
   }
   switch (q->type) {
   case COORD_ALLREDUCE:
   case COORD_BROADCAST:
   case COORD_REDUCESCATTER:
-    if ((r->counts = malloc(sizeof(*r->counts))) == NULL)
-      return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
-    r->counts[0] = elements;
-    r->ncounts = 1;
-    if (q->type == COORD_ALLREDUCE && p->inline_vals != NULL && !p->inline_broken &&
-        q->device == HVD_DEVICE_CPU)
-      return reduce_inline(p, r);
-    break;
+    return count_response(p, r);
   case COORD_ALLGATHER:
     r->counts = p->elements;
     r->ncounts = (uint32_t)p->set_size;
     p->elements = NULL;
-    break;
-  case COORD_SET_ADD: {
-    int existing = -1, id = 1;
-    for (int i = 0; i < c->nsets; i++) {
-      if (c->sets[i].used && (uint32_t)c->sets[i].size == q->nranks &&
-          memcmp(c->sets[i].ranks, q->ranks, q->nranks * sizeof(*q->ranks)) == 0)
-        existing = i;
-    }
-    if (existing >= 0) {
-      snprintf(msg, sizeof(msg), "a process set with these %u ranks exists already (id %d)",
-               q->nranks, existing);
-      return error_response(r, HVD_ERR_EXISTS, msg);
-    }
-    while (id < c->nsets && c->sets[id].used)
-      id++;
-    if (coord_ctl_set_added(c, id, q->ranks, (int)q->nranks) != HVD_OK)
-      return hvd_error_status();
-    r->new_set = id;
-    r->ranks = malloc(q->nranks * sizeof(*r->ranks));
-    if (r->ranks == NULL)
-      return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
-    memcpy(r->ranks, q->ranks, q->nranks * sizeof(*r->ranks));
-    r->nranks = q->nranks;
-    break;
-  }
+    return HVD_OK;
+  case COORD_SET_ADD:
+    return set_add_response(c, q, r);
   case COORD_SET_REMOVE:
-    if (q->root <= 0 || q->root >= c->nsets || !c->sets[q->root].used) {
-      snprintf(msg, sizeof(msg), "process set %d %s", q->root,
-               q->root == 0 ? "is the global set, which cannot be removed" : "does not exist");
-      return error_response(r, HVD_ERR_INVALID_ARGUMENT, msg);
-    }
-    r->new_set = q->root;
-    coord_ctl_set_removed(c, q->root);
-    break;
+    return set_remove_response(c, q, r);
   default:
-    break;
+    return HVD_OK;
   }
-  return HVD_OK;
 }
 
 /* The minimum acknowledgement over the workers (rank 0 is always current). */
@@ -260,119 +287,164 @@ static bool due_now(const struct coord_controller *c, int64_t now, int64_t *due)
   return false;
 }
 
-bool coord_controller_next(struct coord_controller *c, int64_t now, struct coord_response_list *out,
-                           int64_t *due) {
-  struct coord_response *singles = NULL, *fused = NULL;
-  size_t *bytes = NULL, n = 0, nfused = 0, cap = 0;
+/* The list every rank stops on, once a rank failed or the coordinator did. */
+static void abort_list(struct coord_controller *c, struct coord_response_list *out) {
+  out->seq = c->next_seq++;
+  out->flags = COORD_FLAG_ABORT;
+  out->abort_status = c->abort_status;
+  out->abort_message = hvd_strndup(c->abort_msg, strlen(c->abort_msg));
+}
+
+static struct pending *pop_ready(struct coord_controller *c) {
+  struct pending *p = c->ready_head;
+
+  c->ready_head = p->next_ready;
+  if (c->ready_head == NULL)
+    c->ready_tail = NULL;
+  c->nready--;
+  return p;
+}
+
+/* A set's removal fails the set's pending operations first, in the same
+ * list: they join the FIFO ahead of it, and it goes back to the end.
+ * Returns whether p went back. */
+static bool defer_removal(struct coord_controller *c, struct pending *p) {
+  int id = p->first.root;
+  char why[96];
+
+  if (p->first.type != COORD_SET_REMOVE || p->error != NULL || p->prepared || id <= 0 ||
+      id >= c->nsets || !c->sets[id].used)
+    return false;
+  snprintf(why, sizeof(why), "process set %d was removed", id);
+  coord_controller_fail_set(c, id, why);
+  retire_set(c, id);
+  p->prepared = true;
+  coord_ctl_push_ready(c, p);
+  return true;
+}
+
+/* Room for n single responses: the arrays are kept across lists. */
+static hvd_status reserve_singles(struct coord_controller *c, size_t n) {
+  size_t cap = c->singles_cap ? 2 * c->singles_cap : 16;
+  struct coord_response *singles;
+  size_t *bytes;
+
+  if (n <= c->singles_cap)
+    return HVD_OK;
+  if ((singles = realloc(c->singles, cap * sizeof(*singles))) != NULL)
+    c->singles = singles;
+  if ((bytes = realloc(c->single_bytes, cap * sizeof(*bytes))) != NULL)
+    c->single_bytes = bytes;
+  if (singles == NULL || bytes == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response list");
+  c->singles_cap = cap;
+  return HVD_OK;
+}
+
+/* Turns the ready FIFO into c->singles[0 .. *n): a response each, with its
+ * cache bit. On failure none is left. */
+static hvd_status take_ready(struct coord_controller *c, size_t *n) {
   hvd_status st = HVD_OK;
 
-  *due = HVD_NO_DEADLINE;
-  memset(out, 0, sizeof(*out));
-  if (c->aborting) {
-    out->seq = c->next_seq++;
-    out->flags = COORD_FLAG_ABORT;
-    out->abort_status = c->abort_status;
-    out->abort_message = hvd_strndup(c->abort_msg, strlen(c->abort_msg));
-    return true;
-  }
-  if (!due_now(c, now, due))
-    return false;
-  while (c->ready_head != NULL) {
-    struct pending *p = c->ready_head;
-    c->ready_head = p->next_ready;
-    if (c->ready_head == NULL)
-      c->ready_tail = NULL;
-    c->nready--;
-    if (p->first.type == COORD_SET_REMOVE && p->error == NULL && !p->prepared &&
-        p->first.root > 0 && p->first.root < c->nsets && c->sets[p->first.root].used) {
-      /* The set's pending operations fail first, in this list: they join
-       * the FIFO ahead of the removal. */
-      char why[96];
-      snprintf(why, sizeof(why), "process set %d was removed", p->first.root);
-      coord_controller_fail_set(c, p->first.root, why);
-      retire_set(c, p->first.root);
-      p->prepared = true;
-      coord_ctl_push_ready(c, p);
+  *n = 0;
+  while (st == HVD_OK && c->ready_head != NULL) {
+    struct pending *p;
+    if ((st = reserve_singles(c, *n + 1)) != HVD_OK)
+      break;
+    p = pop_ready(c);
+    if (defer_removal(c, p))
       continue;
-    }
-    if (n == cap) {
-      size_t ncap = cap ? 2 * cap : 16;
-      struct coord_response *gs = realloc(singles, ncap * sizeof(*gs));
-      size_t *gb = gs != NULL ? realloc(bytes, ncap * sizeof(*gb)) : NULL;
-      if (gs != NULL)
-        singles = gs;
-      if (gb == NULL) {
-        coord_ctl_pending_destroy(p);
-        st = hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response list");
-        goto out;
-      }
-      bytes = gb;
-      cap = ncap;
-    }
-    bytes[n] = coord_ctl_pending_bytes(p);
-    st = build_single(c, p, &singles[n]);
+    c->single_bytes[*n] = coord_ctl_pending_bytes(p);
+    st = build_single(c, p, &c->singles[*n]);
     if (st == HVD_OK)
-      assign_bit(c, p, &singles[n]);
+      assign_bit(c, p, &c->singles[(*n)++]);
+    else
+      coord_response_fini(&c->singles[*n]);
     coord_ctl_pending_destroy(p);
-    if (st != HVD_OK) {
-      coord_response_fini(&singles[n]);
-      goto out;
-    }
-    n++;
+  }
+  if (st != HVD_OK) {
+    for (size_t i = 0; i < *n; i++)
+      coord_response_fini(&c->singles[i]);
+    return st;
   }
   c->ready_bytes = 0;
-  st = coord_fuse(singles, bytes, n, c->s->cfg.fusion_threshold, &fused, &nfused);
-  free(singles); /* its responses were consumed */
-  singles = NULL;
-  if (st != HVD_OK)
-    goto out;
-  if (c->join_due) {
-    struct coord_response *grown = realloc(fused, (nfused + 1) * sizeof(*grown));
-    if (grown == NULL) {
-      st = hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response list");
-      goto out;
-    }
-    fused = grown;
-    memset(&fused[nfused], 0, sizeof(fused[nfused]));
-    fused[nfused].type = COORD_JOIN;
-    fused[nfused].last_joined = c->last_joined;
-    fused[nfused].new_set = -1;
-    nfused++;
-    c->join_due = false;
-    c->njoined = 0;
-    memset(c->joined, 0, (size_t)c->size * sizeof(*c->joined));
+  return HVD_OK;
+}
+
+static void free_responses(struct coord_response *rs, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    coord_response_fini(&rs[i]);
+  free(rs);
+}
+
+/* Every rank has joined: the JOIN response ends the list, and joining
+ * starts over. */
+static hvd_status append_join(struct coord_controller *c, struct coord_response **rs, size_t *n) {
+  struct coord_response *grown = realloc(*rs, (*n + 1) * sizeof(*grown));
+
+  if (grown == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response list");
+  *rs = grown;
+  memset(&grown[*n], 0, sizeof(grown[*n]));
+  grown[*n].type = COORD_JOIN;
+  grown[*n].last_joined = c->last_joined;
+  grown[*n].new_set = -1;
+  (*n)++;
+  c->join_due = false;
+  c->njoined = 0;
+  memset(c->joined, 0, (size_t)c->size * sizeof(*c->joined));
+  return HVD_OK;
+}
+
+/* The list of the ready operations, fused; takes fused. */
+static hvd_status assemble(struct coord_controller *c, struct coord_response *fused,
+                           size_t nfused, struct coord_response_list *out) {
+  if (c->join_due && append_join(c, &fused, &nfused) != HVD_OK) {
+    free_responses(fused, nfused);
+    return hvd_error_status();
   }
   for (size_t i = 0; i < nfused; i++)
     fused[i].cached = known_bits(c, &fused[i]);
   out->seq = c->next_seq++;
   out->resps = fused;
   out->n = (uint32_t)nfused;
-  fused = NULL;
+  /* The list takes the retired bits; the next retirement starts a new array. */
   out->retired = c->retired;
   out->nretired = c->nretired;
   c->retired = NULL;
   c->nretired = c->retired_cap = 0;
   if (c->shutdown)
     out->flags |= COORD_FLAG_SHUTDOWN;
-out:
-  if (singles != NULL) {
-    for (size_t i = 0; i < n; i++)
-      coord_response_fini(&singles[i]);
+  return HVD_OK;
+}
+
+bool coord_controller_next(struct coord_controller *c, int64_t now, struct coord_response_list *out,
+                           int64_t *due) {
+  struct coord_response *fused = NULL;
+  size_t n = 0, nfused = 0;
+  hvd_status st;
+
+  *due = HVD_NO_DEADLINE;
+  memset(out, 0, sizeof(*out));
+  if (c->aborting) {
+    abort_list(c, out);
+    return true;
   }
-  free(singles);
-  free(bytes);
+  if (!due_now(c, now, due))
+    return false;
+  st = take_ready(c, &n);
+  if (st == HVD_OK) /* consumes the singles, leaving the array */
+    st = coord_fuse(c->singles, c->single_bytes, n, c->s->cfg.fusion_threshold, &fused, &nfused);
+  if (st == HVD_OK)
+    st = assemble(c, fused, nfused, out);
   if (st != HVD_OK) {
     /* Out of memory: the job cannot keep its ranks in step any more. */
-    for (size_t i = 0; i < nfused; i++)
-      coord_response_fini(&fused[i]);
-    free(fused);
     c->aborting = true;
     c->abort_status = st;
     snprintf(c->abort_msg, sizeof(c->abort_msg), "the coordinator failed: %s",
              hvd_last_error_message());
-    return coord_controller_next(c, now, out, due);
+    abort_list(c, out);
   }
-  (void)now;
   return true;
 }
 

@@ -201,7 +201,7 @@ void coord_output_shape(struct coord_entry *e, int64_t total, size_t esize) {
   struct coord_output *o = coord_entry_output(e);
   int64_t row = 1;
 
-  coord_shape_elements(e->req.shape + 1, e->req.ndims - 1, &row);
+  hvd_shape_elements(e->req.shape + 1, e->req.ndims - 1, &row);
   o->bytes = (size_t)total * esize;
   o->ndims = e->req.ndims;
   memcpy(o->shape, e->req.shape, (size_t)e->req.ndims * sizeof(o->shape[0]));

@@ -79,7 +79,7 @@ hvd_status coord_alltoall_exchange(struct coord_state *s, const struct coord_set
   /* The splits are host data: they go over the set's TCP communicator,
    * for GPU tensors too. */
   st = ops_alltoallv(s->ops, set->comm, e->splits, ones, out->recv_splits, ones, HVD_INT32);
-  coord_shape_elements(e->req.shape + 1, e->req.ndims - 1, &out->row);
+  hvd_shape_elements(e->req.shape + 1, e->req.ndims - 1, &out->row);
   for (int i = 0; i < n && st == HVD_OK; i++) {
     if (out->recv_splits[i] < 0)
       st = hvd_error(HVD_ERR_PROTOCOL, "alltoall '%s': set rank %d sends %d rows", r->names[0], i,

@@ -139,7 +139,7 @@ hvd_status coord_gpu_stage_in(struct coord_state *s, const struct coord_set *set
     *c = *e;
     c->input = c->output = NULL;
     out->entries[i] = c;
-    coord_shape_elements(e->req.shape, e->req.ndims, &elements);
+    hvd_shape_elements(e->req.shape, e->req.ndims, &elements);
     in_bytes = (size_t)elements * esize;
     out->out_bytes[i] = given_output_bytes(set, r, e, in_bytes);
     c->input = malloc(in_bytes > 0 ? in_bytes : 1);

@@ -67,6 +67,17 @@ struct coord_loop {
    * send slots 0 .. sending-1 are in flight, with hdr their frame. */
   int sending;
   unsigned char hdr[FRAME];
+  /* Buffers a turn fills, kept across turns (grown, never shrunk): the
+   * worker's request list, whose requests borrow the queued entries' (they
+   * live until their responses come back, long after the list is encoded),
+   * and the arrays of a cached response rebuilt (names borrowed from the
+   * cache, which nothing changes while the response runs). */
+  struct coord_request_list requests;
+  uint32_t reqs_cap, inline_cap, hits_cap;
+  char **cached_names;
+  int32_t *cached_bits;
+  int64_t *cached_counts;
+  uint32_t cached_names_cap, cached_bits_cap, cached_counts_cap;
   /* Who drives (see DESIGN): the holder of `drive` runs turns. */
   pthread_mutex_t drive;
   atomic_int drivers;       /* user threads driving or asking to */
@@ -144,6 +155,22 @@ static bool driver_sleep(void *arg) {
   const struct driver *d = arg;
   atomic_store(&d->l->s->sleeping, true);
   return driver_check(arg);
+}
+
+/* Room for `need` items of `size` bytes in items (capacity *cap): the
+ * buffers a turn fills grow by doubling and are kept. NULL: out of memory
+ * (items is unchanged); never NULL otherwise, even for no items. */
+static void *reserve(void *items, uint32_t *cap, uint32_t need, size_t size) {
+  uint32_t ncap = *cap > 0 ? *cap : 16;
+  void *grown;
+
+  if (need <= *cap && items != NULL)
+    return items;
+  while (ncap < need)
+    ncap = ncap <= UINT32_MAX / 2 ? 2 * ncap : need;
+  if ((grown = realloc(items, (size_t)ncap * size)) != NULL)
+    *cap = ncap;
+  return grown;
 }
 
 /* ==== framing ============================================================================ */
@@ -345,49 +372,46 @@ static hvd_status split(const struct coord_response *r, uint32_t i, struct coord
   return coord_response_copy(out, &view);
 }
 
-/* A response sent as cache bits, rebuilt from the cache. */
-static hvd_status expand(struct coord_state *s, const struct coord_response *r,
+/* A response sent as cache bits, rebuilt from the cache into *out, a view
+ * of the loop's kept arrays, the cache's names and r's inline result. */
+static hvd_status expand(struct coord_loop *l, const struct coord_response *r,
                          struct coord_response *out) {
-  const struct coord_cache_entry *first = coord_cache_entry(&s->cache, r->bits[0]);
+  const struct coord_cache *cache = &l->s->cache;
+  const struct coord_cache_entry *first = coord_cache_entry(cache, r->bits[0]);
   uint32_t per;
+  void *p;
 
-  memset(out, 0, sizeof(*out));
   if (first == NULL || first->state != COORD_CACHE_ACTIVE)
     return hvd_error(HVD_ERR_PROTOCOL, "rank 0 sent cache bit %d, which this rank does not have",
                      r->bits[0]);
-  *out = first->resp;
   per = first->resp.ncounts;
+  if ((p = reserve(l->cached_names, &l->cached_names_cap, r->ntensors, sizeof(char *))) != NULL)
+    l->cached_names = p;
+  if (p != NULL &&
+      (p = reserve(l->cached_bits, &l->cached_bits_cap, r->ntensors, sizeof(int32_t))) != NULL)
+    l->cached_bits = p;
+  if (p != NULL && (p = reserve(l->cached_counts, &l->cached_counts_cap, per * r->ntensors,
+                                sizeof(int64_t))) != NULL)
+    l->cached_counts = p;
+  if (p == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot expand a cached response");
+  *out = first->resp;
   out->ntensors = r->ntensors;
   out->ncounts = per * r->ntensors;
-  out->names = calloc(r->ntensors, sizeof(*out->names));
-  out->bits = malloc(r->ntensors * sizeof(*out->bits));
-  out->counts = out->ncounts > 0 ? malloc(out->ncounts * sizeof(*out->counts)) : NULL;
+  out->names = l->cached_names;
+  out->bits = l->cached_bits;
+  out->counts = out->ncounts > 0 ? l->cached_counts : NULL;
   out->ranks = NULL;
   out->error = NULL;
   out->cached = false;
-  out->data = NULL;
-  out->data_len = 0;
-  if (r->data_len > 0 && (out->data = malloc(r->data_len)) != NULL) {
-    memcpy(out->data, r->data, r->data_len);
-    out->data_len = r->data_len;
-  }
-  if (out->names == NULL || out->bits == NULL || (out->ncounts > 0 && out->counts == NULL) ||
-      (r->data_len > 0 && out->data == NULL)) {
-    coord_response_fini(out);
-    return hvd_error(HVD_ERR_NO_MEMORY, "cannot expand a cached response");
-  }
+  out->data = r->data_len > 0 ? r->data : NULL;
+  out->data_len = r->data_len;
   for (uint32_t i = 0; i < r->ntensors; i++) {
-    const struct coord_cache_entry *e = coord_cache_entry(&s->cache, r->bits[i]);
-    if (e == NULL || e->state != COORD_CACHE_ACTIVE || e->resp.ncounts != per) {
-      coord_response_fini(out);
+    const struct coord_cache_entry *e = coord_cache_entry(cache, r->bits[i]);
+    if (e == NULL || e->state != COORD_CACHE_ACTIVE || e->resp.ncounts != per)
       return hvd_error(HVD_ERR_PROTOCOL,
                        "rank 0 sent cache bit %d, which this rank does not have", r->bits[i]);
-    }
-    out->names[i] = hvd_strndup(e->resp.names[0], strlen(e->resp.names[0]));
-    if (out->names[i] == NULL) {
-      coord_response_fini(out);
-      return hvd_error(HVD_ERR_NO_MEMORY, "cannot expand a cached response");
-    }
+    out->names[i] = e->resp.names[0];
     out->bits[i] = r->bits[i];
     if (per > 0)
       memcpy(out->counts + (size_t)i * per, e->resp.counts, per * sizeof(*out->counts));
@@ -429,13 +453,12 @@ static hvd_status apply(struct coord_loop *l, struct coord_response_list *list) 
     if (l->coordinator) {
       st = coord_execute(s, r);
     } else if (r->cached) {
-      struct coord_response full;
-      st = expand(s, r, &full);
+      struct coord_response full; /* a view: nothing to free */
+      st = expand(l, r, &full);
       if (st == HVD_OK) {
         for (uint32_t k = 0; k < full.ntensors; k++)
           coord_cache_touch(&s->cache, full.bits[k]);
         st = coord_execute(s, &full);
-        coord_response_fini(&full);
       }
     } else {
       st = remember(s, r, list->seq);
@@ -496,17 +519,12 @@ static struct coord_entry *drain(struct coord_state *s, bool *stop) {
   return head;
 }
 
-/* An empty list that only says rank 0 is alive. */
-static hvd_status coordinator_heartbeat(struct coord_loop *l) {
-  struct coord_response_list hb;
+/* Sends the list encoded in l->msg to every worker; returns once it has gone out. */
+static hvd_status send_to_workers(struct coord_loop *l) {
   unsigned char hdr[FRAME];
   int n = 0;
-  hvd_status st;
+  hvd_status st = HVD_OK;
 
-  memset(&hb, 0, sizeof(hb));
-  hb.flags = COORD_FLAG_HEARTBEAT;
-  hvd_buf_reset(&l->msg);
-  st = coord_encode_responses(&hb, &l->msg);
   hvd_put_le64(hdr, l->msg.len);
   for (int w = 1; w < l->s->size && st == HVD_OK; w++)
     st = post_send(l, w, hdr, l->msg.data, l->msg.len, &n);
@@ -516,15 +534,25 @@ static hvd_status coordinator_heartbeat(struct coord_loop *l) {
   return st;
 }
 
-static hvd_status coordinator_turn(struct coord_loop *l, bool *worked) {
-  struct coord_state *s = l->s;
-  struct coord_controller *c = s->controller;
-  struct coord_response_list list;
-  int64_t due;
-  bool stop;
+/* An empty list that only says rank 0 is alive. */
+static hvd_status coordinator_heartbeat(struct coord_loop *l) {
+  struct coord_response_list hb;
   hvd_status st;
 
-  for (struct coord_entry *e = drain(s, &stop); e != NULL; e = e->next) {
+  memset(&hb, 0, sizeof(hb));
+  hb.flags = COORD_FLAG_HEARTBEAT;
+  hvd_buf_reset(&l->msg);
+  st = coord_encode_responses(&hb, &l->msg);
+  return st == HVD_OK ? send_to_workers(l) : st;
+}
+
+/* Rank 0's own queued requests go straight to the controller, which takes
+ * copies (its table outlives the entries' turn). */
+static hvd_status submit_own(struct coord_loop *l, bool *worked) {
+  struct coord_controller *c = l->s->controller;
+  bool stop;
+
+  for (struct coord_entry *e = drain(l->s, &stop); e != NULL; e = e->next) {
     struct coord_request req;
     *worked = true;
     if (coord_request_copy(&req, &e->req) != HVD_OK)
@@ -534,154 +562,197 @@ static hvd_status coordinator_turn(struct coord_loop *l, bool *worked) {
   }
   if (stop)
     coord_controller_request_shutdown(c);
-  for (int i = 0; i < l->nrecv; i++) {
-    struct coord_request_list in;
-    const void *data;
-    size_t len;
-    if (!l->recvs[i].done)
-      continue;
-    *worked = true;
-    l->heard[i] = hvd_now_ns();
-    if (l->recvs[i].status != HVD_OK) /* the worker is gone (the message names it) */
-      return net_req_result(l->ctl, &l->recvs[i]);
-    st = take_message(l, i, &data, &len);
-    if (st == HVD_OK)
-      st = coord_decode_requests(data, len, &in);
-    if (st != HVD_OK)
-      return hvd_error_prefix("from rank %d", i + 1);
-    st = coord_controller_receive(c, i + 1, &in);
-    coord_request_list_fini(&in);
-    if (st != HVD_OK)
-      return st;
-    if ((st = post_recv(l, i)) != HVD_OK)
-      return st;
-  }
-  if ((st = coord_controller_check_stalls(c, hvd_now_ns())) != HVD_OK)
-    return st;
-  while (!stopped(s) && coord_controller_next(c, hvd_now_ns(), &list, &due)) {
-    unsigned char hdr[FRAME];
-    int n = 0;
+  return HVD_OK;
+}
+
+/* Worker i + 1's request list, arrived in receive i, into the controller. */
+static hvd_status take_requests(struct coord_loop *l, int i) {
+  struct coord_request_list in;
+  const void *data;
+  size_t len;
+  hvd_status st;
+
+  l->heard[i] = hvd_now_ns();
+  if (l->recvs[i].status != HVD_OK) /* the worker is gone (the message names it) */
+    return net_req_result(l->ctl, &l->recvs[i]);
+  st = take_message(l, i, &data, &len);
+  if (st == HVD_OK)
+    st = coord_decode_requests(data, len, &in);
+  if (st != HVD_OK)
+    return hvd_error_prefix("from rank %d", i + 1);
+  st = coord_controller_receive(l->s->controller, i + 1, &in);
+  coord_request_list_fini(&in);
+  return st == HVD_OK ? post_recv(l, i) : st;
+}
+
+/* Sends every response list that is due to the workers, then runs it here. */
+static hvd_status send_responses(struct coord_loop *l, bool *worked) {
+  struct coord_state *s = l->s;
+  struct coord_response_list list;
+  int64_t due;
+
+  while (!stopped(s) && coord_controller_next(s->controller, hvd_now_ns(), &list, &due)) {
+    hvd_status st;
     *worked = true;
     coord_timeline_cycle(s->timeline);
     hvd_buf_reset(&l->msg);
     st = coord_encode_responses(&list, &l->msg);
-    if (st == HVD_OK) {
-      hvd_put_le64(hdr, l->msg.len);
-      for (int w = 1; w < s->size && st == HVD_OK; w++)
-        st = post_send(l, w, hdr, l->msg.data, l->msg.len, &n);
-      if (st == HVD_OK)
-        st = wait_sends(l, n);
-      l->sent = hvd_now_ns();
-    }
+    if (st == HVD_OK)
+      st = send_to_workers(l);
     if (st == HVD_OK)
       st = timed_apply(l, &list);
     coord_response_list_fini(&list);
     if (st != HVD_OK)
       return st;
   }
-  if (!stopped(s) && hvd_now_ns() - l->sent >= l->beat_ns)
-    return coordinator_heartbeat(l);
   return HVD_OK;
 }
 
-static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
+static hvd_status coordinator_turn(struct coord_loop *l, bool *worked) {
   struct coord_state *s = l->s;
-  struct coord_request_list out;
-  struct coord_entry *head;
-  uint32_t n = 0, cap = 0;
-  bool stop;
+  hvd_status st = submit_own(l, worked);
+
+  for (int i = 0; i < l->nrecv && st == HVD_OK; i++) {
+    if (l->recvs[i].done) {
+      *worked = true;
+      st = take_requests(l, i);
+    }
+  }
+  if (st == HVD_OK)
+    st = coord_controller_check_stalls(s->controller, hvd_now_ns());
+  if (st == HVD_OK)
+    st = send_responses(l, worked);
+  if (st == HVD_OK && !stopped(s) && hvd_now_ns() - l->sent >= l->beat_ns)
+    st = coordinator_heartbeat(l);
+  return st;
+}
+
+/* Whether the worker's list in flight to rank 0 is still going out (the
+ * next one waits for it); a failed send fails the turn. */
+static hvd_status settle_send(struct coord_loop *l, bool *worked, bool *in_flight) {
+  *in_flight = false;
+  if (l->sending == 0)
+    return HVD_OK;
+  for (int i = 0; i < l->sending; i++) {
+    if (!l->sends[i].done) {
+      *in_flight = true;
+      return HVD_OK;
+    }
+  }
+  for (int i = 0; i < l->sending; i++) {
+    if (l->sends[i].status != HVD_OK)
+      return net_req_result(l->ctl, &l->sends[i]);
+  }
+  l->sending = 0;
+  *worked = true;
+  return HVD_OK;
+}
+
+/* A queued entry into the worker's list: its cache bit (with this step's
+ * inline input, if any), or its request, borrowed. */
+static hvd_status add_request(struct coord_loop *l, const struct coord_entry *e) {
+  struct coord_cache *cache = &l->s->cache;
+  struct coord_request_list *out = &l->requests;
+  int bit = cache->capacity > 0 ? coord_cache_hit(cache, &e->req) : -1;
+  void *p;
+
+  if (bit < 0) {
+    if ((p = reserve(out->reqs, &l->reqs_cap, out->n + 1, sizeof(*out->reqs))) == NULL)
+      return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
+    out->reqs = p;
+    out->reqs[out->n++] = e->req;
+    return HVD_OK;
+  }
+  if (e->req.inline_len > 0) {
+    struct coord_inline_hit *h;
+    p = reserve(out->inline_hits, &l->inline_cap, out->ninline_hits + 1, sizeof(*h));
+    if (p == NULL)
+      return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
+    out->inline_hits = p;
+    h = &out->inline_hits[out->ninline_hits++];
+    h->bit = bit;
+    h->len = e->req.inline_len;
+    memcpy(h->data, e->req.inline_data, h->len);
+  } else {
+    uint32_t need = (uint32_t)bit / 8 + 1;
+    if (need > out->hits_bytes) {
+      if ((p = reserve(out->hits, &l->hits_cap, need, 1)) == NULL)
+        return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
+      out->hits = p;
+      memset(out->hits + out->hits_bytes, 0, need - out->hits_bytes);
+      out->hits_bytes = need;
+    }
+    out->hits[bit / 8] |= (unsigned char)(1u << (bit % 8));
+  }
+  coord_cache_touch(cache, bit);
+  return HVD_OK;
+}
+
+/* Sends rank 0 what user threads queued and a shutdown asked for; an empty
+ * list when this rank has been quiet is the heartbeat (and carries the ack). */
+static hvd_status send_requests(struct coord_loop *l, bool *worked) {
+  struct coord_state *s = l->s;
+  struct coord_request_list *out = &l->requests;
+  bool stop, any = false;
   hvd_status st = HVD_OK;
 
-  memset(&out, 0, sizeof(out));
-  if (l->sending > 0) {
-    for (int i = 0; i < l->sending; i++) {
-      if (!l->sends[i].done)
-        goto receive; /* the next list waits for this one */
-    }
-    for (int i = 0; i < l->sending; i++) {
-      if (l->sends[i].status != HVD_OK)
-        return net_req_result(l->ctl, &l->sends[i]);
-    }
-    l->sending = 0;
-    *worked = true;
+  out->n = out->ninline_hits = out->hits_bytes = 0;
+  out->flags = 0;
+  for (struct coord_entry *e = drain(s, &stop); e != NULL && st == HVD_OK; e = e->next) {
+    any = true;
+    st = add_request(l, e);
   }
-  head = drain(s, &stop);
-  for (struct coord_entry *e = head; e != NULL; e = e->next)
-    cap++;
-  if (cap > 0 && (out.reqs = calloc(cap, sizeof(*out.reqs))) == NULL)
-    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
-  for (struct coord_entry *e = head; e != NULL && st == HVD_OK; e = e->next) {
-    int bit = s->cache.capacity > 0 ? coord_cache_hit(&s->cache, &e->req) : -1;
-    if (bit >= 0 && e->req.inline_len > 0) { /* the bit, with this step's input */
-      struct coord_inline_hit *h;
-      if (out.inline_hits == NULL &&
-          (out.inline_hits = calloc(cap, sizeof(*out.inline_hits))) == NULL) {
-        st = hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
-        break;
-      }
-      h = &out.inline_hits[out.ninline_hits++];
-      h->bit = bit;
-      h->len = e->req.inline_len;
-      memcpy(h->data, e->req.inline_data, h->len);
-      coord_cache_touch(&s->cache, bit);
-    } else if (bit >= 0) {
-      uint32_t need = (uint32_t)bit / 8 + 1;
-      if (need > out.hits_bytes) {
-        unsigned char *grown = realloc(out.hits, need);
-        if (grown == NULL) {
-          st = hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
-          break;
-        }
-        memset(grown + out.hits_bytes, 0, need - out.hits_bytes);
-        out.hits = grown;
-        out.hits_bytes = need;
-      }
-      out.hits[bit / 8] |= (unsigned char)(1u << (bit % 8));
-      coord_cache_touch(&s->cache, bit);
-    } else {
-      st = coord_request_copy(&out.reqs[n++], &e->req);
-    }
-  }
-  out.n = n;
   if (stop && !l->stop_sent) {
-    out.flags |= COORD_FLAG_SHUTDOWN;
+    out->flags |= COORD_FLAG_SHUTDOWN;
     l->stop_sent = true;
     l->stop_deadline = hvd_now_ns() + s->cfg.timeout_ns;
   }
-  if (st == HVD_OK && (cap > 0 || out.flags != 0 || hvd_now_ns() - l->sent >= l->beat_ns)) {
-    *worked = true;
-    l->sent = hvd_now_ns(); /* an empty list is the heartbeat (and carries the ack) */
-    out.ack = s->applied_seq;
-    hvd_buf_reset(&l->msg);
-    st = coord_encode_requests(&out, &l->msg);
-    hvd_put_le64(l->hdr, l->msg.len);
-    if (st == HVD_OK)
-      st = post_send(l, 0, l->hdr, l->msg.data, l->msg.len, &l->sending);
-  }
-  coord_request_list_fini(&out);
-  if (st != HVD_OK)
+  if (st != HVD_OK || !(any || out->flags != 0 || hvd_now_ns() - l->sent >= l->beat_ns))
     return st;
-receive:
-  if (l->nrecv > 0 && l->recvs[0].done) {
-    struct coord_response_list list;
-    const void *data;
-    size_t len;
-    *worked = true;
-    l->heard[0] = hvd_now_ns();
-    if (l->recvs[0].status != HVD_OK)
-      return net_req_result(l->ctl, &l->recvs[0]);
-    st = take_message(l, 0, &data, &len);
-    if (st == HVD_OK)
-      st = coord_decode_responses(data, len, &list);
-    if (st != HVD_OK)
-      return hvd_error_prefix("from rank 0");
-    if (!(list.flags & COORD_FLAG_HEARTBEAT))
-      st = timed_apply(l, &list);
-    coord_response_list_fini(&list);
-    if (st == HVD_OK && !stopped(s))
-      st = post_recv(l, 0);
-  }
+  *worked = true;
+  l->sent = hvd_now_ns();
+  out->ack = s->applied_seq;
+  hvd_buf_reset(&l->msg);
+  st = coord_encode_requests(out, &l->msg);
+  hvd_put_le64(l->hdr, l->msg.len);
+  if (st == HVD_OK)
+    st = post_send(l, 0, l->hdr, l->msg.data, l->msg.len, &l->sending);
   return st;
+}
+
+/* Runs the response list rank 0 sent, if one has arrived. */
+static hvd_status receive_responses(struct coord_loop *l, bool *worked) {
+  struct coord_response_list list;
+  const void *data;
+  size_t len;
+  hvd_status st;
+
+  if (l->nrecv == 0 || !l->recvs[0].done)
+    return HVD_OK;
+  *worked = true;
+  l->heard[0] = hvd_now_ns();
+  if (l->recvs[0].status != HVD_OK)
+    return net_req_result(l->ctl, &l->recvs[0]);
+  st = take_message(l, 0, &data, &len);
+  if (st == HVD_OK)
+    st = coord_decode_responses(data, len, &list);
+  if (st != HVD_OK)
+    return hvd_error_prefix("from rank 0");
+  if (!(list.flags & COORD_FLAG_HEARTBEAT))
+    st = timed_apply(l, &list);
+  coord_response_list_fini(&list);
+  if (st == HVD_OK && !stopped(l->s))
+    st = post_recv(l, 0);
+  return st;
+}
+
+static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
+  bool in_flight;
+  hvd_status st = settle_send(l, worked, &in_flight);
+
+  if (st == HVD_OK && !in_flight)
+    st = send_requests(l, worked);
+  return st == HVD_OK ? receive_responses(l, worked) : st;
 }
 
 /* How long the loop may sleep. */
@@ -847,6 +918,13 @@ static void loop_destroy(struct coord_loop *l) {
   free(l->sends);
   free(l->send_ptrs);
   free(l->heard);
+  /* Only the arrays: the requests and names in them are borrowed. */
+  free(l->requests.reqs);
+  free(l->requests.inline_hits);
+  free(l->requests.hits);
+  free(l->cached_names);
+  free(l->cached_bits);
+  free(l->cached_counts);
   hvd_buf_fini(&l->msg);
   for (int i = 0; l->rest_bufs != NULL && i <= l->nrecv; i++)
     hvd_buf_fini(&l->rest_bufs[i]);

@@ -25,17 +25,6 @@ const char *coord_type_name(int type) {
   return type >= 0 && type < COORD_TYPE_COUNT ? names[type] : "unknown";
 }
 
-bool coord_shape_elements(const int64_t *shape, int ndims, int64_t *out) {
-  int64_t n = 1;
-  for (int i = 0; i < ndims; i++) {
-    if (shape[i] < 0 || (shape[i] > 0 && n > INT64_MAX / shape[i]))
-      return false;
-    n *= shape[i];
-  }
-  *out = n;
-  return true;
-}
-
 /* ==== ownership ================================================================== */
 
 void coord_request_fini(struct coord_request *r) {

@@ -48,37 +48,33 @@ static bool same_shape(const struct coord_request *first, const struct coord_req
   return false;
 }
 
-bool coord_validate(const struct coord_request *first, const struct coord_request *req,
-                    char *msg, size_t size) {
+/* SET_ADD: the same ranks; SET_REMOVE: the same set. */
+static bool same_set_change(const struct coord_request *first, const struct coord_request *req,
+                            char *msg, size_t size) {
+  int a = first->rank, b = req->rank;
+
+  if (first->type == COORD_SET_ADD &&
+      (first->nranks != req->nranks ||
+       memcmp(first->ranks, req->ranks, first->nranks * sizeof(*first->ranks)) != 0)) {
+    snprintf(msg, size, "mismatched process sets: rank %d registers %u ranks, rank %d %u ranks%s",
+             a, first->nranks, b, req->nranks,
+             first->nranks == req->nranks ? " (different ones)" : "");
+    return false;
+  }
+  if (first->type == COORD_SET_REMOVE && first->root != req->root) {
+    snprintf(msg, size, "mismatched process sets: rank %d removes set %d, rank %d set %d", a,
+             first->root, b, req->root);
+    return false;
+  }
+  return true;
+}
+
+/* What every tensor collective agrees on: dtype, kind of device, group. */
+static bool same_tensor_kind(const struct coord_request *first, const struct coord_request *req,
+                             char *msg, size_t size) {
   int a = first->rank, b = req->rank;
   char x[256], y[256];
 
-  if (first->type != req->type) {
-    snprintf(msg, size, "mismatched operations: rank %d submitted %s, rank %d %s", a,
-             coord_type_name(first->type), b, coord_type_name(req->type));
-    return false;
-  }
-  if (first->type == COORD_JOIN || first->type == COORD_BARRIER)
-    return true;
-  if (first->type == COORD_SET_ADD) {
-    if (first->nranks != req->nranks ||
-        memcmp(first->ranks, req->ranks, first->nranks * sizeof(*first->ranks)) != 0) {
-      snprintf(msg, size,
-               "mismatched process sets: rank %d registers %u ranks, rank %d %u ranks%s", a,
-               first->nranks, b, req->nranks,
-               first->nranks == req->nranks ? " (different ones)" : "");
-      return false;
-    }
-    return true;
-  }
-  if (first->type == COORD_SET_REMOVE) {
-    if (first->root != req->root) {
-      snprintf(msg, size, "mismatched process sets: rank %d removes set %d, rank %d set %d", a,
-               first->root, b, req->root);
-      return false;
-    }
-    return true;
-  }
   if (first->dtype != req->dtype) {
     snprintf(msg, size, "mismatched data types: rank %d sent %s, rank %d sent %s", a,
              hvd_dtype_name(first->dtype), b, hvd_dtype_name(req->dtype));
@@ -100,6 +96,16 @@ bool coord_validate(const struct coord_request *first, const struct coord_reques
              req->group ? req->group : "(none)", req->group_size);
     return false;
   }
+  return true;
+}
+
+/* What each collective adds: the reduction and scale factors, the root,
+ * the shape (all of it, or all but the first dimension). */
+static bool same_type_params(const struct coord_request *first, const struct coord_request *req,
+                             char *msg, size_t size) {
+  int a = first->rank, b = req->rank;
+  char x[256], y[256];
+
   switch (first->type) {
   case COORD_ALLREDUCE:
   case COORD_REDUCESCATTER:
@@ -138,5 +144,24 @@ bool coord_validate(const struct coord_request *first, const struct coord_reques
     return true;
   default:
     return true;
+  }
+}
+
+bool coord_validate(const struct coord_request *first, const struct coord_request *req,
+                    char *msg, size_t size) {
+  if (first->type != req->type) {
+    snprintf(msg, size, "mismatched operations: rank %d submitted %s, rank %d %s", first->rank,
+             coord_type_name(first->type), req->rank, coord_type_name(req->type));
+    return false;
+  }
+  switch (first->type) {
+  case COORD_JOIN:
+  case COORD_BARRIER:
+    return true;
+  case COORD_SET_ADD:
+  case COORD_SET_REMOVE:
+    return same_set_change(first, req, msg, size);
+  default:
+    return same_tensor_kind(first, req, msg, size) && same_type_params(first, req, msg, size);
   }
 }
