@@ -116,7 +116,7 @@ static hvd_status open_gpu(struct coord_state *s, int device, struct coord_gpu *
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the GPU state");
   g->s = s;
   g->device = device;
-  g->timeout_ns = s->cfg.timeout_ns;
+  g->timeout_ns = coord_gpu_timeout_ns(s);
   if ((err = cudaSetDevice(device)) != cudaSuccess)
     cuda_cuda_error(err, "cudaSetDevice");
   else if ((err = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking)) != cudaSuccess)

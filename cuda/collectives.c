@@ -50,8 +50,10 @@ bool cuda_nccl_op(hvd_dtype dtype, hvd_reduce_op op, ncclRedOp_t *out) {
 }
 
 static size_t elements(const struct coord_entry *e) {
+  int ndims;
+  const int64_t *shape = coord_entry_shape(e, &ndims);
   int64_t n = 0;
-  hvd_shape_elements(e->req.shape, e->req.ndims, &n);
+  hvd_shape_elements(shape, ndims, &n);
   return (size_t)n;
 }
 
@@ -82,71 +84,87 @@ static hvd_status fill_identity(struct coord_gpu *g, void *buf, size_t count, hv
 
 /* ==== allreduce ========================================================================== */
 
+/* NCCL's type and op for the response's; HVD_ERR_UNSUPPORTED where NCCL
+ * has none (the response then goes through host staging). */
+static hvd_status nccl_types(const struct coord_response *r, ncclDataType_t *type,
+                             ncclRedOp_t *op) {
+  hvd_dtype dtype = coord_response_dtype(r);
+  hvd_reduce_op rop = coord_response_op(r);
+  if (!cuda_nccl_type(dtype, type) || !cuda_nccl_op(dtype, rop, op))
+    return hvd_error(HVD_ERR_UNSUPPORTED, "NCCL cannot %s %s", hvd_reduce_op_name(rop),
+                     hvd_dtype_name(dtype));
+  return HVD_OK;
+}
+
+/* An allreduce response, read once. */
 struct reduction {
-  const struct coord_set *set;
   const struct coord_response *r;
   struct gpu_comm *comm; /* NULL: hierarchical */
+  hvd_dtype dtype;
+  hvd_reduce_op rop;
+  double prescale, postscale; /* postscale with the average's division */
   ncclDataType_t type;
   ncclRedOp_t op;
 };
 
 static hvd_status reduce(struct coord_gpu *g, const struct reduction *x, const void *in,
                          void *out, size_t count) {
-  const struct coord_response *r = x->r;
   hvd_status st;
   if (x->comm != NULL)
     return cuda_nccl_check(g,
-                          ncclAllReduce(in, out, count, x->type, x->op, x->comm->nccl, g->stream),
-                          "ncclAllReduce");
-  if (in != out && (st = cuda_copy_async(g, out, in, count * hvd_dtype_size(r->dtype),
-                                        cudaMemcpyDeviceToDevice)) != HVD_OK)
+                           ncclAllReduce(in, out, count, x->type, x->op, x->comm->nccl, g->stream),
+                           "ncclAllReduce");
+  if (in != out && (st = cuda_copy_async(g, out, in, count * hvd_dtype_size(x->dtype),
+                                         cudaMemcpyDeviceToDevice)) != HVD_OK)
     return st;
-  return cuda_allreduce_hierarchical(g, out, count, r->dtype, r->op);
+  return cuda_allreduce_hierarchical(g, out, count, x->dtype, x->rop);
 }
 
 static hvd_status allreduce_one(struct coord_gpu *g, const struct reduction *x,
-                                struct coord_entry *e, double postscale) {
-  const struct coord_response *r = x->r;
-  size_t count = (size_t)r->counts[0], bytes = count * hvd_dtype_size(r->dtype);
+                                struct coord_entry *e) {
+  size_t count = (size_t)coord_response_counts(x->r)[0];
+  size_t bytes = count * hvd_dtype_size(x->dtype);
   const void *in;
   void *out;
   hvd_status st;
 
   if (e == NULL) { /* joined */
     if ((st = cuda_fusion_buffer(g, bytes, &out)) != HVD_OK ||
-        (st = fill_identity(g, out, count, r->dtype, r->op)) != HVD_OK)
+        (st = fill_identity(g, out, count, x->dtype, x->rop)) != HVD_OK)
       return st;
     in = out;
   } else {
-    in = e->input;
-    out = e->output;
-    if (r->prescale != 1.0) {
+    in = coord_entry_input(e);
+    out = coord_entry_output_buffer(e);
+    if (x->prescale != 1.0) {
       if (in != out &&
           (st = cuda_copy_async(g, out, in, bytes, cudaMemcpyDeviceToDevice)) != HVD_OK)
         return st;
-      if ((st = scale(g, out, count, r->dtype, r->prescale)) != HVD_OK)
+      if ((st = scale(g, out, count, x->dtype, x->prescale)) != HVD_OK)
         return st;
       in = out;
     }
   }
   if ((st = reduce(g, x, in, out, count)) != HVD_OK)
     return st;
-  return scale(g, out, count, r->dtype, postscale);
+  return scale(g, out, count, x->dtype, x->postscale);
 }
 
 /* The tensors in the fusion buffer: in (pack) or out (unpack). */
 static hvd_status batch(struct coord_gpu *g, const struct coord_response *r,
                         struct coord_entry **entries, char *fb, bool pack) {
-  size_t esize = hvd_dtype_size(r->dtype), off = 0, n = 0;
-  struct gpu_copy *copies = calloc(r->ntensors, sizeof(*copies));
+  size_t esize = hvd_dtype_size(coord_response_dtype(r)), off = 0, n = 0;
+  uint32_t tensors = coord_response_ntensors(r);
+  const int64_t *counts = coord_response_counts(r);
+  struct gpu_copy *copies = calloc(tensors, sizeof(*copies));
   hvd_status st;
   if (copies == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot plan a fusion buffer copy");
-  for (uint32_t i = 0; i < r->ntensors; i++) {
-    size_t bytes = (size_t)r->counts[i] * esize;
+  for (uint32_t i = 0; i < tensors; i++) {
+    size_t bytes = (size_t)counts[i] * esize;
     if (entries[i] != NULL && bytes > 0) {
-      copies[n].src = pack ? entries[i]->input : fb + off;
-      copies[n].dst = pack ? (void *)(fb + off) : entries[i]->output;
+      copies[n].src = pack ? coord_entry_input(entries[i]) : fb + off;
+      copies[n].dst = pack ? (void *)(fb + off) : coord_entry_output_buffer(entries[i]);
       copies[n].bytes = bytes;
       n++;
     }
@@ -160,40 +178,43 @@ static hvd_status batch(struct coord_gpu *g, const struct coord_response *r,
 static hvd_status run_allreduce(struct coord_gpu *g, const struct coord_set *set,
                                 const struct coord_response *r, struct coord_entry **entries) {
   struct coord_state *s = g->s;
-  struct reduction x = {set, r, NULL, ncclUint8, ncclSum};
-  double postscale = r->postscale;
+  struct reduction x = {.r = r,
+                        .dtype = coord_response_dtype(r),
+                        .rop = coord_response_op(r),
+                        .prescale = coord_response_prescale(r),
+                        .postscale = coord_response_postscale(r)};
+  uint32_t tensors = coord_response_ntensors(r);
   size_t total = 0;
   void *fb;
   bool joined = true;
   hvd_status st;
 
-  if (!cuda_nccl_type(r->dtype, &x.type) || !cuda_nccl_op(r->dtype, r->op, &x.op))
-    return hvd_error(HVD_ERR_UNSUPPORTED, "NCCL cannot %s %s", hvd_reduce_op_name(r->op),
-                     hvd_dtype_name(r->dtype));
+  if ((st = nccl_types(r, &x.type, &x.op)) != HVD_OK)
+    return st;
   if (!cuda_hierarchical_applies(g, set) && (st = cuda_comm_for_set(g, set, &x.comm)) != HVD_OK)
     return st;
-  if (r->op == HVD_AVERAGE)
-    postscale /= set->size;
+  if (x.rop == HVD_AVERAGE)
+    x.postscale /= coord_set_size(set);
   coord_execute_phase(s, r, x.comm != NULL ? "NCCL_ALLREDUCE" : "NCCL_HIERARCHICAL_ALLREDUCE");
-  if (r->ntensors == 1) {
-    st = allreduce_one(g, &x, entries[0], postscale);
+  if (tensors == 1) {
+    st = allreduce_one(g, &x, entries[0]);
     return st == HVD_OK ? cuda_wait(g, x.comm, "allreduce") : st;
   }
-  for (uint32_t i = 0; i < r->ntensors; i++) {
-    total += (size_t)r->counts[i];
+  for (uint32_t i = 0; i < tensors; i++) {
+    total += (size_t)coord_response_counts(r)[i];
     joined = joined && entries[i] == NULL;
   }
-  if ((st = cuda_fusion_buffer(g, total * hvd_dtype_size(r->dtype), &fb)) != HVD_OK)
+  if ((st = cuda_fusion_buffer(g, total * hvd_dtype_size(x.dtype), &fb)) != HVD_OK)
     return st;
   coord_execute_phase(s, r, "MEMCPY_IN_FUSION_BUFFER");
-  st = joined ? fill_identity(g, fb, total, r->dtype, r->op) : batch(g, r, entries, fb, true);
+  st = joined ? fill_identity(g, fb, total, x.dtype, x.rop) : batch(g, r, entries, fb, true);
   if (st == HVD_OK && !joined)
-    st = scale(g, fb, total, r->dtype, r->prescale);
+    st = scale(g, fb, total, x.dtype, x.prescale);
   coord_execute_phase(s, r, x.comm != NULL ? "NCCL_ALLREDUCE" : "NCCL_HIERARCHICAL_ALLREDUCE");
   if (st == HVD_OK)
     st = reduce(g, &x, fb, fb, total);
   if (st == HVD_OK)
-    st = scale(g, fb, total, r->dtype, postscale);
+    st = scale(g, fb, total, x.dtype, x.postscale);
   coord_execute_phase(s, r, "MEMCPY_OUT_FUSION_BUFFER");
   if (st == HVD_OK && !joined)
     st = batch(g, r, entries, fb, false);
@@ -234,16 +255,16 @@ static hvd_status gathered_outputs(struct coord_gpu *g, const struct coord_respo
                                    struct coord_entry **entries,
                                    const struct coord_gather_plan *p) {
   const struct coord_gpu_backend *b = coord_gpu_builtin();
-  size_t esize = hvd_dtype_size(r->dtype);
+  size_t esize = hvd_dtype_size(coord_response_dtype(r));
   hvd_status st = HVD_OK;
 
-  for (uint32_t t = 0; t < r->ntensors && st == HVD_OK; t++) {
+  for (uint32_t t = 0; t < coord_response_ntensors(r) && st == HVD_OK; t++) {
     struct coord_output *o;
     if (entries[t] == NULL)
       return hvd_error(HVD_ERR_PROTOCOL, "allgather '%s' reached a rank that did not submit it",
-                       r->names[t]);
+                       coord_response_name(r, t));
     coord_output_shape(entries[t], p->sums[t], esize);
-    o = coord_entry_output(entries[t]);
+    o = coord_gpu_output(entries[t]);
     if ((st = b->alloc(g, o->bytes, &o->data)) == HVD_OK)
       o->free = b->free;
   }
@@ -256,7 +277,7 @@ static hvd_status gathered_outputs(struct coord_gpu *g, const struct coord_respo
 static hvd_status gather_fused(struct coord_gpu *g, struct gpu_comm *c, int rank,
                                const struct coord_response *r, struct coord_entry **entries,
                                const struct coord_gather_plan *p) {
-  size_t esize = hvd_dtype_size(r->dtype), parts = (size_t)p->n * p->tensors;
+  size_t esize = hvd_dtype_size(coord_response_dtype(r)), parts = (size_t)p->n * p->tensors;
   const struct coord_gather_copy *mine = &p->copies[(size_t)rank * p->tensors];
   struct gpu_copy *copies = calloc(parts, sizeof(*copies));
   char *fb = NULL;
@@ -267,7 +288,7 @@ static hvd_status gather_fused(struct coord_gpu *g, struct gpu_comm *c, int rank
   if ((st = cuda_fusion_buffer(g, p->total * esize, (void **)&fb)) != HVD_OK)
     goto out;
   for (size_t t = 0; t < p->tensors; t++)
-    copies[t] = (struct gpu_copy){entries[t]->input, fb + mine[t].src * esize,
+    copies[t] = (struct gpu_copy){coord_entry_input(entries[t]), fb + mine[t].src * esize,
                                   mine[t].count * esize};
   if ((st = cuda_batched_copy(copies, p->tensors, g->stream)) != HVD_OK)
     goto out;
@@ -277,7 +298,7 @@ static hvd_status gather_fused(struct coord_gpu *g, struct gpu_comm *c, int rank
     const struct coord_gather_copy *part = &p->copies[k];
     copies[k] = (struct gpu_copy){
         fb + part->src * esize,
-        (char *)coord_entry_output(entries[part->tensor])->data + part->dst * esize,
+        (char *)coord_gpu_output(entries[part->tensor])->data + part->dst * esize,
         part->count * esize};
   }
   st = cuda_batched_copy(copies, parts, g->stream);
@@ -290,7 +311,7 @@ static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set
                                 const struct coord_response *r, struct coord_entry **entries) {
   struct coord_gather_plan p;
   struct gpu_comm *c = NULL;
-  hvd_status st = coord_gather_plan_make(r, set->size, &p);
+  hvd_status st = coord_gather_plan_make(r, coord_set_size(set), &p);
 
   if (st == HVD_OK)
     st = cuda_comm_for_set(g, set, &c);
@@ -298,11 +319,11 @@ static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set
     st = gathered_outputs(g, r, entries, &p);
   if (st == HVD_OK) {
     coord_execute_phase(g->s, r, "NCCL_ALLGATHER");
-    if (r->ntensors == 1)
-      st = gather_blocks(g, c, entries[0]->input, coord_entry_output(entries[0])->data,
-                         p.block_counts, p.block_offsets, hvd_dtype_size(r->dtype));
+    if (coord_response_ntensors(r) == 1)
+      st = gather_blocks(g, c, coord_entry_input(entries[0]), coord_gpu_output(entries[0])->data,
+                         p.block_counts, p.block_offsets, hvd_dtype_size(coord_response_dtype(r)));
     else
-      st = gather_fused(g, c, set->rank, r, entries, &p);
+      st = gather_fused(g, c, coord_set_rank(set), r, entries, &p);
   }
   if (st == HVD_OK)
     st = cuda_wait(g, c, "allgather");
@@ -314,25 +335,48 @@ static hvd_status run_allgather(struct coord_gpu *g, const struct coord_set *set
 
 static hvd_status run_broadcast(struct coord_gpu *g, const struct coord_set *set,
                                 const struct coord_response *r, struct coord_entry *e) {
-  size_t bytes = (size_t)r->counts[0] * hvd_dtype_size(r->dtype);
+  size_t bytes = (size_t)coord_response_counts(r)[0] * hvd_dtype_size(coord_response_dtype(r));
   struct gpu_comm *c;
   hvd_status st;
   if (e == NULL)
     return hvd_error(HVD_ERR_PROTOCOL, "broadcast '%s' reached a rank that did not submit it",
-                     r->names[0]);
+                     coord_response_name(r, 0));
   if ((st = cuda_comm_for_set(g, set, &c)) != HVD_OK)
     return st;
   coord_execute_phase(g->s, r, "NCCL_BROADCAST");
-  st = cuda_nccl_check(
-      g, ncclBroadcast(e->input, e->output, bytes, ncclChar, r->root, c->nccl, g->stream),
-      "ncclBroadcast");
+  st = cuda_nccl_check(g,
+                       ncclBroadcast(coord_entry_input(e), coord_entry_output_buffer(e), bytes,
+                                     ncclChar, coord_response_root(r), c->nccl, g->stream),
+                       "ncclBroadcast");
   return st == HVD_OK ? cuda_wait(g, c, "broadcast") : st;
+}
+
+/* Every rank's rows to every rank, straight into the output. */
+static hvd_status exchange_rows(struct coord_gpu *g, struct gpu_comm *c,
+                                const struct coord_entry *e, const struct coord_alltoall_plan *p,
+                                size_t row_bytes, char *out) {
+  const char *in = coord_entry_input(e);
+  const int32_t *splits = coord_entry_splits(e);
+  size_t send_off = 0, recv_off = 0;
+  hvd_status st = cuda_nccl_check(g, ncclGroupStart(), "ncclGroupStart");
+
+  for (int i = 0; i < c->size && st == HVD_OK; i++) {
+    size_t out_len = (size_t)splits[i] * row_bytes, in_len = (size_t)p->recv_splits[i] * row_bytes;
+    st = cuda_nccl_check(g, ncclSend(in + send_off, out_len, ncclChar, i, c->nccl, g->stream),
+                         "ncclSend");
+    if (st == HVD_OK)
+      st = cuda_nccl_check(g, ncclRecv(out + recv_off, in_len, ncclChar, i, c->nccl, g->stream),
+                           "ncclRecv");
+    send_off += out_len;
+    recv_off += in_len;
+  }
+  return st == HVD_OK ? group_end(g) : st;
 }
 
 static hvd_status run_alltoall(struct coord_gpu *g, const struct coord_set *set,
                                const struct coord_response *r, struct coord_entry *e) {
   const struct coord_gpu_backend *b = coord_gpu_builtin();
-  size_t row_bytes, send_off = 0, recv_off = 0;
+  size_t esize = hvd_dtype_size(coord_response_dtype(r));
   struct coord_alltoall_plan p = {0};
   struct coord_output *o;
   struct gpu_comm *c;
@@ -340,51 +384,35 @@ static hvd_status run_alltoall(struct coord_gpu *g, const struct coord_set *set,
 
   if (e == NULL)
     return hvd_error(HVD_ERR_PROTOCOL, "alltoall '%s' reached a rank that did not submit it",
-                     r->names[0]);
+                     coord_response_name(r, 0));
   if ((st = cuda_comm_for_set(g, set, &c)) != HVD_OK)
     return st;
   coord_execute_phase(g->s, r, "NCCL_ALLTOALL");
   if ((st = coord_alltoall_exchange(g->s, set, r, e, &p)) != HVD_OK)
     return st;
-  row_bytes = (size_t)p.row * hvd_dtype_size(r->dtype);
-  coord_output_shape(e, p.rows * p.row, hvd_dtype_size(r->dtype));
-  o = coord_entry_output(e);
+  coord_output_shape(e, p.rows * p.row, esize);
+  o = coord_gpu_output(e);
   o->shape[0] = p.rows;
-  if ((st = b->alloc(g, o->bytes, &o->data)) != HVD_OK)
-    goto out;
-  o->free = b->free;
-  if ((st = cuda_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) != HVD_OK)
-    goto out;
-  for (int i = 0; i < set->size && st == HVD_OK; i++) {
-    size_t out_len = (size_t)e->splits[i] * row_bytes;
-    size_t in_len = (size_t)p.recv_splits[i] * row_bytes;
-    st = cuda_nccl_check(
-        g, ncclSend((const char *)e->input + send_off, out_len, ncclChar, i, c->nccl, g->stream),
-        "ncclSend");
-    if (st == HVD_OK)
-      st = cuda_nccl_check(
-          g, ncclRecv((char *)o->data + recv_off, in_len, ncclChar, i, c->nccl, g->stream),
-          "ncclRecv");
-    send_off += out_len;
-    recv_off += in_len;
+  if ((st = b->alloc(g, o->bytes, &o->data)) == HVD_OK) {
+    o->free = b->free;
+    st = exchange_rows(g, c, e, &p, (size_t)p.row * esize, o->data);
   }
-  if (st == HVD_OK)
-    st = group_end(g);
   if (st == HVD_OK)
     st = cuda_wait(g, c, "alltoall");
   if (st == HVD_OK)
-    coord_alltoall_done(&p, e, set->size);
-out:
+    coord_alltoall_done(&p, e, coord_set_size(set));
   coord_alltoall_plan_free(&p);
   return st;
 }
 
 static hvd_status run_reducescatter(struct coord_gpu *g, const struct coord_set *set,
                                     const struct coord_response *r, struct coord_entry *e) {
-  int n = set->size;
-  size_t esize = hvd_dtype_size(r->dtype), total, off = 0;
-  int64_t rows, row;
-  double postscale = r->postscale;
+  int n = coord_set_size(set), ndims;
+  hvd_dtype dtype = coord_response_dtype(r);
+  size_t esize = hvd_dtype_size(dtype), total, off = 0, rows;
+  int64_t row;
+  double prescale = coord_response_prescale(r), postscale = coord_response_postscale(r);
+  void *out;
   ncclDataType_t type;
   ncclRedOp_t op;
   struct gpu_comm *c;
@@ -393,50 +421,47 @@ static hvd_status run_reducescatter(struct coord_gpu *g, const struct coord_set 
   hvd_status st;
 
   if (e == NULL)
-    return hvd_error(HVD_ERR_PROTOCOL,
-                     "reducescatter '%s' reached a rank that did not submit it", r->names[0]);
-  if (!cuda_nccl_type(r->dtype, &type) || !cuda_nccl_op(r->dtype, r->op, &op))
-    return hvd_error(HVD_ERR_UNSUPPORTED, "NCCL cannot %s %s", hvd_reduce_op_name(r->op),
-                     hvd_dtype_name(r->dtype));
-  if ((st = cuda_comm_for_set(g, set, &c)) != HVD_OK)
+    return hvd_error(HVD_ERR_PROTOCOL, "reducescatter '%s' reached a rank that did not submit it",
+                     coord_response_name(r, 0));
+  if ((st = nccl_types(r, &type, &op)) != HVD_OK || (st = cuda_comm_for_set(g, set, &c)) != HVD_OK)
     return st;
   total = elements(e);
-  rows = e->req.shape[0];
-  row = rows > 0 ? (int64_t)total / rows : 0;
-  in = e->input;
+  rows = (size_t)coord_entry_shape(e, &ndims)[0];
+  row = rows > 0 ? (int64_t)(total / rows) : 0;
+  in = coord_entry_input(e);
+  out = coord_entry_output_buffer(e);
   coord_execute_phase(g->s, r, "NCCL_REDUCESCATTER");
-  if (r->prescale != 1.0) { /* the input is the caller's: scale a copy */
+  if (prescale != 1.0) { /* the input is the caller's: scale a copy */
     void *fb;
     if ((st = cuda_fusion_buffer(g, total * esize, &fb)) != HVD_OK ||
         (st = cuda_copy_async(g, fb, in, total * esize, cudaMemcpyDeviceToDevice)) != HVD_OK ||
-        (st = scale(g, fb, total, r->dtype, r->prescale)) != HVD_OK)
+        (st = scale(g, fb, total, dtype, prescale)) != HVD_OK)
       return st;
     in = fb;
   }
   for (int i = 1; i < n; i++)
-    even = even && ops_share_count((size_t)rows, n, i) == ops_share_count((size_t)rows, n, 0);
+    even = even && ops_share_count(rows, n, i) == ops_share_count(rows, n, 0);
   if (even) {
     st = cuda_nccl_check(g,
-                        ncclReduceScatter(in, e->output,
-                                          ops_share_count((size_t)rows, n, 0) * (size_t)row, type,
-                                          op, c->nccl, g->stream),
-                        "ncclReduceScatter");
+                         ncclReduceScatter(in, out, ops_share_count(rows, n, 0) * (size_t)row,
+                                           type, op, c->nccl, g->stream),
+                         "ncclReduceScatter");
   } else if ((st = cuda_nccl_check(g, ncclGroupStart(), "ncclGroupStart")) == HVD_OK) {
     for (int i = 0; i < n && st == HVD_OK; i++) {
-      size_t count = ops_share_count((size_t)rows, n, i) * (size_t)row;
+      size_t count = ops_share_count(rows, n, i) * (size_t)row;
       st = cuda_nccl_check(g,
-                          ncclReduce((const char *)in + off * esize, e->output, count, type, op, i,
-                                     c->nccl, g->stream),
-                          "ncclReduce");
+                           ncclReduce((const char *)in + off * esize, out, count, type, op, i,
+                                      c->nccl, g->stream),
+                           "ncclReduce");
       off += count;
     }
     if (st == HVD_OK)
       st = group_end(g);
   }
-  if (r->op == HVD_AVERAGE)
+  if (coord_response_op(r) == HVD_AVERAGE)
     postscale /= n;
   if (st == HVD_OK)
-    st = scale(g, e->output, ops_share_count((size_t)rows, n, set->rank) * (size_t)row, r->dtype,
+    st = scale(g, out, ops_share_count(rows, n, coord_set_rank(set)) * (size_t)row, dtype,
                postscale);
   return st == HVD_OK ? cuda_wait(g, c, "reducescatter") : st;
 }
@@ -448,7 +473,7 @@ hvd_status cuda_execute(struct coord_gpu *g, const struct coord_set *set,
   hvd_status st = cuda_use_device(g);
   if (st != HVD_OK)
     return st;
-  switch (r->type) {
+  switch (coord_response_type(r)) {
   case COORD_ALLREDUCE: return run_allreduce(g, set, r, entries);
   case COORD_ALLGATHER: return run_allgather(g, set, r, entries);
   case COORD_BROADCAST: return run_broadcast(g, set, r, entries[0]);
@@ -456,6 +481,6 @@ hvd_status cuda_execute(struct coord_gpu *g, const struct coord_set *set,
   case COORD_REDUCESCATTER: return run_reducescatter(g, set, r, entries[0]);
   default:
     return hvd_error(HVD_ERR_UNSUPPORTED, "%s has no GPU implementation",
-                     coord_type_name(r->type));
+                     coord_type_name(coord_response_type(r)));
   }
 }

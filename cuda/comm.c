@@ -155,16 +155,16 @@ static hvd_status exchange_id(struct coord_gpu *g, const char *name, int rank, i
   }
   if (size == 1)
     return HVD_OK;
-  if (s->store == NULL)
+  if (coord_gpu_store(s) == NULL)
     return hvd_error(HVD_ERR_INTERNAL, "NCCL communicator %s has %d ranks but no store", name,
                      size);
   coord_gpu_id_scope(s, scope, sizeof(scope));
   if (rank == 0) {
-    st = rdzv_client_set(s->store, scope, name, id, sizeof(*id));
+    st = rdzv_client_set(coord_gpu_store(s), scope, name, id, sizeof(*id));
     return st == HVD_OK ? HVD_OK : hvd_error_prefix("publishing NCCL id %s/%s", scope, name);
   }
   hvd_buf_init(&value, 4096);
-  st = rdzv_client_wait(s->store, scope, name, -1, &value);
+  st = rdzv_client_wait(coord_gpu_store(s), scope, name, -1, &value);
   if (st == HVD_OK && value.len != sizeof(*id))
     st = hvd_error(HVD_ERR_PROTOCOL, "NCCL id %s/%s has %zu bytes, not %zu", scope, name,
                    value.len, sizeof(*id));
@@ -217,8 +217,8 @@ hvd_status cuda_comm_get(struct coord_gpu *g, const char *name, int rank, int si
 hvd_status cuda_comm_for_set(struct coord_gpu *g, const struct coord_set *set,
                             struct gpu_comm **out) {
   char name[32];
-  if (set->id == HVD_PROCESS_SET_GLOBAL)
-    return cuda_comm_get(g, "global", set->rank, set->size, out);
-  snprintf(name, sizeof(name), "set%u", (unsigned)set->comm_id);
-  return cuda_comm_get(g, name, set->rank, set->size, out);
+  if (coord_set_id(set) == HVD_PROCESS_SET_GLOBAL)
+    return cuda_comm_get(g, "global", coord_set_rank(set), coord_set_size(set), out);
+  snprintf(name, sizeof(name), "set%u", (unsigned)coord_set_comm_id(set));
+  return cuda_comm_get(g, name, coord_set_rank(set), coord_set_size(set), out);
 }

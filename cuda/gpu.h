@@ -14,8 +14,9 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <stdio.h>
 
-#include "coord/coord.h"
+#include "coord/gpu_backend.h"
 #include "kernels.h"
 
 /* A communicator of this process, by name ("global", "local_<host>",

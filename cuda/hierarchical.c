@@ -15,16 +15,14 @@
 #include "gpu.h"
 
 bool cuda_hierarchical_applies(const struct coord_gpu *g, const struct coord_set *set) {
-  const struct coord_state *s = g->s;
-  const struct net_world *w = s->world;
-  return set->id == HVD_PROCESS_SET_GLOBAL && s->cfg.hierarchical_allreduce &&
-         w->local_size < s->size && w->local_size * w->cross_size == s->size;
+  const struct net_world *w = coord_gpu_world(g->s);
+  return coord_set_id(set) == HVD_PROCESS_SET_GLOBAL && coord_gpu_hierarchical(g->s) &&
+         w->local_size < w->size && w->local_size * w->cross_size == w->size;
 }
 
 hvd_status cuda_allreduce_hierarchical(struct coord_gpu *g, void *buf, size_t count,
                                       hvd_dtype dtype, hvd_reduce_op op) {
-  struct coord_state *s = g->s;
-  struct net_world *w = s->world;
+  const struct net_world *w = coord_gpu_world(g->s);
   int ls = w->local_size, lr = w->local_rank;
   size_t esize = hvd_dtype_size(dtype), chunk = count / (size_t)ls, rem = count % (size_t)ls;
   size_t mine = chunk + (lr == 0 ? rem : 0);
@@ -38,7 +36,7 @@ hvd_status cuda_allreduce_hierarchical(struct coord_gpu *g, void *buf, size_t co
   if (!cuda_nccl_type(dtype, &type) || !cuda_nccl_op(dtype, op, &nop))
     return hvd_error(HVD_ERR_UNSUPPORTED, "NCCL cannot %s %s", hvd_reduce_op_name(op),
                      hvd_dtype_name(dtype));
-  snprintf(name, sizeof(name), "local_%s", net_comm_hostname(w->global, s->rank));
+  snprintf(name, sizeof(name), "local_%s", net_comm_hostname(w->global, w->rank));
   if ((st = cuda_comm_get(g, name, lr, ls, &local)) != HVD_OK ||
       (st = cuda_host_buffer(g, mine * esize, (void **)&host)) != HVD_OK)
     return st;
@@ -57,7 +55,8 @@ hvd_status cuda_allreduce_hierarchical(struct coord_gpu *g, void *buf, size_t co
   if (st == HVD_OK)
     st = cuda_nccl_check(g, ncclGroupEnd(), "ncclGroupEnd");
   if (st == HVD_OK)
-    st = cuda_copy_async(g, host, b + (size_t)lr * chunk * esize, chunk * esize, cudaMemcpyDeviceToHost);
+    st = cuda_copy_async(g, host, b + (size_t)lr * chunk * esize, chunk * esize,
+                         cudaMemcpyDeviceToHost);
   if (st == HVD_OK && mine > chunk)
     st = cuda_copy_async(g, host + chunk * esize, tail, rem * esize, cudaMemcpyDeviceToHost);
   if (st == HVD_OK)
@@ -66,12 +65,13 @@ hvd_status cuda_allreduce_hierarchical(struct coord_gpu *g, void *buf, size_t co
     return st;
 
   /* Across hosts: the average's division is the caller's. */
-  if (mine > 0 && (st = ops_allreduce(s->ops, w->cross, host, host, mine, dtype,
+  if (mine > 0 && (st = ops_allreduce(coord_gpu_ops(g->s), w->cross, host, host, mine, dtype,
                                       op == HVD_AVERAGE ? HVD_SUM : op, 1.0, 1.0)) != HVD_OK)
     return hvd_error_prefix("hierarchical allreduce across hosts");
 
   /* Within the host again: every rank gets every chunk. */
-  st = cuda_copy_async(g, b + (size_t)lr * chunk * esize, host, chunk * esize, cudaMemcpyHostToDevice);
+  st = cuda_copy_async(g, b + (size_t)lr * chunk * esize, host, chunk * esize,
+                       cudaMemcpyHostToDevice);
   if (st == HVD_OK && mine > chunk)
     st = cuda_copy_async(g, tail, host + chunk * esize, rem * esize, cudaMemcpyHostToDevice);
   if (st == HVD_OK)

@@ -23,28 +23,12 @@
 #include <stdio.h>
 
 #include "common/common.h"
+#include "coord/gpu_backend.h"
 #include "coord/lifecycle.h"
 #include "ops/ops.h"
 #include "transport/transport.h"
 
 /* ==== requests and responses (message.c) ====================================== */
-
-enum coord_type {
-  COORD_ALLREDUCE = 0,
-  COORD_ALLGATHER = 1,
-  COORD_BROADCAST = 2,
-  COORD_JOIN = 3,
-  COORD_ALLTOALL = 4,
-  COORD_BARRIER = 5,
-  COORD_REDUCESCATTER = 6,
-  COORD_SET_ADD = 7,    /* registers a process set (global set) */
-  COORD_SET_REMOVE = 8, /* removes one (global set) */
-  COORD_ERROR = 9,      /* responses only: the tensors fail */
-  COORD_TYPE_COUNT = 10,
-};
-
-/* "allreduce", ...; "unknown" otherwise. */
-const char *coord_type_name(int type);
 
 enum {
   COORD_NAME_MAX = 4096,          /* bytes of a tensor name */
@@ -193,14 +177,6 @@ hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_co
 /* ==== handles and entries (handle.c) ============================================ */
 
 /* An output hvd allocates (allgather, alltoall), one per tensor of a handle. */
-struct coord_output {
-  void *data;
-  size_t bytes;
-  void (*free)(void *); /* how data is freed: NULL for free(), or a GPU backend's */
-  int ndims;
-  int64_t shape[HVD_MAX_DIMS];
-};
-
 struct hvd_handle_s {
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -387,50 +363,7 @@ hvd_status coord_fuse(struct coord_response *in, const size_t *bytes, size_t n, 
 
 /* ==== running responses (execute.c) ================================================ */
 
-/* Ends the tensors' current timeline phase and begins `phase` (NULL: none). */
-void coord_execute_phase(struct coord_state *s, const struct coord_response *r,
-                         const char *phase);
-/* Sets a gathered output's size and shape in the entry's handle: total
- * elements, the input's shape with the first dimension to match. */
-void coord_output_shape(struct coord_entry *e, int64_t total, size_t esize);
 
-/* An allgather of a response's tensors over n ranks (gather_plan.c), in
- * elements: the CPU path and the GPU backend both run it. */
-struct coord_gather_copy {
-  uint32_t tensor; /* whose part */
-  size_t src;      /* in the fused blocks */
-  size_t dst;      /* in the tensor's output */
-  size_t count;
-};
-struct coord_gather_plan {
-  int n;
-  size_t tensors;
-  size_t *block_counts;  /* per rank: its parts of every tensor */
-  size_t *block_offsets; /* per rank: where its block starts */
-  size_t total;          /* every block */
-  int64_t *sums;         /* per tensor: elements gathered */
-  /* Rank by rank, tensor by tensor: rank i's part of tensor t is
-   * copies[i * tensors + t]. A rank copies its own parts in (input to
-   * src), and every part out (src to the output at dst). */
-  struct coord_gather_copy *copies;
-};
-hvd_status coord_gather_plan_make(const struct coord_response *r, int n,
-                                  struct coord_gather_plan *p);
-void coord_gather_plan_free(struct coord_gather_plan *p);
-
-/* An alltoall's splits exchange (gather_plan.c): every rank learns how many
- * rows it receives from each, checked, and the output's size. */
-struct coord_alltoall_plan {
-  int32_t *recv_splits; /* per set rank */
-  int64_t row;          /* elements of one row */
-  int64_t rows;         /* rows received */
-};
-hvd_status coord_alltoall_exchange(struct coord_state *s, const struct coord_set *set,
-                                   const struct coord_response *r, const struct coord_entry *e,
-                                   struct coord_alltoall_plan *out);
-/* The exchange succeeded: the handle takes the received splits. */
-void coord_alltoall_done(struct coord_alltoall_plan *p, struct coord_entry *e, int n);
-void coord_alltoall_plan_free(struct coord_alltoall_plan *p);
 
 /* Runs one response on this rank and finishes the entries it covers.
  * Returns a failure of the job (a communicator failed); a failed operation
@@ -458,42 +391,6 @@ void coord_timeline_cycle(struct coord_timeline *t);
 struct coord_gpu; /* a backend's per-process state: its device, streams, communicators */
 struct coord_set;
 
-/*
- * What a GPU backend provides. coord runs every GPU response with the
- * backend's own collectives where it has them (NCCL), else on the
- * host-staged path (inputs copied to host memory, the CPU collectives over
- * TCP, outputs copied back): execute.c asks coord_gpu_run, then stages.
- * Device pointers are opaque here. Every function but device_count and
- * free runs on the thread that runs the loop (or tears the state down, for
- * close).
- */
-struct coord_gpu_backend {
-  const char *name;
-  int nccl_version; /* NCCL_VERSION_CODE, 0: no NCCL */
-  /* GPUs this process sees; HVD_ERR_NOT_FOUND with a reason when none. */
-  hvd_status (*device_count)(int *n);
-  /* Opens `device` for this process's state (on its first GPU response). */
-  hvd_status (*open)(struct coord_state *s, int device, struct coord_gpu **out);
-  /* abort: the job failed; communicators are aborted, not waited for. */
-  void (*close)(struct coord_gpu *g, bool abort);
-  /* Runs a response and leaves the outputs complete (entries[i] NULL where
-   * this rank has none: it joined). HVD_ERR_UNSUPPORTED, with nothing
-   * done, sends it through host staging instead. May be NULL. */
-  hvd_status (*execute)(struct coord_gpu *g, const struct coord_set *set,
-                        const struct coord_response *r, struct coord_entry **entries);
-  /* Makes the stream wait for an input's ready event (the user's). */
-  hvd_status (*wait_event)(struct coord_gpu *g, void *event);
-  /* Synchronous copies between device memory and host memory. */
-  hvd_status (*to_host)(struct coord_gpu *g, void *dst, const void *src, size_t bytes);
-  hvd_status (*to_device)(struct coord_gpu *g, void *dst, const void *src, size_t bytes);
-  /* Device memory for outputs hvd allocates (allgather, alltoall); free
-   * may run on any thread (hvd_handle_release). */
-  hvd_status (*alloc)(struct coord_gpu *g, size_t bytes, void **out);
-  void (*free)(void *p);
-};
-
-/* The backend this build has (cuda/), or NULL when it has none. */
-const struct coord_gpu_backend *coord_gpu_builtin(void);
 /* Tests: the backend later hvd_inits use instead (NULL: the built-in). */
 void coord_gpu_override(const struct coord_gpu_backend *b);
 /* The backend hvd_init picks: the override, else the built-in. */
@@ -524,8 +421,6 @@ hvd_status coord_gpu_stage_out(struct coord_state *s, const struct coord_respons
                                struct coord_entry **entries,
                                const struct coord_gpu_staging *staging);
 void coord_gpu_staging_free(struct coord_gpu_staging *g);
-/* The store scope in which NCCL unique ids travel in this generation (cuda/). */
-void coord_gpu_id_scope(const struct coord_state *s, char *out, size_t size);
 
 /* ==== the state of an initialized process (lifecycle.c, loop.c) =================== */
 

@@ -47,6 +47,45 @@ void coord_gpu_id_scope(const struct coord_state *s, char *out, size_t size) {
   snprintf(out, size, "%snccl", prefix);
 }
 
+/* ==== what a backend may read (gpu_backend.h) ============================================ */
+
+int64_t coord_gpu_timeout_ns(const struct coord_state *s) { return s->cfg.timeout_ns; }
+struct rdzv_client *coord_gpu_store(const struct coord_state *s) { return s->store; }
+struct ops_ctx *coord_gpu_ops(const struct coord_state *s) { return s->ops; }
+const struct net_world *coord_gpu_world(const struct coord_state *s) { return s->world; }
+bool coord_gpu_hierarchical(const struct coord_state *s) { return s->cfg.hierarchical_allreduce; }
+
+int coord_set_id(const struct coord_set *set) { return set->id; }
+uint32_t coord_set_comm_id(const struct coord_set *set) { return set->comm_id; }
+int coord_set_rank(const struct coord_set *set) { return set->rank; }
+int coord_set_size(const struct coord_set *set) { return set->size; }
+struct net_comm *coord_set_comm(const struct coord_set *set) { return set->comm; }
+
+enum coord_type coord_response_type(const struct coord_response *r) {
+  return (enum coord_type)r->type;
+}
+hvd_dtype coord_response_dtype(const struct coord_response *r) { return (hvd_dtype)r->dtype; }
+hvd_reduce_op coord_response_op(const struct coord_response *r) { return (hvd_reduce_op)r->op; }
+uint32_t coord_response_ntensors(const struct coord_response *r) { return r->ntensors; }
+const char *coord_response_name(const struct coord_response *r, uint32_t t) {
+  return r->names[t];
+}
+const int64_t *coord_response_counts(const struct coord_response *r) { return r->counts; }
+double coord_response_prescale(const struct coord_response *r) { return r->prescale; }
+double coord_response_postscale(const struct coord_response *r) { return r->postscale; }
+int coord_response_root(const struct coord_response *r) { return r->root; }
+
+const void *coord_entry_input(const struct coord_entry *e) { return e->input; }
+void *coord_entry_output_buffer(const struct coord_entry *e) { return e->output; }
+const int64_t *coord_entry_shape(const struct coord_entry *e, int *ndims) {
+  *ndims = e->req.ndims;
+  return e->req.shape;
+}
+const int32_t *coord_entry_splits(const struct coord_entry *e) { return e->splits; }
+struct coord_output *coord_gpu_output(const struct coord_entry *e) {
+  return coord_entry_output(e);
+}
+
 /* ==== the public queries ================================================================ */
 
 HVD_API int hvd_cuda_built(void) { return coord_gpu_builtin() != NULL; }
