@@ -1279,9 +1279,20 @@ END_TEST
 START_TEST(init_after_shutdown) { run_ok(_i, reinit, NULL); }
 END_TEST
 
+/* Shuts hvd down once the other thread waits in hvd_handle_wait, driving
+ * the loop (it announces itself before it drives). */
 static void *shutdown_later(void *arg) {
+  int64_t deadline = hvd_deadline_after_ms(10000);
   (void)arg;
-  usleep(100000);
+  for (;;) {
+    struct coord_state *s = coord_acquire_quiet();
+    int drivers = s != NULL ? coord_loop_drivers(s) : 0;
+    if (s != NULL)
+      coord_release();
+    if (drivers > 0 || hvd_now_ns() >= deadline)
+      break;
+    hvd_sleep_ns(1000000);
+  }
   (void)hvd_shutdown();
   return NULL;
 }

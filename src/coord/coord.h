@@ -489,6 +489,8 @@ void coord_wake(struct coord_state *s);
 void coord_loop_drive(struct coord_state *s, struct hvd_handle_s *h, int64_t deadline_ns);
 /* Whether this thread is running the loop (so it is in a completion callback). */
 bool coord_loop_driving(void);
+/* User threads driving the loop or asking to (tests wait on it). */
+int coord_loop_drivers(const struct coord_state *s);
 /* Has the background thread take over at once (hvd_shutdown). */
 void coord_loop_unpark(struct coord_state *s);
 

@@ -870,6 +870,10 @@ static void *loop_main(void *arg) {
 
 bool coord_loop_driving(void) { return t_driving; }
 
+int coord_loop_drivers(const struct coord_state *s) {
+  return s->loop != NULL ? atomic_load(&s->loop->drivers) : 0;
+}
+
 void coord_loop_drive(struct coord_state *s, struct hvd_handle_s *h, int64_t deadline_ns) {
   struct coord_loop *l = s->loop;
   int64_t give_up = hvd_now_ns() + s->cfg.spin_ns;
