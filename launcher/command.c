@@ -22,15 +22,9 @@ hvd_status hvdrun_env_put(struct hvdrun_env *e, const char *kv) {
       return HVD_OK;
     }
   }
-  if (e->n == e->cap) {
-    size_t cap = e->cap ? 2 * e->cap : 64;
-    char **grown = realloc(e->vars, cap * sizeof(*grown));
-    if (grown == NULL) {
-      free(copy);
-      return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a rank's environment");
-    }
-    e->vars = grown;
-    e->cap = cap;
+  if (hvd_array_reserve(&e->vars, &e->cap, e->n + 1, sizeof(*e->vars), 64) != HVD_OK) {
+    free(copy);
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a rank's environment");
   }
   e->vars[e->n++] = copy;
   return HVD_OK;
@@ -85,15 +79,10 @@ hvd_status hvdrun_argv_add(struct hvdrun_argv *a, const char *arg) {
   char *copy = hvd_strndup(arg, strlen(arg));
   if (copy == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a command line");
-  if (a->n + 1 >= a->cap) {
-    size_t cap = a->cap ? 2 * a->cap : 16;
-    char **grown = realloc(a->v, cap * sizeof(*grown));
-    if (grown == NULL) {
-      free(copy);
-      return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a command line");
-    }
-    a->v = grown;
-    a->cap = cap;
+  /* Room for the new argument and the NULL after it. */
+  if (hvd_array_reserve(&a->v, &a->cap, a->n + 2, sizeof(*a->v), 16) != HVD_OK) {
+    free(copy);
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a command line");
   }
   a->v[a->n++] = copy;
   a->v[a->n] = NULL;
@@ -108,16 +97,8 @@ void hvdrun_argv_fini(struct hvdrun_argv *a) {
 }
 
 static hvd_status append(char **out, size_t *len, size_t *cap, const char *s, size_t n) {
-  if (*len + n + 1 > *cap) {
-    size_t c = *cap ? *cap : 256;
-    char *grown;
-    while (c < *len + n + 1)
-      c *= 2;
-    if ((grown = realloc(*out, c)) == NULL)
-      return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a remote command");
-    *out = grown;
-    *cap = c;
-  }
+  if (hvd_array_reserve(out, cap, *len + n + 1, 1, 256) != HVD_OK)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a remote command");
   memcpy(*out + *len, s, n);
   *len += n;
   (*out)[*len] = '\0';

@@ -368,17 +368,7 @@ static int slots_in(const struct hvdrun_host *found, size_t n, const char *name)
 }
 
 static bool reserve(struct hvdrun_hosts_view *v, size_t want) {
-  struct hvdrun_known_host *grown;
-  size_t cap = v->cap == 0 ? 16 : v->cap;
-  if (want <= v->cap)
-    return true;
-  while (cap < want)
-    cap *= 2;
-  if ((grown = realloc(v->hosts, cap * sizeof(*grown))) == NULL)
-    return false;
-  v->hosts = grown;
-  v->cap = cap;
-  return true;
+  return hvd_array_reserve(&v->hosts, &v->cap, want, sizeof(*v->hosts), 16) == HVD_OK;
 }
 
 /* Appends a host (capacity reserved) as the newest. */

@@ -1472,6 +1472,27 @@ static Suite *clock_suite(void) {
   return s;
 }
 
+START_TEST(test_array_reserve) {
+  int *a = NULL;
+  size_t cap = 0;
+  ck_assert_int_eq(hvd_array_reserve(&a, &cap, 0, sizeof(*a), 4), HVD_OK);
+  ck_assert_ptr_nonnull(a); /* never NULL once reserved, even for none */
+  ck_assert_uint_eq(cap, 4);
+  for (int i = 0; i < 4; i++)
+    a[i] = i;
+  ck_assert_int_eq(hvd_array_reserve(&a, &cap, 4, sizeof(*a), 4), HVD_OK);
+  ck_assert_uint_eq(cap, 4); /* enough already */
+  ck_assert_int_eq(hvd_array_reserve(&a, &cap, 9, sizeof(*a), 4), HVD_OK);
+  ck_assert_uint_eq(cap, 16); /* doubled until it fits */
+  for (int i = 0; i < 4; i++)
+    ck_assert_int_eq(a[i], i);
+  ck_assert_int_eq(hvd_array_reserve(&a, &cap, SIZE_MAX / 2, sizeof(*a), 4), HVD_ERR_TOO_LARGE);
+  ck_assert_uint_eq(cap, 16); /* unchanged on failure */
+  ck_assert_int_eq(a[3], 3);
+  free(a);
+}
+END_TEST
+
 static Suite *buf_suite(void) {
   Suite *s = suite_create("buf");
   TCase *tc = tcase_create("buf");
@@ -1481,6 +1502,7 @@ static Suite *buf_suite(void) {
   tcase_add_test(tc, test_buf_printf_long);
   tcase_add_test(tc, test_buf_cap);
   tcase_add_test(tc, test_buf_reserve_overflow);
+  tcase_add_test(tc, test_array_reserve);
   tcase_add_test(tc, test_buf_reset);
   tcase_add_test(tc, test_buf_detach);
   suite_add_tcase(s, tc);

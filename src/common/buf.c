@@ -83,3 +83,21 @@ char *hvd_buf_detach(struct hvd_buf *b, size_t *len) {
   b->len = b->cap = 0;
   return data;
 }
+
+hvd_status hvd_array_reserve(void *array, size_t *cap, size_t need, size_t size, size_t first) {
+  void *items, *grown;
+  size_t ncap = *cap > first ? *cap : first;
+
+  memcpy(&items, array, sizeof(items));
+  if (need <= *cap && items != NULL)
+    return HVD_OK;
+  while (ncap < need)
+    ncap = ncap > SIZE_MAX / 2 ? need : 2 * ncap;
+  if (size != 0 && ncap > SIZE_MAX / size)
+    return hvd_error(HVD_ERR_TOO_LARGE, "an array of %zu elements of %zu bytes", ncap, size);
+  if ((grown = realloc(items, ncap * size)) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot grow an array to %zu elements", ncap);
+  memcpy(array, &grown, sizeof(grown));
+  *cap = ncap;
+  return HVD_OK;
+}

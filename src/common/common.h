@@ -141,6 +141,12 @@ hvd_status hvd_buf_printf(struct hvd_buf *b, const char *fmt, ...) HVD_PRINTF(2,
  * NULL if nothing was ever stored. */
 char *hvd_buf_detach(struct hvd_buf *b, size_t *len);
 
+/* Growing arrays: room for `need` elements of `size` bytes in the array
+ * that `array` points to (a T **), whose capacity is *cap elements. The
+ * capacity doubles from at least `first`; the contents are kept. On
+ * HVD_ERR_NO_MEMORY (or an overflow) the array and *cap are unchanged. */
+hvd_status hvd_array_reserve(void *array, size_t *cap, size_t need, size_t size, size_t first);
+
 /* ---- string-keyed hash map (map.c) ---------------------------------------
  * Open addressing with linear probing. Keys are byte strings copied into the
  * map; values are caller pointers. Not thread-safe.

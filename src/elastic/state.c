@@ -131,14 +131,9 @@ HVD_API hvd_status hvd_elastic_state_add(hvd_elastic_state *state, const char *n
       return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                        "hvd_elastic_state_add: '%s' is already registered", name);
   }
-  if (state->n == state->cap) {
-    size_t cap = state->cap ? state->cap * 2 : 8;
-    struct buffer *grown = realloc(state->bufs, cap * sizeof(*grown));
-    if (grown == NULL)
-      return hvd_error(HVD_ERR_NO_MEMORY, "cannot register '%s'", name);
-    state->bufs = grown;
-    state->cap = cap;
-  }
+  if (hvd_array_reserve(&state->bufs, &state->cap, state->n + 1, sizeof(*state->bufs), 8) !=
+      HVD_OK)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot register '%s'", name);
   b = &state->bufs[state->n];
   memset(b, 0, sizeof(*b));
   snprintf(b->name, sizeof(b->name), "%s", name);

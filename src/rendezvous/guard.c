@@ -63,7 +63,7 @@ struct rdzv_guard {
   void *gone_arg;
   struct pollfd *polls; /* scratch for the parked connections */
   struct tracked **polled;
-  size_t polls_cap;
+  size_t polls_cap, polled_cap;
   uint64_t closed;       /* connections shut for a missed deadline */
   uint64_t closed_logged;
   int64_t next_log_ns;
@@ -88,22 +88,8 @@ static void unlink_tracked(struct rdzv_guard *g, struct tracked *t) {
 
 /* Grows the poll scratch arrays to hold n entries; false if out of memory. */
 static bool reserve_polls(struct rdzv_guard *g, size_t n) {
-  struct pollfd *polls;
-  struct tracked **polled;
-  size_t cap = g->polls_cap == 0 ? 64 : g->polls_cap;
-
-  if (n <= g->polls_cap)
-    return true;
-  while (cap < n)
-    cap *= 2;
-  if ((polls = realloc(g->polls, cap * sizeof(*polls))) == NULL)
-    return false;
-  g->polls = polls;
-  if ((polled = realloc(g->polled, cap * sizeof(*polled))) == NULL)
-    return false;
-  g->polled = polled;
-  g->polls_cap = cap;
-  return true;
+  return hvd_array_reserve(&g->polls, &g->polls_cap, n, sizeof(*g->polls), 64) == HVD_OK &&
+         hvd_array_reserve(&g->polled, &g->polled_cap, n, sizeof(*g->polled), 64) == HVD_OK;
 }
 
 /* Hands parked connections whose client has left to the gone callback. */
