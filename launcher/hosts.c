@@ -20,7 +20,9 @@
 #include "transport/transport.h"
 
 static bool name_ok(const char *name, size_t len) {
-  if (len == 0 || len > HVDRUN_HOST_MAX)
+  /* A leading '-' would reach ssh as an option (found by tests/fuzz;
+   * discovery.c refuses it too). */
+  if (len == 0 || len > HVDRUN_HOST_MAX || name[0] == '-')
     return false;
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)name[i];
@@ -36,8 +38,9 @@ static hvd_status add_host(struct hvdrun_host **hosts, size_t *n, const char *na
 
   if (!name_ok(name, len))
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                     "%s: '%.*s' is not a host name (letters, digits, '.', '-', '_')", where,
-                     (int)(len > 300 ? 300 : len), name);
+                     "%s: '%.*s' is not a host name (letters, digits, '.', '-', '_', not "
+                     "starting with '-')",
+                     where, (int)(len > 300 ? 300 : len), name);
   for (size_t i = 0; i < *n; i++) {
     if (strlen((*hosts)[i].name) == len && strncmp((*hosts)[i].name, name, len) == 0)
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: host '%.*s' is listed twice", where,

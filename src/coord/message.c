@@ -492,6 +492,8 @@ hvd_status coord_decode_requests(const void *data, size_t len, struct coord_requ
   /* A request is at least 56 bytes: that bounds the count. */
   l.n = get_count(&r, 56, UINT32_MAX, "request count");
   l.reqs = get_array(&r, l.n, sizeof(*l.reqs), "requests");
+  if (l.reqs == NULL)
+    l.n = 0; /* a failed allocation (r.bad says so): fini must not walk a NULL array */
   for (uint32_t i = 0; i < l.n && r.bad == NULL; i++)
     get_request(&r, &l.reqs[i]);
   /* An inline hit is at least 8 bytes. */
@@ -602,6 +604,8 @@ hvd_status coord_decode_responses(const void *data, size_t len, struct coord_res
   /* A response is at least 13 bytes (a cached one with one bit). */
   l.n = get_count(&r, 13, UINT32_MAX, "response count");
   l.resps = get_array(&r, l.n, sizeof(*l.resps), "responses");
+  if (l.resps == NULL)
+    l.n = 0; /* as for requests */
   for (uint32_t i = 0; i < l.n && r.bad == NULL; i++)
     get_response(&r, &l.resps[i]);
   if (r.bad == NULL && r.left != 0)
