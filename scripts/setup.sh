@@ -7,6 +7,8 @@ set -eu
 
 PACKAGES="
 gcc
+clang
+libclang-rt-14-dev
 make
 cmake
 pkg-config

@@ -2,8 +2,10 @@
 # Sets up a fresh Debian 12 machine, builds hvd and runs the whole test suite;
 # then builds again under AddressSanitizer+UBSan and under ThreadSanitizer
 # (build-address-undefined/, build-thread/) and runs the multi-process
-# suites (and, under ASan, the unit suites) there. Extra arguments go to
-# ctest (e.g. -L unit, -R rendezvous) and skip the sanitizer passes, as do
+# suites (and, under ASan, the unit suites) there; then builds build-fuzz/
+# with clang and runs each fuzz harness for a short while (ctest -L fuzz).
+# Extra arguments go to ctest (e.g. -L unit, -R rendezvous) and skip the
+# sanitizer and fuzz passes, as do
 # HVD_SANITIZE (the whole run is then under that sanitizer) and
 # HVD_TEST_SANITIZERS=0.
 set -eu
@@ -21,3 +23,13 @@ for pass in "address,undefined mp|unit" "thread mp"; do
     sdir=$(HVD_SANITIZE=$sanitizers ./scripts/build.sh | tail -n 1)
     (cd "$sdir" && ctest --output-on-failure --timeout 900 -j "$(nproc)" -L "$labels")
 done
+
+# The fuzz harnesses, a bounded run each (tests/fuzz/README.md); they skip
+# (ctest says why) where clang or its libFuzzer runtime is missing.
+echo "test.sh: the fuzz suites (clang, libFuzzer, ASan+UBSan)"
+if ! command -v "${CC:-clang}" >/dev/null 2>&1; then
+    echo "test.sh: skipping the fuzz suites: no ${CC:-clang} (scripts/setup.sh installs clang)"
+    exit 0
+fi
+fdir=$(HVD_FUZZ=1 ./scripts/build.sh | tail -n 1)
+(cd "$fdir" && ctest --output-on-failure -L fuzz)
