@@ -666,9 +666,12 @@ static void watch_fired(struct rdzv_waiter *w, void *arg) {
   hvdrun_sup_wake(sw->sup);
 }
 
+/* Under the store's lock, on the arming thread: the wait is registered, so
+ * its result belongs to the fire callback from now on. */
 static void watch_parked(struct rdzv_waiter *w, void *arg) {
+  struct scope_watch *sw = arg;
   (void)w;
-  (void)arg;
+  sw->parked = true;
 }
 
 /* Arms the watch again once the store has handed it back (the driver's
@@ -694,15 +697,14 @@ static bool watch_arm(struct driver *d, struct scope_watch *sw) {
   sw->w.fire = watch_fired;
   sw->w.fire_arg = sw;
   sw->sup = &d->sup;
+  sw->parked = false;
   atomic_store(&sw->fired, false);
-  if (rdzv_store_wait(d->store, &sw->w, watch_parked, NULL) != HVD_OK ||
-      sw->w.result != RDZV_WAIT_PENDING) {
-    /* Ready at once (or not registered): no callback comes. */
-    sw->armed = true;
+  sw->armed = true;
+  if (rdzv_store_wait(d->store, &sw->w, watch_parked, sw) != HVD_OK || !sw->parked) {
+    /* Finished at once (ready, or not registered): no callback comes. */
     atomic_store(&sw->fired, true);
     return false;
   }
-  sw->armed = true;
   return true;
 }
 

@@ -34,6 +34,7 @@ struct scope_watch {
   const char *scope;
   struct rdzv_waiter w;
   bool armed;            /* w is registered with the store, or was */
+  bool parked;           /* the store registered w (else it finished at once) */
   atomic_bool fired;     /* the store handed w back: it may be armed again */
   uint64_t seen;         /* the scope's version at the last wake-up */
   struct hvdrun_sup *sup;
