@@ -240,14 +240,8 @@ static bool same_plan(const struct driver *d, const struct hvdrun_host *hosts,
 
 struct worker *driver_add_worker(struct driver *d) {
   struct worker *w;
-  if (d->nw == d->capw) {
-    size_t cap = d->capw ? d->capw * 2 : 16;
-    struct worker *grown = realloc(d->w, cap * sizeof(*grown));
-    if (grown == NULL)
-      return NULL;
-    d->w = grown;
-    d->capw = cap;
-  }
+  if (hvd_array_reserve(&d->w, &d->capw, d->nw + 1, sizeof(*d->w), 16) != HVD_OK)
+    return NULL;
   w = &d->w[d->nw];
   memset(w, 0, sizeof(*w));
   w->label = (int)d->nw;

@@ -93,28 +93,14 @@ void *ops_scratch(struct ops_ctx *o, int which, size_t bytes) {
 }
 
 struct net_req *ops_requests(struct ops_ctx *o, size_t n) {
-  if (n > o->nreqs) {
-    struct net_req *r = realloc(o->reqs, n * sizeof(*r));
-    if (r == NULL) {
-      hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate %zu requests", n);
-      return NULL;
-    }
-    o->reqs = r;
-    o->nreqs = n;
-  }
+  if (hvd_array_reserve(&o->reqs, &o->nreqs, n, sizeof(*o->reqs), 16) != HVD_OK)
+    return NULL;
   return o->reqs;
 }
 
 size_t *ops_sizes(struct ops_ctx *o, size_t n) {
-  if (n > o->nsizes) {
-    size_t *s = realloc(o->sizes, n * sizeof(*s));
-    if (s == NULL) {
-      hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate %zu sizes", n);
-      return NULL;
-    }
-    o->sizes = s;
-    o->nsizes = n;
-  }
+  if (hvd_array_reserve(&o->sizes, &o->nsizes, n, sizeof(*o->sizes), 16) != HVD_OK)
+    return NULL;
   return o->sizes;
 }
 

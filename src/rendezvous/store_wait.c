@@ -54,14 +54,9 @@ static void heap_down(struct rdzv_store *s, size_t i) {
 }
 
 static hvd_status heap_push(struct rdzv_store *s, struct rdzv_waiter *w) {
-  if (s->heap_len == s->heap_cap) {
-    size_t cap = s->heap_cap == 0 ? 64 : s->heap_cap * 2;
-    struct rdzv_waiter **heap = realloc(s->heap, cap * sizeof(*heap));
-    if (heap == NULL)
-      return hvd_error(HVD_ERR_NO_MEMORY, "cannot grow the waiter heap to %zu", cap);
-    s->heap = heap;
-    s->heap_cap = cap;
-  }
+  hvd_status st = hvd_array_reserve(&s->heap, &s->heap_cap, s->heap_len + 1, sizeof(*s->heap), 64);
+  if (st != HVD_OK)
+    return st;
   s->heap[s->heap_len] = w;
   w->heap_index = s->heap_len++;
   heap_up(s, w->heap_index);
