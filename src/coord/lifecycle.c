@@ -369,9 +369,11 @@ hvd_status coord_init_state(const struct coord_start *how) {
   pthread_mutex_lock(&g_life);
   if (st == HVD_OK)
     st = publish(s);
-  else if (g_stop_start)
-    st = hvd_error(HVD_ERR_ABORTED, "hvd_shutdown was called while hvd_init ran (%s)",
-                   hvd_last_error_message());
+  else if (g_stop_start) {
+    char why[HVD_ERROR_MESSAGE_MAX];
+    snprintf(why, sizeof(why), "%s", hvd_last_error_message());
+    st = hvd_error(HVD_ERR_ABORTED, "hvd_shutdown was called while hvd_init ran (%s)", why);
+  }
   if (st != HVD_OK)
     hvd_error_prefix("hvd_init");
   g_starting = false;
