@@ -655,9 +655,11 @@ static void failed_cb(void *arg) { stop_job(arg, 1, "poll failed"); }
 
 static void watch_fired(struct rdzv_waiter *w, void *arg) {
   struct scope_watch *sw = arg;
+  struct hvdrun_sup *sup = atomic_load(&sw->sup);
   (void)w;
   atomic_store(&sw->fired, true);
-  hvdrun_sup_wake(sw->sup);
+  if (sup != NULL) /* NULL: a watch the store kept past the driver's end */
+    hvdrun_sup_wake(sup);
 }
 
 /* Under the store's lock, on the arming thread: the wait is registered, so
@@ -690,12 +692,17 @@ static bool watch_arm(struct driver *d, struct scope_watch *sw) {
   sw->w.deadline_ns = hvd_deadline_after_ms(WATCH_MS);
   sw->w.fire = watch_fired;
   sw->w.fire_arg = sw;
-  sw->sup = &d->sup;
+  atomic_store(&sw->sup, &d->sup);
   sw->parked = false;
   atomic_store(&sw->fired, false);
   sw->armed = true;
-  if (rdzv_store_wait(d->store, &sw->w, watch_parked, sw) != HVD_OK || !sw->parked) {
-    /* Finished at once (ready, or not registered): no callback comes. */
+  if (rdzv_store_wait(d->store, &sw->w, watch_parked, sw) != HVD_OK) {
+    /* Not registered (the store is full, say): the next tick tries again. */
+    atomic_store(&sw->fired, true);
+    return true;
+  }
+  if (!sw->parked) {
+    /* Finished at once: no callback comes, and the scope changed. */
     atomic_store(&sw->fired, true);
     return false;
   }
@@ -706,7 +713,9 @@ static bool watch_arm(struct driver *d, struct scope_watch *sw) {
  * driver in pods mode. */
 static void watches_retire(struct driver *d) {
   int64_t deadline = hvd_deadline_after_ms(RETIRE_MS);
-  for (size_t i = 0; i < HVD_ARRAY_SIZE(d->watches); i++) {
+  bool kept = false;
+
+  for (size_t i = 0; i < d->nwatches; i++) {
     struct scope_watch *sw = &d->watches[i];
     if (!sw->armed)
       continue;
@@ -715,14 +724,29 @@ static void watches_retire(struct driver *d) {
     while (!atomic_load(&sw->fired) && hvd_now_ns() < deadline)
       hvd_sleep_ns(1000000);
     if (!atomic_load(&sw->fired)) {
-      /* Never handed back: leaving it allocated is the safe choice. */
       driver_say(d, "the store kept the driver's watch on scope '%s'", sw->scope);
+      atomic_store(&sw->sup, NULL);
+      kept = true;
       continue;
     }
     rdzv_blob_unref(sw->w.value);
     sw->w.value = NULL;
     sw->armed = false;
   }
+  if (!kept) /* else left allocated: the store may still hand a watch back */
+    free(d->watches);
+  d->watches = NULL;
+  d->nwatches = 0;
+}
+
+/* The scopes the driver watches; false if out of memory. */
+static bool watches_init(struct driver *d, const char *const *scopes, size_t n) {
+  if ((d->watches = calloc(n, sizeof(*d->watches))) == NULL)
+    return false;
+  d->nwatches = n;
+  for (size_t i = 0; i < n; i++)
+    d->watches[i].scope = scopes[i];
+  return true;
 }
 
 /* Discovery when due, the workers that left the round, the next round. */
@@ -764,10 +788,8 @@ static int64_t tick_cb(void *arg) {
   check_finished(d);
   if (d->stopping || (d->finishing && !d->pods))
     hvdrun_sup_end_when_idle(&d->sup);
-  for (size_t i = 0; i < HVD_ARRAY_SIZE(d->watches) && !d->stopping; i++) {
-    if (d->watches[i].scope != NULL)
-      quiet = watch_arm(d, &d->watches[i]) && quiet;
-  }
+  for (size_t i = 0; i < d->nwatches && !d->stopping; i++)
+    quiet = watch_arm(d, &d->watches[i]) && quiet;
   if (!quiet)
     return hvd_now_ns();
   return !d->pods && d->next_discovery < next ? d->next_discovery : next;
@@ -827,7 +849,6 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
   memset(&d, 0, sizeof(d));
   d.o = o;
   d.name = "hvdrun";
-  d.watches[0].scope = "elastic_ready";
   d.digits = 1;
   if (o->discovery_script == NULL) {
     d.fixed = hosts;
@@ -835,6 +856,8 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
   }
   hvdrun_hosts_view_init(&d.view, o->cooldown_min_s, o->cooldown_max_s);
   st = hvdrun_sup_init(&d.sup, &hooks); /* before the store's threads */
+  if (st == HVD_OK && !watches_init(&d, (const char *const[]){"elastic_ready"}, 1))
+    st = hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
   if (st == HVD_OK && (st = discover(&d)) != HVD_OK)
     hvd_error_prefix("host discovery");
   if (st == HVD_OK)
@@ -861,8 +884,6 @@ int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *
   memset(&d, 0, sizeof(d));
   d.o = o;
   d.name = "hvd-rendezvous";
-  d.watches[0].scope = "elastic_ready";
-  d.watches[1].scope = "elastic_pods";
   d.pods = true;
   d.pod_timeout_s = pod_timeout_s;
   d.digits = 1;
@@ -871,6 +892,8 @@ int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *
   d.pending_since = hvd_now_ns();
   if (hvdrun_sup_init(&d.sup, &hooks) != HVD_OK) {
     driver_say(&d, "%s", hvd_last_error_message());
+  } else if (!watches_init(&d, (const char *const[]){"elastic_ready", "elastic_pods"}, 2)) {
+    driver_say(&d, "out of memory");
   } else {
     hvdrun_sup_run(&d.sup);
     code = d.exit_code;

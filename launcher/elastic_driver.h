@@ -37,7 +37,7 @@ struct scope_watch {
   bool parked;           /* the store registered w (else it finished at once) */
   atomic_bool fired;     /* the store handed w back: it may be armed again */
   uint64_t seen;         /* the scope's version at the last wake-up */
-  struct hvdrun_sup *sup;
+  _Atomic(struct hvdrun_sup *) sup; /* whom the callback wakes */
 };
 
 struct driver {
@@ -64,7 +64,10 @@ struct driver {
   uint64_t updates;
   int64_t next_discovery;
   bool discovered_once;
-  struct scope_watch watches[2]; /* elastic_ready; elastic_pods (pods only) */
+  /* elastic_ready; elastic_pods (pods only). On the heap: should the store
+   * keep one past the driver's end, it is left allocated, not freed. */
+  struct scope_watch *watches;
+  size_t nwatches;
   /* pods (hvd-rendezvous --min-np): workers are pods that register */
   bool pods;
   int pod_timeout_s;
