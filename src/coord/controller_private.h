@@ -67,7 +67,7 @@ struct coord_controller {
    * kept across lists (grown, never shrunk; empty between lists) */
   struct coord_response *singles;
   size_t *single_bytes;
-  size_t singles_cap;
+  size_t singles_cap, single_bytes_cap;
 
   bool shutdown;      /* a rank asked to shut down */
   bool aborting;      /* a rank reported a failure */

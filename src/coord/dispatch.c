@@ -325,19 +325,10 @@ static bool defer_removal(struct coord_controller *c, struct pending *p) {
 
 /* Room for n single responses: the arrays are kept across lists. */
 static hvd_status reserve_singles(struct coord_controller *c, size_t n) {
-  size_t cap = c->singles_cap ? 2 * c->singles_cap : 16;
-  struct coord_response *singles;
-  size_t *bytes;
-
-  if (n <= c->singles_cap)
-    return HVD_OK;
-  if ((singles = realloc(c->singles, cap * sizeof(*singles))) != NULL)
-    c->singles = singles;
-  if ((bytes = realloc(c->single_bytes, cap * sizeof(*bytes))) != NULL)
-    c->single_bytes = bytes;
-  if (singles == NULL || bytes == NULL)
+  if (hvd_array_reserve(&c->singles, &c->singles_cap, n, sizeof(*c->singles), 16) != HVD_OK ||
+      hvd_array_reserve(&c->single_bytes, &c->single_bytes_cap, n, sizeof(*c->single_bytes),
+                        16) != HVD_OK)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response list");
-  c->singles_cap = cap;
   return HVD_OK;
 }
 

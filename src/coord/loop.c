@@ -73,11 +73,11 @@ struct coord_loop {
    * and the arrays of a cached response rebuilt (names borrowed from the
    * cache, which nothing changes while the response runs). */
   struct coord_request_list requests;
-  uint32_t reqs_cap, inline_cap, hits_cap;
+  size_t reqs_cap, inline_cap, hits_cap;
   char **cached_names;
   int32_t *cached_bits;
   int64_t *cached_counts;
-  uint32_t cached_names_cap, cached_bits_cap, cached_counts_cap;
+  size_t cached_names_cap, cached_bits_cap, cached_counts_cap;
   /* Who drives (see DESIGN): the holder of `drive` runs turns. */
   pthread_mutex_t drive;
   atomic_int drivers;       /* user threads driving or asking to */
@@ -157,21 +157,6 @@ static bool driver_sleep(void *arg) {
   return driver_check(arg);
 }
 
-/* Room for `need` items of `size` bytes in items (capacity *cap): the
- * buffers a turn fills grow by doubling and are kept. NULL: out of memory
- * (items is unchanged); never NULL otherwise, even for no items. */
-static void *reserve(void *items, uint32_t *cap, uint32_t need, size_t size) {
-  uint32_t ncap = *cap > 0 ? *cap : 16;
-  void *grown;
-
-  if (need <= *cap && items != NULL)
-    return items;
-  while (ncap < need)
-    ncap = ncap <= UINT32_MAX / 2 ? 2 * ncap : need;
-  if ((grown = realloc(items, (size_t)ncap * size)) != NULL)
-    *cap = ncap;
-  return grown;
-}
 
 /* ==== framing ============================================================================ */
 
@@ -379,21 +364,18 @@ static hvd_status expand(struct coord_loop *l, const struct coord_response *r,
   const struct coord_cache *cache = &l->s->cache;
   const struct coord_cache_entry *first = coord_cache_entry(cache, r->bits[0]);
   uint32_t per;
-  void *p;
 
   if (first == NULL || first->state != COORD_CACHE_ACTIVE)
     return hvd_error(HVD_ERR_PROTOCOL, "rank 0 sent cache bit %d, which this rank does not have",
                      r->bits[0]);
   per = first->resp.ncounts;
-  if ((p = reserve(l->cached_names, &l->cached_names_cap, r->ntensors, sizeof(char *))) != NULL)
-    l->cached_names = p;
-  if (p != NULL &&
-      (p = reserve(l->cached_bits, &l->cached_bits_cap, r->ntensors, sizeof(int32_t))) != NULL)
-    l->cached_bits = p;
-  if (p != NULL && (p = reserve(l->cached_counts, &l->cached_counts_cap, per * r->ntensors,
-                                sizeof(int64_t))) != NULL)
-    l->cached_counts = p;
-  if (p == NULL)
+  /* The rebuilt response's arrays: kept across turns, grown by doubling. */
+  if (hvd_array_reserve(&l->cached_names, &l->cached_names_cap, r->ntensors,
+                        sizeof(*l->cached_names), 16) != HVD_OK ||
+      hvd_array_reserve(&l->cached_bits, &l->cached_bits_cap, r->ntensors,
+                        sizeof(*l->cached_bits), 16) != HVD_OK ||
+      hvd_array_reserve(&l->cached_counts, &l->cached_counts_cap, (size_t)per * r->ntensors,
+                        sizeof(*l->cached_counts), 16) != HVD_OK)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot expand a cached response");
   *out = first->resp;
   out->ntensors = r->ntensors;
@@ -654,21 +636,19 @@ static hvd_status add_request(struct coord_loop *l, const struct coord_entry *e)
   struct coord_cache *cache = &l->s->cache;
   struct coord_request_list *out = &l->requests;
   int bit = cache->capacity > 0 ? coord_cache_hit(cache, &e->req) : -1;
-  void *p;
 
   if (bit < 0) {
-    if ((p = reserve(out->reqs, &l->reqs_cap, out->n + 1, sizeof(*out->reqs))) == NULL)
+    if (hvd_array_reserve(&out->reqs, &l->reqs_cap, (size_t)out->n + 1, sizeof(*out->reqs), 16) !=
+        HVD_OK)
       return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
-    out->reqs = p;
     out->reqs[out->n++] = e->req;
     return HVD_OK;
   }
   if (e->req.inline_len > 0) {
     struct coord_inline_hit *h;
-    p = reserve(out->inline_hits, &l->inline_cap, out->ninline_hits + 1, sizeof(*h));
-    if (p == NULL)
+    if (hvd_array_reserve(&out->inline_hits, &l->inline_cap, (size_t)out->ninline_hits + 1,
+                          sizeof(*out->inline_hits), 16) != HVD_OK)
       return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
-    out->inline_hits = p;
     h = &out->inline_hits[out->ninline_hits++];
     h->bit = bit;
     h->len = e->req.inline_len;
@@ -676,9 +656,8 @@ static hvd_status add_request(struct coord_loop *l, const struct coord_entry *e)
   } else {
     uint32_t need = (uint32_t)bit / 8 + 1;
     if (need > out->hits_bytes) {
-      if ((p = reserve(out->hits, &l->hits_cap, need, 1)) == NULL)
+      if (hvd_array_reserve(&out->hits, &l->hits_cap, need, sizeof(*out->hits), 16) != HVD_OK)
         return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a request list");
-      out->hits = p;
       memset(out->hits + out->hits_bytes, 0, need - out->hits_bytes);
       out->hits_bytes = need;
     }
