@@ -140,7 +140,7 @@ struct coord_output *coord_gpu_output(const struct coord_entry *e);
  * elements, the input's shape with the first dimension to match. */
 void coord_output_shape(struct coord_entry *e, int64_t total, size_t esize);
 
-/* ==== plans the CPU path and a backend share (gather_plan.c) ========================= */
+/* ==== plans the CPU path and a backend share (plans.c) =============================== */
 
 /* An allgather of a response's tensors over n ranks, in elements. */
 struct coord_gather_copy {
