@@ -72,6 +72,22 @@ hvd_status cuda_host_buffer(struct coord_gpu *g, size_t bytes, void **out) {
   return st;
 }
 
+/* Pinned staging stops here: beyond it, host staging pages in malloc'd
+ * memory rather than keep that much host memory locked for the process's
+ * life. */
+#define CUDA_PINNED_STAGING_MAX ((size_t)1 << 30)
+
+/* The hierarchical allreduce's buffer serves: both run on the loop's
+ * thread, and a response is staged only when execute declined it. */
+static void staging_buffer(struct coord_gpu *g, size_t bytes, void **out) {
+  *out = NULL;
+  if (bytes > CUDA_PINNED_STAGING_MAX || cuda_use_device(g) != HVD_OK ||
+      cuda_host_buffer(g, bytes, out) != HVD_OK) {
+    *out = NULL;
+    hvd_error_clear(); /* malloc'd staging still works */
+  }
+}
+
 /* ==== the backend's functions ========================================================= */
 
 static hvd_status device_count(int *n) {
@@ -206,6 +222,7 @@ static const struct coord_gpu_backend cuda_backend = {
     .wait_event = wait_event,
     .to_host = to_host,
     .to_device = to_device,
+    .staging_buffer = staging_buffer,
     .alloc = alloc,
     .free = release,
 };

@@ -40,6 +40,9 @@ static struct {
   uint32_t last_ntensors; /* of the last response execute saw */
   int hvd_allocs, hvd_frees;
   void *last_freed;
+  unsigned char *staging; /* the declining backend's staging buffer (plain host memory) */
+  size_t staging_cap;
+  int staging_calls;
   const void *events[MAX_EVENTS];
   int nevents;
   int bad; /* misuses seen; bad_msg says what the first was */
@@ -242,6 +245,23 @@ static void fake_free(void *p) {
   pthread_mutex_unlock(&fake.mu);
 }
 
+/* Grows one buffer, as a backend's page-locked one: its bytes are
+ * scribbled over on every call, so nothing may rely on them surviving. */
+static void fake_staging_buffer(struct coord_gpu *g, size_t bytes, void **out) {
+  pthread_mutex_lock(&fake.mu);
+  check_state(g, "staging_buffer");
+  fake.staging_calls++;
+  if (bytes > fake.staging_cap) {
+    free(fake.staging);
+    fake.staging = malloc(bytes);
+    fake.staging_cap = fake.staging != NULL ? bytes : 0;
+  }
+  if (fake.staging != NULL)
+    memset(fake.staging, 0x5C, fake.staging_cap);
+  *out = fake.staging;
+  pthread_mutex_unlock(&fake.mu);
+}
+
 /* execute NULL: everything is staged. */
 static const struct coord_gpu_backend staged_backend = {
     .name = "fake-staged",
@@ -254,7 +274,8 @@ static const struct coord_gpu_backend staged_backend = {
     .alloc = fake_alloc,
     .free = fake_free,
 };
-/* execute declines (HVD_ERR_UNSUPPORTED): staging is the fallback. */
+/* execute declines (HVD_ERR_UNSUPPORTED): staging is the fallback, in the
+ * backend's staging buffer. */
 static const struct coord_gpu_backend declining_backend = {
     .name = "fake-declining",
     .device_count = fake_device_count,
@@ -264,6 +285,7 @@ static const struct coord_gpu_backend declining_backend = {
     .wait_event = fake_wait_event,
     .to_host = fake_to_host,
     .to_device = fake_to_device,
+    .staging_buffer = fake_staging_buffer,
     .alloc = fake_alloc,
     .free = fake_free,
 };
@@ -464,6 +486,32 @@ static int release_output(hvd_handle h, int device) {
   return 0;
 }
 
+/* Takes h's output over and releases h: the output outlives the handle
+ * until hvd_output_free_gpu gives it back through the backend's free
+ * (hvd_output_free for host memory). */
+static int free_taken_output(hvd_handle h, int device) {
+  void *data = NULL;
+  size_t bytes = 0;
+  int frees;
+  bool freed;
+  CALL(hvd_handle_take_output(h, 0, &data, &bytes, NULL));
+  hvd_handle_release(h);
+  if (device == HVD_DEVICE_CPU) {
+    hvd_output_free(data);
+    return 0;
+  }
+  EXPECT(hvd_block(data, bytes), "the taken output %p did not outlive its handle", data);
+  pthread_mutex_lock(&fake.mu);
+  frees = fake.hvd_frees;
+  pthread_mutex_unlock(&fake.mu);
+  hvd_output_free_gpu(data);
+  pthread_mutex_lock(&fake.mu);
+  freed = fake.hvd_frees > frees && fake.last_freed == data;
+  pthread_mutex_unlock(&fake.mu);
+  EXPECT(freed, "hvd_output_free_gpu(%p) did not go through the backend's free", data);
+  return 0;
+}
+
 /* Two at once (fused where they can be): rank r gives r + 1 rows of 3
  * floats, and r rows of 2 ints (rank 0 none). */
 static int case_allgather(int rank, int size, int device, struct result *res) {
@@ -511,7 +559,8 @@ static int case_allgather(int rank, int size, int device, struct result *res) {
                "allgather %d on device %d: element %d of rank %d is %g", k, device, i, r, v);
       }
     }
-    if ((code = release_output(h[k], device)) != 0)
+    code = k == 0 ? release_output(h[k], device) : free_taken_output(h[k], device);
+    if (code != 0)
       return code;
     buf_free(device, in[k]);
   }
@@ -746,7 +795,12 @@ static int gpu_matches_cpu(int rank, int size, void *arg) {
     free(gpu.data);
     free(cpu.data);
   }
-  return finish(rank, device, v->executes);
+  if ((count = finish(rank, device, v->executes)) != 0)
+    return count;
+  EXPECT((fake.staging_calls > 0) == (v->backend->staging_buffer != NULL),
+         "%s: the staging buffer was asked for %d times", v->name, fake.staging_calls);
+  free(fake.staging);
+  return 0;
 }
 
 /* _i: variant * 2 + (size - 2). */

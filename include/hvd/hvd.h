@@ -388,15 +388,19 @@ HVD_API hvd_status hvd_handle_output_at(hvd_handle handle, size_t index, void **
  * Like hvd_handle_output_at, and the caller takes the output over, so that
  * a framework can adopt the buffer as its tensor's memory without a copy:
  * the handle no longer frees it (later calls for this index return
- * HVD_ERR_PRECONDITION), and the caller frees it with hvd_output_free,
- * from any thread, also after hvd_shutdown. *data is valid for *bytes
- * bytes (never NULL, also for 0 bytes) and aligned for every dtype.
- * Host memory only: HVD_ERR_UNSUPPORTED for a GPU tensor's output.
+ * HVD_ERR_PRECONDITION), and the caller frees it with hvd_output_free
+ * (host memory) or hvd_output_free_gpu (a GPU tensor's output, in device
+ * memory), from any thread, also after hvd_shutdown. *data is valid for
+ * *bytes bytes (never NULL, also for 0 bytes) and aligned for every dtype.
  */
 HVD_API hvd_status hvd_handle_take_output(hvd_handle handle, size_t index, void **data,
                                           size_t *bytes, int64_t *shape);
-/* Frees an output taken with hvd_handle_take_output. NULL is a no-op. */
+/* Frees a host-memory output taken with hvd_handle_take_output. NULL is a no-op. */
 HVD_API void hvd_output_free(void *data);
+/* Frees a GPU tensor's output taken with hvd_handle_take_output (device
+ * memory, freed by the GPU backend hvd was initialized with). NULL is a
+ * no-op; so is every call in a build without GPU support. */
+HVD_API void hvd_output_free_gpu(void *data);
 
 /* An alltoall's received splits, one per rank of the process set (rows
  * received from each), valid until the handle is released. */

@@ -313,7 +313,8 @@ def release_all():
 
 def take_output(c, index=0):
     """(address, bytes, shape) of an output hvd allocated, now the caller's:
-    free it with lib.hvd_output_free."""
+    free it with lib.hvd_output_free (lib.hvd_output_free_gpu if it is a GPU
+    tensor's)."""
     data = c_void_p()
     nbytes = c_size_t()
     shape = (ctypes.c_int64 * _lib.MAX_DIMS)()

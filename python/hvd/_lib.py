@@ -115,6 +115,7 @@ _FUNCTIONS = {
         (_status, [_handle, POINTER(POINTER(c_int32)), POINTER(c_size_t)]),
     'hvd_handle_release': (None, [_handle]),
     'hvd_output_free': (None, [c_void_p]),
+    'hvd_output_free_gpu': (None, [c_void_p]),
     'hvd_cuda_built': (c_int, []),
     'hvd_nccl_built': (c_int, []),
     'hvd_process_set_add': (_status, [POINTER(c_int), c_size_t, POINTER(c_int)]),

@@ -710,11 +710,6 @@ HVD_API hvd_status hvd_handle_take_output(hvd_handle h, size_t index, void **dat
   hvd_status st = output_at(h, index, "hvd_handle_take_output", &o);
   if (st != HVD_OK)
     return st;
-  if (o->free != NULL)
-    return hvd_error(HVD_ERR_UNSUPPORTED,
-                     "hvd_handle_take_output: output %zu is in GPU memory, which only the "
-                     "handle can free (use hvd_handle_output_at)",
-                     index);
   describe_output(o, data, bytes, shape);
   o->data = NULL;
   return HVD_OK;
@@ -722,6 +717,14 @@ HVD_API hvd_status hvd_handle_take_output(hvd_handle h, size_t index, void **dat
 
 /* Outputs are host_output's posix_memalign (execute.c). */
 HVD_API void hvd_output_free(void *data) { free(data); }
+
+/* A GPU output came from the backend's alloc (gpu.c's move_output, or the
+ * backend's own collectives), whose free may run on any thread. */
+HVD_API void hvd_output_free_gpu(void *data) {
+  const struct coord_gpu_backend *b = coord_gpu_backend();
+  if (data != NULL && b != NULL)
+    b->free(data);
+}
 
 HVD_API hvd_status hvd_handle_received_splits(hvd_handle h, const int32_t **splits, size_t *n) {
   hvd_status st = completed_ok(h, "hvd_handle_received_splits");

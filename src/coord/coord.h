@@ -412,6 +412,7 @@ struct coord_gpu_staging {
   struct coord_entry **entries; /* what the CPU collectives run on */
   size_t *out_bytes;            /* output bytes the caller gave; 0: hvd allocates */
   size_t n;
+  bool pinned; /* the copies' buffers are the backend's staging buffer, not malloc'd */
 };
 hvd_status coord_gpu_stage_in(struct coord_state *s, const struct coord_set *set,
                               const struct coord_response *r, struct coord_entry **entries,

@@ -145,7 +145,7 @@ static hvd_status move_output(struct coord_state *s, struct coord_output *o) {
 }
 
 void coord_gpu_staging_free(struct coord_gpu_staging *g) {
-  for (size_t i = 0; g->copies != NULL && i < g->n; i++) {
+  for (size_t i = 0; g->copies != NULL && !g->pinned && i < g->n; i++) {
     free((void *)g->copies[i].input);
     free(g->copies[i].output);
   }
@@ -155,11 +155,52 @@ void coord_gpu_staging_free(struct coord_gpu_staging *g) {
   memset(g, 0, sizeof(*g));
 }
 
+/* Each staged buffer starts on a cache line; never 0 bytes, so that no
+ * pointer is NULL even for a reducescatter share of 0 rows (the CPU
+ * collectives copy 0 bytes to it, and memcpy to NULL is undefined). */
+static size_t staged_size(size_t bytes) { return ((bytes > 0 ? bytes : 1) + 63) & ~(size_t)63; }
+
+/* The entries' host buffers: carved from the backend's page-locked staging
+ * buffer when it has one that large (copies run at the bus's speed and
+ * nothing is paged in per operation), else malloc'd one by one. */
+static hvd_status staging_buffers(struct coord_state *s, const struct coord_response *r,
+                                  struct coord_entry **entries, struct coord_gpu_staging *out,
+                                  const size_t *in_bytes) {
+  const struct coord_gpu_backend *b = s->gpu_backend;
+  size_t total = 0, used = 0;
+  char *pinned = NULL;
+
+  for (size_t i = 0; i < out->n; i++)
+    if (entries[i] != NULL)
+      total += staged_size(in_bytes[i]) + staged_size(out->out_bytes[i]);
+  if (b->staging_buffer != NULL && total > 0)
+    b->staging_buffer(s->gpu, total, (void **)&pinned);
+  out->pinned = pinned != NULL;
+  for (size_t i = 0; i < out->n; i++) {
+    struct coord_entry *c = out->entries[i], *e = entries[i];
+    if (e == NULL)
+      continue;
+    if (pinned != NULL) {
+      c->input = pinned + used;
+      used += staged_size(in_bytes[i]);
+      c->output = pinned + used;
+      used += staged_size(out->out_bytes[i]);
+      continue;
+    }
+    c->input = malloc(staged_size(in_bytes[i]));
+    c->output = malloc(staged_size(out->out_bytes[i]));
+    if (c->input == NULL || c->output == NULL)
+      return hvd_error(HVD_ERR_NO_MEMORY, "cannot stage %s '%s' in host memory (%zu bytes)",
+                       coord_type_name(r->type), e->req.name, in_bytes[i] + out->out_bytes[i]);
+  }
+  return HVD_OK;
+}
+
 hvd_status coord_gpu_stage_in(struct coord_state *s, const struct coord_set *set,
                               const struct coord_response *r, struct coord_entry **entries,
                               struct coord_gpu_staging *out) {
   const struct coord_gpu_backend *b = s->gpu_backend;
-  size_t esize = hvd_dtype_size(r->dtype), n = r->ntensors;
+  size_t esize = hvd_dtype_size(r->dtype), n = r->ntensors, *in_bytes;
   hvd_status st = HVD_OK;
 
   memset(out, 0, sizeof(*out));
@@ -167,30 +208,27 @@ hvd_status coord_gpu_stage_in(struct coord_state *s, const struct coord_set *set
   out->copies = calloc(n, sizeof(*out->copies));
   out->entries = calloc(n, sizeof(*out->entries));
   out->out_bytes = calloc(n, sizeof(*out->out_bytes));
-  if (out->copies == NULL || out->entries == NULL || out->out_bytes == NULL)
+  in_bytes = calloc(n, sizeof(*in_bytes));
+  if (out->copies == NULL || out->entries == NULL || out->out_bytes == NULL || in_bytes == NULL)
     st = hvd_error(HVD_ERR_NO_MEMORY, "cannot stage %zu GPU tensors", n);
   for (size_t i = 0; i < n && st == HVD_OK; i++) {
     struct coord_entry *e = entries[i], *c = &out->copies[i];
     int64_t elements = 0;
-    size_t in_bytes;
     if (e == NULL)
       continue;
     *c = *e;
     c->input = c->output = NULL;
     out->entries[i] = c;
     hvd_shape_elements(e->req.shape, e->req.ndims, &elements);
-    in_bytes = (size_t)elements * esize;
-    out->out_bytes[i] = given_output_bytes(set, r, e, in_bytes);
-    c->input = malloc(in_bytes > 0 ? in_bytes : 1);
-    /* Never NULL, even for a reducescatter share of 0 rows: the CPU
-     * collectives copy 0 bytes to it, and memcpy to NULL is undefined. */
-    c->output = malloc(out->out_bytes[i] > 0 ? out->out_bytes[i] : 1);
-    if (c->input == NULL || c->output == NULL)
-      st = hvd_error(HVD_ERR_NO_MEMORY, "cannot stage %s '%s' in host memory (%zu bytes)",
-                     coord_type_name(r->type), e->req.name, in_bytes + out->out_bytes[i]);
-    else if (in_bytes > 0)
-      st = b->to_host(s->gpu, (void *)c->input, e->input, in_bytes);
+    in_bytes[i] = (size_t)elements * esize;
+    out->out_bytes[i] = given_output_bytes(set, r, e, in_bytes[i]);
   }
+  if (st == HVD_OK)
+    st = staging_buffers(s, r, entries, out, in_bytes);
+  for (size_t i = 0; i < n && st == HVD_OK; i++)
+    if (entries[i] != NULL && in_bytes[i] > 0)
+      st = b->to_host(s->gpu, (void *)out->copies[i].input, entries[i]->input, in_bytes[i]);
+  free(in_bytes);
   if (st != HVD_OK)
     coord_gpu_staging_free(out);
   return st;

@@ -68,6 +68,10 @@ struct coord_gpu_backend {
   /* Synchronous copies between device memory and host memory. */
   hvd_status (*to_host)(struct coord_gpu *g, void *dst, const void *src, size_t bytes);
   hvd_status (*to_device)(struct coord_gpu *g, void *dst, const void *src, size_t bytes);
+  /* Page-locked host memory of at least `bytes` for host staging, reused
+   * by every call: valid until the next. *out NULL (or no function): the
+   * staging copies go through malloc'd memory instead. May be NULL. */
+  void (*staging_buffer)(struct coord_gpu *g, size_t bytes, void **out);
   /* Device memory for outputs hvd allocates (allgather, alltoall); free
    * may run on any thread (hvd_handle_release). */
   hvd_status (*alloc)(struct coord_gpu *g, size_t bytes, void **out);

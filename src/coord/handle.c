@@ -113,7 +113,7 @@ void coord_handle_destroy(struct hvd_handle_s *h) {
   pthread_mutex_unlock(&h->mu);
   for (int i = 0; i < h->noutputs; i++) {
     struct coord_output *o = &h->outputs[i];
-    if (o->free != NULL)
+    if (o->free != NULL && o->data != NULL) /* NULL: taken (hvd_handle_take_output) */
       o->free(o->data);
     else
       free(o->data);

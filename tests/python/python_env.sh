@@ -6,9 +6,10 @@
 # compiler's libasan is preloaded, with leak checking off (the interpreter
 # keeps memory until exit by design; the C suites check hvd's leaks):
 # `with_preload CMD...` runs a command with it. $sanitize names the build's
-# sanitizers.
+# sanitizers. HVD_TEST_PYTHON names another interpreter (a GPU machine's,
+# whose torch has CUDA); the default is Debian's.
 
-PYTHON=/usr/bin/python3
+PYTHON=${HVD_TEST_PYTHON:-/usr/bin/python3}
 
 if ! "$PYTHON" -c 'import torch, pytest' 2>/dev/null; then
     echo "skipped: $PYTHON cannot import torch and pytest (./scripts/setup.sh installs them)"

@@ -280,6 +280,22 @@ def test_allgather_async_many_in_flight(rank, size):
     assert not out.any()
 
 
+def test_allgather_output_is_freed_with_its_tensor(rank, size):
+    # hvd's output becomes the tensor's memory (hvd/_dlpack.py); freeing the
+    # tensor, and every view of it, gives the memory back to hvd.
+    from hvd import _dlpack
+    before = len(_dlpack._live)
+    out = hvd.allgather(torch.ones(3, 5) * rank, name='freed_with_tensor')
+    view = out[1:]
+    assert len(_dlpack._live) == before + 1
+    del out
+    gc.collect()
+    assert len(_dlpack._live) == before + 1, 'freed while a view still holds it'
+    assert torch.equal(view[-1], torch.full((5,), float(size - 1)))
+    del view
+    gc.collect()
+    assert len(_dlpack._live) == before
+
 def test_grouped_allgather(rank, size):
     specs = [(torch.float32, (4,)), (torch.int64, ()), (torch.uint8, (2, 3)),
              (torch.bfloat16, (5,)), (torch.bool, (3,)), (torch.float16, (1, 1))]

@@ -12,12 +12,12 @@ it, and ranks must then call in the same order. Outputs hvd allocates
 
 import ctypes
 import warnings
-import weakref
 from ctypes import byref
 
 import torch
+import torch.utils.dlpack
 
-from hvd import _core, _lib
+from hvd import _core, _dlpack, _lib
 from hvd._core import (Adasum, Average, Max, Min, Product, ProcessSet, Sum, add_process_set,
                        barrier as _barrier, ccl_built, cross_rank, cross_size, cuda_built,
                        ddl_built, global_process_set, gloo_built, gloo_enabled, init,
@@ -171,19 +171,16 @@ def _run(function, *args):
 
 
 def _adopt(c, index, dtype, ndims, device):
-    """The output hvd allocated for tensor `index` of a handle, as a torch
-    tensor that owns that memory (freed with it)."""
-    if device != _lib.DEVICE_CPU:
-        raise NotImplementedError('allgather and alltoall of GPU tensors are not available from '
-                                  'Python yet')
+    """The output hvd allocated for tensor `index` of a handle (host or GPU
+    memory), as a torch tensor that owns that memory (freed with it)."""
     address, nbytes, shape = _core.take_output(c, index)
     dims = tuple(shape[:ndims])
+    where = 'cpu' if device == _lib.DEVICE_CPU else torch.device('cuda', device)
     if nbytes == 0:
-        lib.hvd_output_free(address)
-        return torch.empty(dims, dtype=dtype)
-    buf = (ctypes.c_char * nbytes).from_address(address)
-    weakref.finalize(buf, lib.hvd_output_free, address)
-    return torch.frombuffer(buf, dtype=dtype).view(dims)
+        (lib.hvd_output_free if device == _lib.DEVICE_CPU else lib.hvd_output_free_gpu)(address)
+        return torch.empty(dims, dtype=dtype, device=where)
+    raw = torch.utils.dlpack.from_dlpack(_dlpack.bytes_capsule(address, nbytes, device))
+    return raw.view(dtype).view(dims)
 
 
 # ==== allreduce ==================================================================================
