@@ -56,6 +56,7 @@ static double reduce(hvd_dtype t, hvd_reduce_op op, int size, size_t i, int skip
     case HVD_MIN: acc = v < acc ? v : acc; break;
     case HVD_MAX: acc = v > acc ? v : acc; break;
     case HVD_PRODUCT: acc = t == HVD_BOOL ? (acc != 0 && v != 0) : acc * v; break;
+    case HVD_ADASUM: ck_abort_msg("adasum is not element-wise (see the adasum suite)"); break;
     }
   }
   (void)n;

@@ -81,6 +81,7 @@ static double combine(hvd_reduce_op op, double a, double b) {
   case HVD_MIN: return b < a ? b : a;
   case HVD_MAX: return b > a ? b : a;
   case HVD_PRODUCT: return a * b;
+  case HVD_ADASUM: break; /* not element-wise */
   }
   return NAN;
 }

@@ -8,6 +8,7 @@
  * exit code; the parent asserts on exit codes.
  */
 #include <check.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -519,6 +520,233 @@ START_TEST(hierarchical_two_hosts) {
 }
 END_TEST
 
+/* ==== Adasum ======================================================================= */
+
+enum { ADASUM_MAX_COUNT = 4096, ADASUM_MAX_TENSORS = 4 };
+
+/* The cases: tensor counts of one buffer (one tensor: unfused). */
+static const size_t adasum_cases[][ADASUM_MAX_TENSORS + 1] = {
+    {1, 1000}, {1, 1}, {1, 3}, {3, 5, 1000, 37}, {4, 1, 0, 700, 2}, {2, 4096 - 9, 9},
+};
+static const hvd_dtype adasum_dtypes[] = {HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64};
+
+static double get_element(const void *buf, size_t i, hvd_dtype dt) {
+  switch (dt) {
+  case HVD_FLOAT16: return ops_half_to_float(((const uint16_t *)buf)[i]);
+  case HVD_BFLOAT16: return ops_bf16_to_float(((const uint16_t *)buf)[i]);
+  case HVD_FLOAT32: return ((const float *)buf)[i];
+  default: return ((const double *)buf)[i];
+  }
+}
+
+/* Rank r's input: pseudo-random values in [-2, 2), rounded to dt; kind 1
+ * makes every rank's vector the same, kind 2 the ranks' vectors orthogonal
+ * (rank r holds r + 1 at the elements i with i % size == r, else 0). */
+static void adasum_input(void *buf, size_t count, hvd_dtype dt, int r, int size, int kind,
+                         int salt) {
+  unsigned seed = (kind == 1 ? 0u : (unsigned)r) * 2654435761u + (unsigned)salt * 40503u + 7u;
+  for (size_t i = 0; i < count; i++) {
+    double v;
+    seed = seed * 1103515245u + 12345u;
+    v = (double)((seed >> 8) % 4096) / 1024.0 - 2.0;
+    if (kind == 2)
+      v = (int)(i % (size_t)size) == r ? r + 1 : 0;
+    set_element(buf, i, dt, v);
+  }
+}
+
+/* a = adasum(a, b) per tensor, in double: the definition, serially. */
+static void adasum_pair(double *a, const double *b, const size_t *counts, size_t n) {
+  size_t off = 0;
+  for (size_t t = 0; t < n; t++) {
+    double dot = 0, aa = 0, bb = 0, ca, cb;
+    for (size_t i = off; i < off + counts[t]; i++) {
+      dot += a[i] * b[i];
+      aa += a[i] * a[i];
+      bb += b[i] * b[i];
+    }
+    ca = aa >= 1e-8 ? 1 - dot / (2 * aa) : 1;
+    cb = bb >= 1e-8 ? 1 - dot / (2 * bb) : 1;
+    for (size_t i = off; i < off + counts[t]; i++)
+      a[i] = ca * a[i] + cb * b[i];
+    off += counts[t];
+  }
+}
+
+/* The reference: the leaves' vectors (leaves of them, count each) combined
+ * pairwise up the tree hvd documents (fold the first 2 * rem in pairs, then
+ * distance 1, 2, 4, ...); the result is left in v[0]. */
+static void adasum_tree(double **v, int leaves, size_t count, const size_t *counts, size_t n) {
+  int p = 1, rem;
+  (void)count;
+  while (p * 2 <= leaves)
+    p *= 2;
+  rem = leaves - p;
+  for (int i = 0; i < rem; i++)
+    adasum_pair(v[2 * i], v[2 * i + 1], counts, n);
+  for (int i = 0; i < p; i++) /* virtual rank i */
+    v[i] = v[i < rem ? 2 * i : i + rem];
+  for (int d = 1; d < p; d *= 2)
+    for (int i = 0; i < p; i += 2 * d)
+      adasum_pair(v[i], v[i + d], counts, n);
+}
+
+static double adasum_tolerance(hvd_dtype dt) {
+  switch (dt) {
+  case HVD_FLOAT16: return 2e-2;
+  case HVD_BFLOAT16: return 8e-2;
+  case HVD_FLOAT32: return 1e-5;
+  default: return 1e-11;
+  }
+}
+
+/* Every rank's hash of buf, compared: the same bits everywhere. */
+static int same_everywhere(struct rank_env *e, struct net_comm *c, const void *buf, size_t bytes,
+                           const char *what) {
+  uint64_t h = 1469598103934665603ull, hash[8];
+  size_t ones[8];
+  int n = net_comm_size(c);
+  for (size_t i = 0; i < bytes; i++)
+    h = (h ^ ((const unsigned char *)buf)[i]) * 1099511628211ull;
+  for (int i = 0; i < n; i++)
+    ones[i] = 1;
+  if (ops_allgatherv(e->ops, c, &h, hash, ones, HVD_INT64) != HVD_OK)
+    return failed_call(e, "ops_allgatherv");
+  for (int i = 0; i < n; i++)
+    if (hash[i] != h)
+      return mismatch(e, "%s: rank %d's result differs from this rank's", what, i);
+  return 0;
+}
+
+/* One case on every rank: Adasum (hierarchical when l is given), checked
+ * against the reference and across ranks. hosts: ranks per host of the
+ * hierarchical reference (0: flat). */
+static int adasum_case(struct rank_env *e, const struct ops_layout *l, hvd_dtype dt,
+                       const size_t *counts, size_t nt, int kind, int salt, int per_host) {
+  struct net_comm *c = e->w->global;
+  int n = net_comm_size(c), r = net_comm_rank(c), leaves = per_host > 0 ? n / per_host : n;
+  size_t count = 0, es = hvd_dtype_size(dt);
+  char in[ADASUM_MAX_COUNT * 8], out[ADASUM_MAX_COUNT * 8], what[160];
+  static double ref[8][ADASUM_MAX_COUNT];
+  double *v[8], tol = adasum_tolerance(dt), worst = 0, scale = 0;
+  hvd_status st;
+  int code;
+
+  for (size_t t = 0; t < nt; t++)
+    count += counts[t];
+  snprintf(what, sizeof(what), "adasum %s, %zu tensors, %zu elements, kind %d%s over %d",
+           hvd_dtype_name(dt), nt, count, kind, per_host > 0 ? ", hierarchical" : "", n);
+  adasum_input(in, count, dt, r, n, kind, salt);
+  st = l != NULL ? ops_adasum_hierarchical(e->ops, l, in, out, count, dt, counts, nt, 1.0, 1.0)
+                 : ops_adasum(e->ops, c, in, out, count, dt, counts, nt, 1.0, 1.0);
+  if (st != HVD_OK)
+    return failed_call(e, what);
+  if ((code = same_everywhere(e, c, out, count * es, what)) != 0)
+    return code;
+  /* The leaves: each rank's input, or each host's average. */
+  for (int k = 0; k < leaves; k++) {
+    int members = per_host > 0 ? per_host : 1;
+    memset(ref[k], 0, count * sizeof(double));
+    for (int m = 0; m < members; m++) {
+      adasum_input(in, count, dt, k * members + m, n, kind, salt);
+      for (size_t i = 0; i < count; i++)
+        ref[k][i] += get_element(in, i, dt) / members;
+    }
+    v[k] = ref[k];
+  }
+  adasum_tree(v, leaves, count, counts, nt);
+  for (size_t i = 0; i < count; i++)
+    scale = fabs(v[0][i]) > scale ? fabs(v[0][i]) : scale;
+  for (size_t i = 0; i < count; i++) {
+    double got = get_element(out, i, dt), diff = fabs(got - v[0][i]);
+    worst = diff > worst ? diff : worst;
+    if (kind != 0 && dt != HVD_FLOAT16 && dt != HVD_BFLOAT16 && got != v[0][i])
+      return mismatch(e, "%s: element %zu is %.17g, exactly %.17g expected", what, i, got,
+                      v[0][i]);
+  }
+  if (worst > tol * (scale + 1e-30))
+    return mismatch(e, "%s: off the reference by %g (largest element %g, tolerance %g)", what,
+                    worst, scale, tol * scale);
+  return 0;
+}
+
+static int adasum_fn(struct rank_env *e) {
+  int code;
+  for (size_t d = 0; d < HVD_ARRAY_SIZE(adasum_dtypes); d++)
+    for (size_t k = 0; k < HVD_ARRAY_SIZE(adasum_cases); k++)
+      for (int kind = 0; kind < 3; kind++)
+        if ((code = adasum_case(e, NULL, adasum_dtypes[d], adasum_cases[k] + 1,
+                                adasum_cases[k][0], kind, (int)k, 0)) != 0)
+          return code;
+  return 0;
+}
+
+/* np = 1 to 5 (3 and 5 fold in pairs), every dtype, fused and unfused;
+ * identical inputs give the input back and orthogonal ones their sum,
+ * exactly (float32, float64). */
+START_TEST(adasum_matches_reference) {
+  for (int n = 1; n <= 5; n++)
+    run(n, adasum_fn);
+}
+END_TEST
+
+static int adasum_hier_fn(struct rank_env *e) {
+  struct ops_layout l = {e->w->global, e->w->local, e->w->cross};
+  int per = e->w->local_size, code;
+  for (size_t d = 0; d < HVD_ARRAY_SIZE(adasum_dtypes); d++)
+    for (size_t k = 0; k < HVD_ARRAY_SIZE(adasum_cases); k++)
+      if ((code = adasum_case(e, &l, adasum_dtypes[d], adasum_cases[k] + 1, adasum_cases[k][0],
+                              0, (int)k, per)) != 0)
+        return code;
+  return 0;
+}
+
+/* Two fake hosts: the hosts' averages combined by Adasum. */
+START_TEST(adasum_hierarchical_two_hosts) {
+  static const char *layouts[][6] = {
+      {"hostA", "hostA", "hostB", "hostB"},
+      {"hostA", "hostA", "hostA", "hostB", "hostB", "hostB"},
+  };
+  static const int sizes[] = {4, 6};
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(sizes); i++) {
+    memcpy(job.hosts, layouts[i], sizeof(layouts[i]));
+    run(sizes[i], adasum_hier_fn);
+  }
+}
+END_TEST
+
+static int adasum_errors_fn(struct rank_env *e) {
+  struct net_comm *c = e->w->global;
+  float buf[8] = {0};
+  int32_t ints[8] = {0};
+  size_t two[2] = {3, 4}, eight = 8;
+  if (ops_adasum(e->ops, c, ints, ints, 8, HVD_INT32, &eight, 1, 1.0, 1.0) !=
+          HVD_ERR_INVALID_ARGUMENT ||
+      strstr(hvd_last_error_message(), "int32") == NULL)
+    return mismatch(e, "adasum of int32: %s", hvd_last_error_message());
+  if (ops_adasum(e->ops, c, buf, buf, 8, HVD_FLOAT32, two, 2, 1.0, 1.0) !=
+      HVD_ERR_INVALID_ARGUMENT)
+    return mismatch(e, "tensor counts that do not add up were accepted");
+  if (ops_allreduce(e->ops, c, ints, ints, 8, HVD_BOOL, HVD_ADASUM, 1.0, 1.0) !=
+      HVD_ERR_INVALID_ARGUMENT)
+    return mismatch(e, "adasum of bool was accepted");
+  return 0;
+}
+
+START_TEST(adasum_rejects_bad_input) { run(2, adasum_errors_fn); }
+END_TEST
+
+static Suite *adasum_suite(void) {
+  Suite *s = suite_create("adasum");
+  TCase *tc = tcase_create("adasum");
+  tcase_add_checked_fixture(tc, job_setup, job_teardown);
+  tcase_add_test(tc, adasum_matches_reference);
+  tcase_add_test(tc, adasum_hierarchical_two_hosts);
+  tcase_add_test(tc, adasum_rejects_bad_input);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
 /* ==== suites =================================================================================== */
 
 static Suite *collectives_suite(void) {
@@ -539,6 +767,7 @@ int main(void) {
 
   signal(SIGPIPE, SIG_IGN);
   srunner_add_suite(sr, collectives_suite());
+  srunner_add_suite(sr, adasum_suite());
   srunner_run_all(sr, CK_NORMAL);
   failed = srunner_ntests_failed(sr);
   srunner_free(sr);

@@ -300,7 +300,8 @@ START_TEST(test_dtype_names) {
   ck_assert_uint_eq(hvd_dtype_size((hvd_dtype)-1), 0);
   ck_assert_str_eq(hvd_dtype_name((hvd_dtype)HVD_DTYPE_COUNT), "unknown");
   ck_assert_str_eq(hvd_dtype_name((hvd_dtype)-1), "unknown");
-  ck_assert_str_eq(hvd_reduce_op_name((hvd_reduce_op)5), "unknown");
+  ck_assert_str_eq(hvd_reduce_op_name(HVD_ADASUM), "adasum");
+  ck_assert_str_eq(hvd_reduce_op_name((hvd_reduce_op)6), "unknown");
   ck_assert_str_eq(hvd_reduce_op_name((hvd_reduce_op)-1), "unknown");
 }
 END_TEST
@@ -342,7 +343,9 @@ START_TEST(test_check_reduce_invalid) {
   expect_rejected(HVD_BOOL, HVD_PRODUCT, 0.0, 1.0, "product of bool", "scaled");
   expect_rejected((hvd_dtype)HVD_DTYPE_COUNT, HVD_SUM, 1.0, 1.0, "11", "dtype");
   expect_rejected((hvd_dtype)-1, HVD_SUM, 1.0, 1.0, "-1", "dtype");
-  expect_rejected(HVD_FLOAT32, (hvd_reduce_op)5, 1.0, 1.0, "5", "reduce op");
+  expect_rejected(HVD_FLOAT32, (hvd_reduce_op)6, 1.0, 1.0, "6", "reduce op");
+  expect_rejected(HVD_INT32, HVD_ADASUM, 1.0, 1.0, "adasum", "int32");
+  expect_rejected(HVD_BOOL, HVD_ADASUM, 1.0, 1.0, "adasum", "bool");
   expect_rejected(HVD_FLOAT32, (hvd_reduce_op)-1, 1.0, 1.0, "-1", "reduce op");
   expect_rejected(HVD_FLOAT32, HVD_SUM, NAN, 1.0, "finite", "float32");
   expect_rejected(HVD_INT32, HVD_AVERAGE, 1.0, NAN, "finite", "nan");

@@ -71,6 +71,12 @@ typedef enum hvd_dtype {
  * Reduction operations. For HVD_BOOL, SUM and MAX are logical or, MIN and
  * PRODUCT logical and; AVERAGE is not defined for bool. AVERAGE divides the
  * sum by the number of ranks (integers truncate toward zero, as Horovod does).
+ * ADASUM (allreduce only; float16, bfloat16, float32, float64) combines the
+ * ranks' tensors pairwise up a binary tree, each pair a and b as
+ * (1 - a.b/(2|a|^2)) a + (1 - a.b/(2|b|^2)) b, with each tensor's dot
+ * products over the whole tensor also when tensors are fused; with
+ * HOROVOD_HIERARCHICAL_ALLREDUCE it averages within each host and combines
+ * the hosts' averages (docs/adasum.md).
  */
 typedef enum hvd_reduce_op {
   HVD_SUM = 0,
@@ -78,13 +84,14 @@ typedef enum hvd_reduce_op {
   HVD_MIN = 2,
   HVD_MAX = 3,
   HVD_PRODUCT = 4,
+  HVD_ADASUM = 5,
 } hvd_reduce_op;
 
 /* Size in bytes of one element, 0 for a value that is not a dtype. */
 HVD_API size_t hvd_dtype_size(hvd_dtype dtype);
 /* "float32", "bfloat16", ...; "unknown" otherwise. */
 HVD_API const char *hvd_dtype_name(hvd_dtype dtype);
-/* "sum", "average", "min", "max", "product"; "unknown" otherwise. */
+/* "sum", "average", "min", "max", "product", "adasum"; "unknown" otherwise. */
 HVD_API const char *hvd_reduce_op_name(hvd_reduce_op op);
 
 /*

@@ -32,7 +32,7 @@ Min = 3
 Max = 4
 Product = 5
 
-_OPS = {Average: _lib.AVERAGE, Sum: _lib.SUM, Min: _lib.MIN, Max: _lib.MAX,
+_OPS = {Average: _lib.AVERAGE, Sum: _lib.SUM, Adasum: _lib.ADASUM, Min: _lib.MIN, Max: _lib.MAX,
         Product: _lib.PRODUCT}
 _OP_NAMES = {Average: 'Average', Sum: 'Sum', Adasum: 'Adasum', Min: 'Min', Max: 'Max',
              Product: 'Product'}
@@ -69,13 +69,11 @@ def check(status, invalid=ValueError):
 
 def reduce_op(op, what):
     """hvd's value of one of Horovod's ops (Average, Sum, ...)."""
-    if op == Adasum:
-        raise NotImplementedError('%s: op=Adasum is not available in hvd yet' % what)
     try:
         return _OPS[op]
     except (KeyError, TypeError):
-        raise ValueError('%s: op must be one of hvd.Average, hvd.Sum, hvd.Min, hvd.Max, '
-                         'hvd.Product, not %r' % (what, op)) from None
+        raise ValueError('%s: op must be one of hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, '
+                         'hvd.Max, hvd.Product, not %r' % (what, op)) from None
 
 
 def op_name(op):

@@ -42,6 +42,7 @@ HVD_API const char *hvd_reduce_op_name(hvd_reduce_op op) {
   case HVD_MIN: return "min";
   case HVD_MAX: return "max";
   case HVD_PRODUCT: return "product";
+  case HVD_ADASUM: return "adasum";
   }
   return "unknown";
 }

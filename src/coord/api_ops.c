@@ -81,7 +81,7 @@ static hvd_status check_options(struct coord_state *s, const char *what, const h
                      what, s->rank, o->process_set);
   if (check_device(s, what, o) != HVD_OK)
     return hvd_error_status();
-  if ((int)o->op < HVD_SUM || (int)o->op > HVD_PRODUCT)
+  if ((int)o->op < HVD_SUM || (int)o->op > HVD_ADASUM)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: %d is not a reduce op", what, (int)o->op);
   if (isnan(o->prescale) || isnan(o->postscale))
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: scale factors must not be NaN", what);
@@ -220,6 +220,10 @@ static hvd_status check_call_tensor(const struct call *c, const hvd_tensor *t,
 
   if (st == HVD_OK && (type == COORD_ALLREDUCE || type == COORD_REDUCESCATTER))
     st = ops_check_reduce(t->dtype, o->op, o->prescale, o->postscale);
+  if (st == HVD_OK && type == COORD_REDUCESCATTER && o->op == HVD_ADASUM)
+    st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                   "reducescatter: adasum is an allreduce only (use sum, average, min, max or "
+                   "product)");
   if (st == HVD_OK && t->ndims == 0 &&
       (type == COORD_ALLGATHER || type == COORD_ALLTOALL || type == COORD_REDUCESCATTER))
     st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
@@ -287,8 +291,9 @@ static void attach_inline(const struct coord_state *s, const struct call *c, con
                           int64_t elements, struct coord_entry *e) {
   size_t bytes = (size_t)elements * hvd_dtype_size(t->dtype);
 
+  /* Rank 0 reduces inline inputs element-wise; Adasum is not element-wise. */
   if (c->type == COORD_ALLREDUCE && c->n == 1 && c->o->device == HVD_DEVICE_CPU && bytes > 0 &&
-      bytes <= s->cfg.inline_bytes) {
+      bytes <= s->cfg.inline_bytes && c->o->op != HVD_ADASUM) {
     e->req.inline_len = (uint32_t)bytes;
     memcpy(e->req.inline_data, t->input, bytes);
   }

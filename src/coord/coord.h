@@ -468,6 +468,8 @@ struct coord_state {
   size_t fusion_cap;
   void *identity; /* a joined rank's contribution */
   size_t identity_cap;
+  void *fused_counts; /* an Adasum fusion's tensor counts (size_t) */
+  size_t fused_counts_cap;
   struct coord_loop *loop;
 
   /* GPU tensors: the backend (NULL: none), its state once a GPU response

@@ -84,16 +84,26 @@ static void finish_all(struct coord_state *s, const struct coord_response *r,
 /* joined: this rank contributes the identity, which prescaling would
  * change (a product's 1, a minimum's +inf); prescaling is local, so the
  * other ranks still scale theirs. */
+/* Adasum combines each tensor with its own dot products: tensor_counts
+ * holds the n tensors' counts (they add up to count); the element-wise ops
+ * ignore them. */
 static hvd_status reduce(struct coord_state *s, const struct coord_set *set,
                          const struct coord_response *r, const void *in, void *out, size_t count,
-                         bool joined) {
+                         const size_t *tensor_counts, size_t n, bool joined) {
   double prescale = joined ? 1.0 : r->prescale;
-  if (set->id == HVD_PROCESS_SET_GLOBAL && s->cfg.hierarchical_allreduce &&
-      s->world->local_size < s->size) {
-    struct ops_layout l = {s->world->global, s->world->local, s->world->cross};
+  bool hier = set->id == HVD_PROCESS_SET_GLOBAL && s->cfg.hierarchical_allreduce &&
+              s->world->local_size < s->size;
+  struct ops_layout l = {s->world->global, s->world->local, s->world->cross};
+
+  if (r->op == HVD_ADASUM && hier)
+    return ops_adasum_hierarchical(s->ops, &l, in, out, count, r->dtype, tensor_counts, n,
+                                   prescale, r->postscale);
+  if (r->op == HVD_ADASUM)
+    return ops_adasum(s->ops, set->comm, in, out, count, r->dtype, tensor_counts, n, prescale,
+                      r->postscale);
+  if (hier)
     return ops_allreduce_hierarchical(s->ops, &l, in, out, count, r->dtype, r->op, prescale,
                                       r->postscale);
-  }
   return ops_allreduce(s->ops, set->comm, in, out, count, r->dtype, r->op, prescale,
                        r->postscale);
 }
@@ -131,7 +141,7 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
     if (buf == NULL)
       return hvd_error_status();
     coord_execute_phase(s, r, "ALLREDUCE");
-    return reduce(s, set, r, e != NULL ? e->input : buf, buf, count, e == NULL);
+    return reduce(s, set, r, e != NULL ? e->input : buf, buf, count, &count, 1, e == NULL);
   }
   /* The small tensors go through the fusion buffer, in order. */
   for (uint32_t i = 0; i < r->ntensors; i++) {
@@ -141,8 +151,9 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
       packed += bytes;
   }
   if (packed > 0) {
-    size_t off = 0;
-    if ((fb = grow(&s->fusion, &s->fusion_cap, packed)) == NULL)
+    size_t off = 0, npacked = 0;
+    size_t *counts = grow(&s->fused_counts, &s->fused_counts_cap, r->ntensors * sizeof(size_t));
+    if (counts == NULL || (fb = grow(&s->fusion, &s->fusion_cap, packed)) == NULL)
       return hvd_error_status();
     coord_execute_phase(s, r, "MEMCPY_IN_FUSION_BUFFER");
     for (uint32_t i = 0; i < r->ntensors; i++) {
@@ -154,9 +165,10 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
       else
         ops_fill_identity(fb + off, count, r->dtype, r->op);
       off += bytes;
+      counts[npacked++] = count;
     }
     coord_execute_phase(s, r, "ALLREDUCE");
-    st = reduce(s, set, r, fb, fb, packed / esize, entries[0] == NULL);
+    st = reduce(s, set, r, fb, fb, packed / esize, counts, npacked, entries[0] == NULL);
     if (st != HVD_OK)
       return st;
     coord_execute_phase(s, r, "MEMCPY_OUT_FUSION_BUFFER");
@@ -180,7 +192,7 @@ static hvd_status run_allreduce(struct coord_state *s, const struct coord_set *s
       continue;
     if ((buf = e != NULL ? e->output : identity(s, r, count)) == NULL)
       return hvd_error_status();
-    st = reduce(s, set, r, e != NULL ? e->input : buf, buf, count, e == NULL);
+    st = reduce(s, set, r, e != NULL ? e->input : buf, buf, count, &count, 1, e == NULL);
   }
   return st;
 }

@@ -98,6 +98,7 @@ static void state_destroy(struct coord_state *s) {
   hvd_map_fini(&s->noname);
   free(s->fusion);
   free(s->identity);
+  free(s->fused_counts);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }

@@ -464,11 +464,11 @@ static void get_request(struct reader *r, struct coord_request *q) {
     r->bad = "request type";
   if (r->bad == NULL && (q->dtype >= HVD_DTYPE_COUNT))
     r->bad = "dtype";
-  if (r->bad == NULL && q->op > HVD_PRODUCT)
+  if (r->bad == NULL && q->op > HVD_ADASUM)
     r->bad = "reduce op";
   if (r->bad == NULL && q->name_len == 0)
     r->bad = "name";
-  if (r->bad == NULL && q->inline_len > 0 && q->type != COORD_ALLREDUCE)
+  if (r->bad == NULL && q->inline_len > 0 && (q->type != COORD_ALLREDUCE || q->op == HVD_ADASUM))
     r->bad = "inline input";
 }
 
@@ -580,7 +580,7 @@ static void get_response(struct reader *r, struct coord_response *p) {
     r->bad = "response type";
   if (r->bad == NULL && p->dtype >= HVD_DTYPE_COUNT)
     r->bad = "dtype";
-  if (r->bad == NULL && p->op > HVD_PRODUCT)
+  if (r->bad == NULL && p->op > HVD_ADASUM)
     r->bad = "reduce op";
 }
 

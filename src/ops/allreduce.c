@@ -100,6 +100,8 @@ hvd_status ops_allreduce(struct ops_ctx *o, struct net_comm *c, const void *in, 
   size_t bytes;
   hvd_status st = ops_check_reduce(dtype, op, prescale, postscale);
 
+  if (st == HVD_OK && op == HVD_ADASUM)
+    return ops_adasum(o, c, in, out, count, dtype, &count, 1, prescale, postscale);
   if (st == HVD_OK)
     st = ops_bytes(count, dtype, &bytes);
   if (st != HVD_OK)

@@ -49,7 +49,7 @@ static int uniform_local_size(const struct ops_layout *l) {
   return per;
 }
 
-static bool hierarchical(struct ops_ctx *o, const struct ops_layout *l, int *per) {
+bool ops_use_hierarchical(struct ops_ctx *o, const struct ops_layout *l, int *per) {
   *per = uniform_local_size(l);
   if (*per > 0 && *per < net_comm_size(l->global))
     return true;
@@ -82,7 +82,9 @@ hvd_status ops_allreduce_hierarchical(struct ops_ctx *o, const struct ops_layout
   size_t esize = hvd_dtype_size(dtype), bytes;
   hvd_status st;
 
-  if (!hierarchical(o, l, &per))
+  if (op == HVD_ADASUM)
+    return ops_adasum_hierarchical(o, l, in, out, count, dtype, &count, 1, prescale, postscale);
+  if (!ops_use_hierarchical(o, l, &per))
     return ops_allreduce(o, l->global, in, out, count, dtype, op, prescale, postscale);
   st = ops_check_reduce(dtype, op, prescale, postscale);
   if (st == HVD_OK)
@@ -118,7 +120,7 @@ hvd_status ops_allgatherv_hierarchical(struct ops_ctx *o, const struct ops_layou
   char *gathered, *sets, *p;
   hvd_status st;
 
-  if (!hierarchical(o, l, &per))
+  if (!ops_use_hierarchical(o, l, &per))
     return ops_allgatherv(o, l->global, in, out, counts, dtype);
   if (esize == 0)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%d is not a dtype", (int)dtype);

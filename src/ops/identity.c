@@ -13,7 +13,7 @@ static void identity_element(hvd_dtype dtype, hvd_reduce_op op, unsigned char *o
   bool smallest = op == HVD_MAX, largest = op == HVD_MIN;
 
   memset(out, 0, 8);
-  if (op == HVD_SUM || op == HVD_AVERAGE)
+  if (op == HVD_SUM || op == HVD_AVERAGE || op == HVD_ADASUM) /* adasum(0, b) = b */
     return;
   switch (dtype) {
 #define INT_CASE(D, T, LO, HI)                                                                     \

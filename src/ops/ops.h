@@ -87,7 +87,7 @@ const struct ops_tunables *ops_ctx_tunables(const struct ops_ctx *o);
 
 /* out = op over ranks of in (count elements each); in == out is allowed.
  * prescale multiplies every input, postscale the result; AVERAGE adds
- * 1/size to postscale. */
+ * 1/size to postscale. ADASUM treats the buffer as one tensor (ops_adasum). */
 hvd_status ops_allreduce(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
                          size_t count, hvd_dtype dtype, hvd_reduce_op op, double prescale,
                          double postscale);
@@ -122,6 +122,14 @@ hvd_status ops_reducescatterv(struct ops_ctx *o, struct net_comm *c, const void 
 
 hvd_status ops_barrier(struct ops_ctx *o, struct net_comm *c);
 
+/* out = the Adasum of every rank's in (adasum.c): a buffer of ntensors
+ * tensors, tensor_counts[t] elements each (they add up to count), each
+ * combined with its own dot products. float16, bfloat16, float32, float64.
+ * prescale multiplies every input, postscale the result. */
+hvd_status ops_adasum(struct ops_ctx *o, struct net_comm *c, const void *in, void *out,
+                      size_t count, hvd_dtype dtype, const size_t *tensor_counts,
+                      size_t ntensors, double prescale, double postscale);
+
 /* Hierarchical variants over a host layout: `local` holds the ranks of this
  * host, `cross` one rank per host with this rank's local rank. They need
  * the same number of ranks on every host with consecutive global ranks per
@@ -135,6 +143,12 @@ struct ops_layout {
 hvd_status ops_allreduce_hierarchical(struct ops_ctx *o, const struct ops_layout *l,
                                       const void *in, void *out, size_t count, hvd_dtype dtype,
                                       hvd_reduce_op op, double prescale, double postscale);
+/* Average within each host, Adasum across hosts (by the hosts' first
+ * ranks), the result broadcast within each host. */
+hvd_status ops_adasum_hierarchical(struct ops_ctx *o, const struct ops_layout *l,
+                                   const void *in, void *out, size_t count, hvd_dtype dtype,
+                                   const size_t *tensor_counts, size_t ntensors,
+                                   double prescale, double postscale);
 hvd_status ops_allgatherv_hierarchical(struct ops_ctx *o, const struct ops_layout *l,
                                        const void *in, void *out, const size_t *counts,
                                        hvd_dtype dtype);

@@ -113,6 +113,11 @@ hvd_status ops_pipeline_run(struct ops_ctx *o, struct net_comm *c, const struct 
 hvd_status ops_halving_doubling(struct ops_ctx *o, struct net_comm *c, const void *in, void *buf,
                                 size_t count, hvd_dtype dtype, hvd_reduce_op op);
 
+/* Whether the layout runs the hierarchical variants: the same number of
+ * ranks (*per) on every host, consecutive, and more than one host
+ * (hierarchical.c; it warns once when the layout is not uniform). */
+bool ops_use_hierarchical(struct ops_ctx *o, const struct ops_layout *l, int *per);
+
 /* Allreduce without scaling, in place on buf (allreduce.c). */
 hvd_status ops_allreduce_raw(struct ops_ctx *o, struct net_comm *c, void *buf, size_t count,
                              hvd_dtype dtype, hvd_reduce_op op);

@@ -201,6 +201,7 @@ static const kernel_fn kernels[HVD_DTYPE_COUNT][HVD_PRODUCT + 1] = {
 
 static bool valid_dtype(hvd_dtype dtype) { return (int)dtype >= 0 && (int)dtype < HVD_DTYPE_COUNT; }
 
+/* The element-wise ops (ADASUM is not element-wise: adasum.c). */
 static bool valid_op(hvd_reduce_op op) { return (int)op >= 0 && (int)op <= HVD_PRODUCT; }
 
 void ops_reduce(void *dst, const void *a, const void *b, size_t count, hvd_dtype dtype,
@@ -216,9 +217,14 @@ hvd_status ops_check_reduce(hvd_dtype dtype, hvd_reduce_op op, double prescale, 
   if (!valid_dtype(dtype))
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%d is not a dtype (expected 0 to %d)", (int)dtype,
                      HVD_DTYPE_COUNT - 1);
-  if (!valid_op(op))
+  if (!valid_op(op) && op != HVD_ADASUM)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%d is not a reduce op (expected 0 to %d)", (int)op,
-                     (int)HVD_PRODUCT);
+                     (int)HVD_ADASUM);
+  if (op == HVD_ADASUM && dtype != HVD_FLOAT16 && dtype != HVD_BFLOAT16 &&
+      dtype != HVD_FLOAT32 && dtype != HVD_FLOAT64)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "adasum is defined for float16, bfloat16, float32 and float64, not %s",
+                     hvd_dtype_name(dtype));
   if (!isfinite(prescale) || !isfinite(postscale))
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "%s of %s: scale factors must be finite (prescale %g, postscale %g)",

@@ -19,6 +19,7 @@ import warnings
 
 import torch
 
+from hvd.torch.adasum_optimizer import _DistributedAdasumOptimizer
 from hvd.torch.compression import Compression
 from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_, global_process_set,
                                grouped_allreduce_async_, size, sparse_allreduce_async,
@@ -322,6 +323,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     size/it after. groups: a number of groups, or lists of parameters, each
     reduced as one grouped allreduce (num_groups is the older spelling).
     sparse_as_dense: reduce sparse gradients as dense tensors.
+    op=Adasum (with more than one rank): each rank steps, and the updates
+    are combined with Adasum (hvd/torch/adasum_optimizer.py).
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError('DistributedOptimizer wraps a torch.optim.Optimizer, not %r'
@@ -337,7 +340,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         if groups is None:
             groups = num_groups
     if op == Adasum and size() > 1:
-        raise NotImplementedError('DistributedOptimizer(op=Adasum) is not available in hvd yet')
+        if groups is not None:
+            raise ValueError('groups are not supported with op=Adasum (each parameter steps '
+                             'and is combined on its own)')
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+                   dict(_DistributedAdasumOptimizer.__dict__))
+        return cls(optimizer.param_groups, named_parameters, compression,
+                   backward_passes_per_step, process_set)
     # A subclass of the optimizer's own class, so that isinstance and its
     # step() keep working; it shares the optimizer's parameter groups.
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
