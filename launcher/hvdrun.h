@@ -29,9 +29,22 @@ struct hvdrun_options {
   bool timestamp;          /* --prefix-output-with-timestamp */
   bool prefix;             /* false with --disable-output-prefix */
   bool verbose;
-  /* Knobs handed to the ranks as HOROVOD_* variables; NULL: not given. */
+  /* Knobs handed to the ranks as HOROVOD_* variables; NULL: not given.
+   * The command line's values point into argv, the config file's into
+   * owned. */
   const char *log_level, *timeline, *fusion_mb, *cycle_ms, *cache_capacity, *gloo_timeout_s;
   bool hier_allreduce, hier_allgather;
+  bool timeline_mark_cycles; /* only with a timeline */
+  bool log_hide_time;        /* --log-without-timestamp */
+  int stall_check;           /* 1: --stall-check, -1: --no-stall-check, 0: not given */
+  const char *stall_warn_s, *stall_shutdown_s;
+  bool autotune; /* the autotune_* values reach the ranks only with it */
+  const char *autotune_log, *autotune_warmup, *autotune_steps, *autotune_max_samples,
+      *autotune_noise;
+  const char *config_file; /* --config-file: horovodrun's YAML; the command line wins */
+  bool check_build;        /* --check-build: print what this build has and exit */
+  char **owned;            /* strings read from the config file */
+  size_t nowned;
   const char **exports; /* -x VAR or VAR=value */
   size_t nexports;
   bool horovod_compat;  /* --horovod-compat: horovod's imports get hvd's tree */
@@ -51,13 +64,46 @@ struct hvdrun_options {
   double cooldown_min_s, cooldown_max_s; /* --blacklist-cooldown-range; 0, 0: permanent */
 };
 
-/* Parses argv. HVD_OK, or HVD_ERR_INVALID_ARGUMENT with a one-line message;
- * *help set when --help was asked (nothing else is checked then). */
+/* Parses argv, then --config-file's settings that the command line does
+ * not give (wherever on it --config-file is); warnings about the file go
+ * to stderr. HVD_OK, or HVD_ERR_INVALID_ARGUMENT with a one-line message
+ * (HVD_ERR_NO_MEMORY); *help set when --help was asked (nothing else is
+ * checked then). With --check-build, no command is needed and the hosts
+ * are not checked. hvdrun_options_fini is safe after a failure. */
 hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *help);
 void hvdrun_options_fini(struct hvdrun_options *o);
 /* --elastic-timeout's default: HOROVOD_ELASTIC_TIMEOUT (1 to 86400), else 600. */
 hvd_status hvdrun_elastic_timeout_from_env(int *seconds);
 void hvdrun_usage(FILE *out);
+
+/* ==== the config file (config.c) =========================================== */
+
+/* Called for each setting of a config file, in the file's order: flag is
+ * the command-line flag with the same effect (its positive spelling for a
+ * switch), value its value ("1" or "0" for a switch; NULL for --gloo and
+ * --mpi) and where names the setting for messages ("FILE:LINE: section.key").
+ * A status other than HVD_OK stops the reading and is returned. */
+typedef hvd_status (*hvdrun_config_cb)(void *arg, const char *flag, const char *value,
+                                       const char *where);
+
+/* Reads horovodrun's config file (YAML: controller, and the sections params,
+ * autotune, timeline, stall_check, library_options and logging; a null
+ * value sets nothing) and hands every setting to cb. Keys that horovodrun
+ * ignores, or that mean nothing to hvd, get one warning line each on warn
+ * (which may be NULL). Errors, one line each, HVD_ERR_INVALID_ARGUMENT: a
+ * file that cannot be read; invalid YAML (with libyaml's line and column);
+ * an unknown section or key (naming it and what is known); a value of the
+ * wrong type (naming the key, the expected type and the value). Values are
+ * checked by cb, not here: only their YAML type is. */
+hvd_status hvdrun_config_read(const char *path, FILE *warn, hvdrun_config_cb cb, void *arg);
+
+/* ==== --check-build (check_build.c) ========================================= */
+
+/* Prints what this build has, in horovodrun --check-build's layout:
+ * PyTorch when python_dir (hvd's Python package directory, or NULL) holds
+ * hvd/torch; NCCL when nccl_version is not 0; hvd's own controller and
+ * TCP collectives as Gloo's; never MPI, DDL or CCL. */
+void hvdrun_check_build(FILE *out, const char *python_dir, int nccl_version);
 
 /* ==== the ranks' Python path (python.c) ===================================== */
 
@@ -88,6 +134,11 @@ hvd_status hvdrun_python_path(const char *const *candidates, size_t n, bool comp
  * --horovod-compat, finding nothing is not an error. Errors as
  * hvdrun_python_path's. */
 hvd_status hvdrun_python_setup(struct hvdrun_options *o);
+/* The candidate directory holding hvd's package, as hvdrun_python_setup
+ * finds it: *dir malloc'ed (free() it), or NULL when there is none.
+ * HVD_ERR_IO or HVD_ERR_TOO_LARGE when hvdrun's own executable cannot be
+ * found; HVD_ERR_NO_MEMORY. */
+hvd_status hvdrun_python_find(char **dir);
 
 /* ==== hosts and slots (hosts.c) ============================================= */
 

@@ -21,6 +21,15 @@ int main(int argc, char **argv) {
     hvdrun_usage(stdout);
     return 0;
   }
+  if (st == HVD_OK && o.check_build) {
+    char *python_dir = NULL;
+    if (hvdrun_python_find(&python_dir) != HVD_OK && o.verbose)
+      fprintf(stderr, "hvdrun: %s\n", hvd_last_error_message());
+    hvdrun_check_build(stdout, python_dir, hvd_nccl_built());
+    free(python_dir);
+    hvdrun_options_fini(&o);
+    return 0;
+  }
   if (st == HVD_OK)
     st = hvdrun_python_setup(&o);
   if (st == HVD_OK && o.elastic && o.discovery_script != NULL) {

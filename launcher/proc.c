@@ -70,6 +70,30 @@ hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int
     SET("HOROVOD_HIERARCHICAL_ALLREDUCE", "1");
   if (o->hier_allgather)
     SET("HOROVOD_HIERARCHICAL_ALLGATHER", "1");
+  if (o->timeline != NULL && o->timeline_mark_cycles)
+    SET("HOROVOD_TIMELINE_MARK_CYCLES", "1");
+  if (o->log_hide_time)
+    SET("HOROVOD_LOG_HIDE_TIME", "1");
+  if (o->stall_check != 0)
+    SET("HOROVOD_STALL_CHECK_DISABLE", "%d", o->stall_check < 0);
+  if (o->stall_warn_s != NULL)
+    SET("HOROVOD_STALL_CHECK_TIME_SECONDS", "%s", o->stall_warn_s);
+  if (o->stall_shutdown_s != NULL)
+    SET("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "%s", o->stall_shutdown_s);
+  /* As horovodrun: the autotuner's settings go only with the autotuner. */
+  if (o->autotune) {
+    SET("HOROVOD_AUTOTUNE", "1");
+    if (o->autotune_log != NULL)
+      SET("HOROVOD_AUTOTUNE_LOG", "%s", o->autotune_log);
+    if (o->autotune_warmup != NULL)
+      SET("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "%s", o->autotune_warmup);
+    if (o->autotune_steps != NULL)
+      SET("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "%s", o->autotune_steps);
+    if (o->autotune_max_samples != NULL)
+      SET("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "%s", o->autotune_max_samples);
+    if (o->autotune_noise != NULL)
+      SET("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "%s", o->autotune_noise);
+  }
   for (size_t i = 0; i < o->nexports && st == HVD_OK; i++) {
     const char *x = o->exports[i];
     if (strchr(x, '=') != NULL)

@@ -204,3 +204,21 @@ hvd_status hvdrun_python_setup(struct hvdrun_options *o) {
     free(candidates[i]);
   return st;
 }
+
+hvd_status hvdrun_python_find(char **dir) {
+  char exe[PATH_MAX], *candidates[HVDRUN_PYTHON_CANDIDATES] = {NULL}, *found = NULL;
+  const char *pkg;
+  size_t n = 0;
+  hvd_status st = own_executable(exe, sizeof(exe));
+
+  if (st == HVD_OK)
+    st = hvdrun_python_candidates(exe, HVD_INSTALL_LIBDIR, candidates, &n);
+  if (st == HVD_OK && (pkg = package_dir((const char *const *)candidates, n)) != NULL &&
+      (found = hvd_strndup(pkg, strlen(pkg))) == NULL)
+    st = hvd_error(HVD_ERR_NO_MEMORY, "finding hvd's Python package: out of memory");
+  for (size_t i = 0; i < n; i++)
+    free(candidates[i]);
+  if (st == HVD_OK)
+    *dir = found;
+  return st;
+}

@@ -15,6 +15,7 @@ pkg-config
 libcurl4-openssl-dev
 libmicrohttpd-dev
 libcjson-dev
+libyaml-dev
 check
 curl
 procps

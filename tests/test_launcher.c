@@ -2,7 +2,9 @@
  * hvdrun's pieces: the command line, hosts and slots, the elastic view of
  * hosts, output prefixing, shell quoting, the ranks' Python path, the
  * store's start-up, and the supervisor with small processes of its own.
- * The jobs themselves are tested end to end (tests/e2e/hvdrun.sh).
+ * The tuning flags, the config file and --check-build are in
+ * test_launcher_config.c. The jobs themselves are tested end to end
+ * (tests/e2e/hvdrun.sh).
  */
 #include <check.h>
 #include <limits.h>
@@ -1230,9 +1232,12 @@ static Suite *launcher_suite(void) {
   return s;
 }
 
+Suite *config_suite(void); /* test_launcher_config.c */
+
 int main(void) {
   SRunner *sr = srunner_create(launcher_suite());
   int failed;
+  srunner_add_suite(sr, config_suite());
   srunner_run_all(sr, CK_NORMAL);
   failed = srunner_ntests_failed(sr);
   srunner_free(sr);
