@@ -48,6 +48,7 @@ struct rank_env {
   struct ops_ctx *ring;     /* HVD_ALLREDUCE_ALGORITHM=ring, small segments */
   struct ops_ctx *rd;       /* recursive doubling */
   struct ops_ctx *hd;       /* halving-doubling */
+  struct ops_ctx *halving;  /* HVD_ALLREDUCE_SMALL_BYTES=0: Adasum halves even small buffers */
   char failure[512];
 };
 
@@ -86,12 +87,17 @@ static int child(int rank, int size, rank_fn fn) {
   setenv("HVD_ALLREDUCE_ALGORITHM", "halving_doubling", 1);
   if (ops_ctx_create(&e.hd) != HVD_OK)
     goto out;
+  unsetenv("HVD_ALLREDUCE_ALGORITHM");
+  setenv("HVD_ALLREDUCE_SMALL_BYTES", "0", 1);
+  if (ops_ctx_create(&e.halving) != HVD_OK)
+    goto out;
   code = fn(&e);
   if (code != 0)
     fprintf(stderr, "rank %d: %s\n", rank, e.failure);
 out:
   if (code == EXIT_SETUP)
     fprintf(stderr, "rank %d: setup: %s\n", rank, hvd_last_error_message());
+  ops_ctx_destroy(e.halving);
   ops_ctx_destroy(e.hd);
   ops_ctx_destroy(e.rd);
   ops_ctx_destroy(e.ring);
@@ -621,8 +627,9 @@ static int same_everywhere(struct rank_env *e, struct net_comm *c, const void *b
 /* One case on every rank: Adasum (hierarchical when l is given), checked
  * against the reference and across ranks. hosts: ranks per host of the
  * hierarchical reference (0: flat). */
-static int adasum_case(struct rank_env *e, const struct ops_layout *l, hvd_dtype dt,
-                       const size_t *counts, size_t nt, int kind, int salt, int per_host) {
+static int adasum_case(struct rank_env *e, struct ops_ctx *ctx, const struct ops_layout *l,
+                       hvd_dtype dt, const size_t *counts, size_t nt, int kind, int salt,
+                       int per_host) {
   struct net_comm *c = e->w->global;
   int n = net_comm_size(c), r = net_comm_rank(c), leaves = per_host > 0 ? n / per_host : n;
   size_t count = 0, es = hvd_dtype_size(dt);
@@ -634,11 +641,12 @@ static int adasum_case(struct rank_env *e, const struct ops_layout *l, hvd_dtype
 
   for (size_t t = 0; t < nt; t++)
     count += counts[t];
-  snprintf(what, sizeof(what), "adasum %s, %zu tensors, %zu elements, kind %d%s over %d",
-           hvd_dtype_name(dt), nt, count, kind, per_host > 0 ? ", hierarchical" : "", n);
+  snprintf(what, sizeof(what), "adasum %s, %zu tensors, %zu elements, kind %d%s over %d, %s",
+           hvd_dtype_name(dt), nt, count, kind, per_host > 0 ? ", hierarchical" : "", n,
+           ctx == e->ops ? "default schedule" : "halving");
   adasum_input(in, count, dt, r, n, kind, salt);
-  st = l != NULL ? ops_adasum_hierarchical(e->ops, l, in, out, count, dt, counts, nt, 1.0, 1.0)
-                 : ops_adasum(e->ops, c, in, out, count, dt, counts, nt, 1.0, 1.0);
+  st = l != NULL ? ops_adasum_hierarchical(ctx, l, in, out, count, dt, counts, nt, 1.0, 1.0)
+                 : ops_adasum(ctx, c, in, out, count, dt, counts, nt, 1.0, 1.0);
   if (st != HVD_OK)
     return failed_call(e, what);
   if ((code = same_everywhere(e, c, out, count * es, what)) != 0)
@@ -670,14 +678,18 @@ static int adasum_case(struct rank_env *e, const struct ops_layout *l, hvd_dtype
   return 0;
 }
 
+/* Both schedules: the default (small buffers swap whole vectors) and
+ * halving for every size. */
 static int adasum_fn(struct rank_env *e) {
+  struct ops_ctx *ctxs[] = {e->ops, e->halving};
   int code;
-  for (size_t d = 0; d < HVD_ARRAY_SIZE(adasum_dtypes); d++)
-    for (size_t k = 0; k < HVD_ARRAY_SIZE(adasum_cases); k++)
-      for (int kind = 0; kind < 3; kind++)
-        if ((code = adasum_case(e, NULL, adasum_dtypes[d], adasum_cases[k] + 1,
-                                adasum_cases[k][0], kind, (int)k, 0)) != 0)
-          return code;
+  for (size_t x = 0; x < HVD_ARRAY_SIZE(ctxs); x++)
+    for (size_t d = 0; d < HVD_ARRAY_SIZE(adasum_dtypes); d++)
+      for (size_t k = 0; k < HVD_ARRAY_SIZE(adasum_cases); k++)
+        for (int kind = 0; kind < 3; kind++)
+          if ((code = adasum_case(e, ctxs[x], NULL, adasum_dtypes[d], adasum_cases[k] + 1,
+                                  adasum_cases[k][0], kind, (int)k, 0)) != 0)
+            return code;
   return 0;
 }
 
@@ -692,12 +704,14 @@ END_TEST
 
 static int adasum_hier_fn(struct rank_env *e) {
   struct ops_layout l = {e->w->global, e->w->local, e->w->cross};
+  struct ops_ctx *ctxs[] = {e->ops, e->halving};
   int per = e->w->local_size, code;
-  for (size_t d = 0; d < HVD_ARRAY_SIZE(adasum_dtypes); d++)
-    for (size_t k = 0; k < HVD_ARRAY_SIZE(adasum_cases); k++)
-      if ((code = adasum_case(e, &l, adasum_dtypes[d], adasum_cases[k] + 1, adasum_cases[k][0],
-                              0, (int)k, per)) != 0)
-        return code;
+  for (size_t x = 0; x < HVD_ARRAY_SIZE(ctxs); x++)
+    for (size_t d = 0; d < HVD_ARRAY_SIZE(adasum_dtypes); d++)
+      for (size_t k = 0; k < HVD_ARRAY_SIZE(adasum_cases); k++)
+        if ((code = adasum_case(e, ctxs[x], &l, adasum_dtypes[d], adasum_cases[k] + 1,
+                                adasum_cases[k][0], 0, (int)k, per)) != 0)
+          return code;
   return 0;
 }
 

@@ -9,7 +9,9 @@
  * Over n ranks it is applied pairwise up a binary tree: virtual ranks v and
  * v ^ 1 first, then the pairs' results with distance 2, and so on.
  *
- * The schedule is vector halving, distance doubling. At distance d, rank v
+ * Below HVD_ALLREDUCE_SMALL_BYTES partners swap whole vectors instead
+ * (adasum_doubling). Otherwise the schedule is vector halving, distance
+ * doubling. At distance d, rank v
  * and its partner v ^ d hold the same slice of their groups' vectors; the
  * lower keeps the first half of it and the upper the second, each sending
  * the other half, so the slice halves at every level. The dot products and
@@ -238,6 +240,45 @@ static hvd_status adasum_flat(struct ops_ctx *o, struct net_comm *c, const struc
   return st == HVD_OK ? ops_fold_out(c, &f, buf, count * esize) : st;
 }
 
+/* Small buffers: latency matters more than bytes. At distance d a rank
+ * and its partner swap whole vectors and both compute adasum(lower's,
+ * upper's) with the same operands in the same order, so they end with the
+ * same bits: log2(p) exchanges and no separate sums. */
+static hvd_status adasum_doubling(struct ops_ctx *o, struct net_comm *c,
+                                  const struct tensors *ts, void *buf, size_t count,
+                                  hvd_dtype dtype) {
+  size_t bytes = count * hvd_dtype_size(dtype);
+  double *sums = (double *)ops_scratch(o, SCRATCH_GATHER, 3 * ts->n * sizeof(double) + 64);
+  char *theirs = ops_scratch(o, SCRATCH_TMP, bytes + 64);
+  struct ops_fold f;
+  hvd_status st;
+
+  if (sums == NULL || theirs == NULL)
+    return hvd_error_status();
+  ops_fold_plan(net_comm_size(c), net_comm_rank(c), &f);
+  if ((st = fold_in(o, c, &f, ts, buf, count, dtype, sums)) != HVD_OK || f.sits_out)
+    return st;
+  for (int d = 1; d < f.p && st == HVD_OK; d *= 2) {
+    int vpartner = f.vrank ^ d, partner = ops_fold_rank(&f, vpartner);
+    bool low = f.vrank < vpartner;
+    if ((st = net_sendrecv(c, partner, buf, bytes, partner, theirs, bytes)) != HVD_OK)
+      break;
+    partial_sums(ts, 0, count, low ? buf : theirs, low ? theirs : buf, dtype, sums);
+    combine(ts, 0, count, buf, low ? buf : theirs, low ? theirs : buf, dtype, sums);
+  }
+  return st == HVD_OK ? ops_fold_out(c, &f, buf, bytes) : st;
+}
+
+/* Which schedule: whole-vector doubling below HVD_ALLREDUCE_SMALL_BYTES
+ * (and when there are fewer elements than ranks), else halving. */
+static hvd_status adasum_run(struct ops_ctx *o, struct net_comm *c, const struct tensors *ts,
+                             void *buf, size_t count, hvd_dtype dtype) {
+  if (count * hvd_dtype_size(dtype) < o->t.allreduce_small_bytes ||
+      count < (size_t)net_comm_size(c))
+    return adasum_doubling(o, c, ts, buf, count, dtype);
+  return adasum_flat(o, c, ts, buf, count, dtype);
+}
+
 static hvd_status check_tensors(size_t count, hvd_dtype dtype, const struct tensors *ts) {
   size_t total = 0;
   if (dtype != HVD_FLOAT16 && dtype != HVD_BFLOAT16 && dtype != HVD_FLOAT32 &&
@@ -277,7 +318,7 @@ hvd_status ops_adasum(struct ops_ctx *o, struct net_comm *c, const void *in, voi
     return st;
   start(in, out, count, dtype, prescale);
   if (net_comm_size(c) > 1)
-    st = adasum_flat(o, c, &ts, out, count, dtype);
+    st = adasum_run(o, c, &ts, out, count, dtype);
   if (st == HVD_OK && postscale != 1.0)
     ops_scale(out, out, count, dtype, postscale);
   return st;
@@ -306,7 +347,7 @@ hvd_status ops_adasum_hierarchical(struct ops_ctx *o, const struct ops_layout *l
                       postscale);
   st = ops_allreduce(o, l->local, in, out, count, dtype, HVD_AVERAGE, prescale, 1.0);
   if (st == HVD_OK && net_comm_rank(l->local) == 0)
-    st = adasum_flat(o, l->cross, &ts, out, count, dtype);
+    st = adasum_run(o, l->cross, &ts, out, count, dtype);
   if (st == HVD_OK)
     st = ops_broadcast(o, l->local, out, count, dtype, 0);
   if (st == HVD_OK && postscale != 1.0)
