@@ -213,7 +213,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
   long long seed;
 
   *o = (struct options){.mode = MODE_STEPS, .iters = 20, .warmup = 3, .check = true,
-                        .plain = true, .fusion = FUSION_ON_BYTES, .cache = CACHE_ON_CAPACITY,
+                        .plain = true, .fusion = -1, .cache = -1,
                         .order = ORDER_SHUFFLE, .seed = 1, .timeout_s = 60, .deadline_s = 1800};
   if (argc < 2 || argv[1][0] == '-') {
     if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
@@ -525,8 +525,9 @@ static void print_header(const struct bench *b) {
   printf("# hvd-bench-grads %s: %d ranks, hvd %s, %d warmup, %d timed, check %d\n",
          o->mode == MODE_STEPS ? "steps" : "latency", b->size, hvd_version(), o->warmup,
          o->iters, o->check);
-  printf("# fusion %s (HOROVOD_FUSION_THRESHOLD=%lld), cache %s (HOROVOD_CACHE_CAPACITY=%lld)\n",
-         o->fusion > 0 ? "on" : "off", o->fusion, o->cache > 0 ? "on" : "off", o->cache);
+  printf("# HOROVOD_FUSION_THRESHOLD=%s HOROVOD_CACHE_CAPACITY=%s HOROVOD_AUTOTUNE=%s\n",
+         env_or("HOROVOD_FUSION_THRESHOLD", "(default)"),
+         env_or("HOROVOD_CACHE_CAPACITY", "(default)"), env_or("HOROVOD_AUTOTUNE", "(default)"));
   printf("# HOROVOD_CYCLE_TIME=%s HVD_FUSION_INPLACE_BYTES=%s HVD_SPIN_US=%s "
          "HVD_SPIN_YIELD=%s HVD_ALLREDUCE_ALGORITHM=%s\n",
          env_or("HOROVOD_CYCLE_TIME", "(default)"), env_or("HVD_FUSION_INPLACE_BYTES", "(default)"),
@@ -685,8 +686,12 @@ static int bench_rank(const struct options *o) {
   hvd_status st;
   int code;
 
-  set_ll("HOROVOD_FUSION_THRESHOLD", o->fusion);
-  set_ll("HOROVOD_CACHE_CAPACITY", o->cache);
+  /* Only what the flags give: a knob the user sets is one the autotuner
+   * leaves alone (HOROVOD_AUTOTUNE). */
+  if (o->fusion >= 0)
+    set_ll("HOROVOD_FUSION_THRESHOLD", o->fusion);
+  if (o->cache >= 0)
+    set_ll("HOROVOD_CACHE_CAPACITY", o->cache);
   if ((st = hvd_init()) != HVD_OK) {
     fprintf(stderr, "hvd-bench-grads: hvd_init: %s: %s\n", hvd_strerror(st),
             hvd_last_error_message());

@@ -71,6 +71,7 @@ struct coord_controller {
 
   bool shutdown;      /* a rank asked to shut down */
   bool aborting;      /* a rank reported a failure */
+  bool cache_paused;  /* the autotuner turned the response cache off */
   uint8_t abort_status;
   char abort_msg[HVD_ERROR_MESSAGE_MAX];
 

@@ -25,6 +25,7 @@
 #include "common/common.h"
 #include "coord/gpu_backend.h"
 #include "coord/lifecycle.h"
+#include "coord/tuner.h"
 #include "ops/ops.h"
 #include "transport/transport.h"
 
@@ -98,6 +99,7 @@ enum {
   COORD_FLAG_SHUTDOWN = 1, /* the sender shuts down (request) / everybody does (response) */
   COORD_FLAG_ABORT = 2,    /* the job failed: abort_status and abort_message say how */
   COORD_FLAG_HEARTBEAT = 4, /* response: nothing to run, rank 0 is alive (seq 0, not applied) */
+  COORD_FLAG_TUNE = 8,      /* response: the autotuner's next setting follows (autotune.c) */
 };
 
 /* A cached request that carries an inline allreduce's input. */
@@ -131,6 +133,7 @@ struct coord_response_list {
   uint32_t nretired;
   struct coord_response *resps;
   uint32_t n;
+  unsigned char tune[COORD_TUNE_SETTING_BYTES]; /* COORD_FLAG_TUNE: applied before resps */
 };
 
 void coord_request_fini(struct coord_request *r);
@@ -343,6 +346,22 @@ void coord_controller_fail_set(struct coord_controller *c, int set, const char *
 /* The stall inspector (stall.c): warns about old pending tensors; returns
  * HVD_ERR_TIMEOUT with a message when one passed the shutdown time. */
 hvd_status coord_controller_check_stalls(struct coord_controller *c, int64_t now);
+/* The autotuner turns the response cache off (every entry retired, no new
+ * bits) or back on (dispatch.c). */
+void coord_ctl_pause_cache(struct coord_controller *c, bool paused);
+
+/* ==== the autotuner in the loop (autotune.c) ====================================== */
+
+/* Every rank checks HOROVOD_AUTOTUNE_*; rank 0 with HOROVOD_AUTOTUNE=1 makes
+ * the tuner, whose first setting goes out with the first response list. */
+hvd_status coord_autotune_init(struct coord_state *s);
+void coord_autotune_fini(struct coord_state *s);
+/* Rank 0: puts a new setting, if there is one, into the list to send. */
+void coord_autotune_attach(struct coord_state *s, struct coord_response_list *list);
+/* Every rank, before a list's responses: applies the setting it carries. */
+hvd_status coord_autotune_apply(struct coord_state *s, const struct coord_response_list *list);
+/* Rank 0, after running a list: its bytes count towards the tuner's sample. */
+void coord_autotune_record(struct coord_state *s, const struct coord_response_list *list);
 
 /* Whether two devices are both the CPU or both GPUs: ranks must agree on
  * that, each rank uses its own GPU. */
@@ -470,6 +489,12 @@ struct coord_state {
   size_t identity_cap;
   void *fused_counts; /* an Adasum fusion's tensor counts (size_t) */
   size_t fused_counts_cap;
+  /* the autotuner (autotune.c): rank 0's tuner and the setting it will
+   * send next; every rank's last applied setting number */
+  struct coord_tuner *tuner;
+  struct coord_tune_setting tune_next;
+  bool tune_due;
+  uint64_t tune_applied;
   struct coord_loop *loop;
 
   /* GPU tensors: the backend (NULL: none), its state once a GPU response

@@ -236,7 +236,8 @@ static void assign_bit(struct coord_controller *c, const struct pending *p,
   int bit, evicted;
   const struct coord_cache_entry *e;
 
-  if (cache->capacity == 0 || r->type == COORD_ERROR || !coord_cache_eligible(&p->first))
+  if (cache->capacity == 0 || c->cache_paused || r->type == COORD_ERROR ||
+      !coord_cache_eligible(&p->first))
     return;
   bit = coord_cache_find(cache, r->set, r->names[0], strlen(r->names[0]));
   e = coord_cache_entry(cache, bit);
@@ -270,6 +271,17 @@ static void retire_set(struct coord_controller *c, int set) {
     if (cache->entries[i].state == COORD_CACHE_ACTIVE && cache->entries[i].resp.set == set)
       coord_ctl_retire(c, (int)i);
   }
+}
+
+void coord_ctl_pause_cache(struct coord_controller *c, bool paused) {
+  struct coord_cache *cache = &c->s->cache;
+  if (paused && !c->cache_paused) {
+    for (size_t i = 0; i < cache->nentries; i++) {
+      if (cache->entries[i].state == COORD_CACHE_ACTIVE)
+        coord_ctl_retire(c, (int)i);
+    }
+  }
+  c->cache_paused = paused;
 }
 
 static bool due_now(const struct coord_controller *c, int64_t now, int64_t *due) {

@@ -85,6 +85,7 @@ static void state_destroy(struct coord_state *s) {
   if (s->gpu != NULL)
     s->gpu_backend->close(s->gpu, !s->clean_stop);
   coord_timeline_destroy(s->timeline);
+  coord_autotune_fini(s);
   coord_controller_destroy(s->controller);
   coord_cache_fini(&s->cache);
   coord_sets_fini(&s->sets);
@@ -294,6 +295,9 @@ static hvd_status state_create(const struct coord_start *how, uint64_t nth, int 
   if ((st = control_handshake(s)) != HVD_OK)
     goto fail;
   s->cache.capacity = s->cfg.cache_capacity; /* rank 0's (entries come on first use) */
+  /* After the handshake: the tuner starts from the settings every rank took. */
+  if ((st = coord_autotune_init(s)) != HVD_OK)
+    goto fail;
   if (s->rank == 0 && s->cfg.timeline[0] != '\0' && strcmp(s->cfg.timeline, "DYNAMIC") != 0 &&
       (st = coord_timeline_start(s->timeline, s->cfg.timeline, s->cfg.timeline_mark_cycles)) !=
           HVD_OK)

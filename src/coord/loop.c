@@ -430,6 +430,8 @@ static hvd_status apply(struct coord_loop *l, struct coord_response_list *list) 
                list->abort_message != NULL ? list->abort_message : "the job failed");
     return HVD_OK;
   }
+  if ((st = coord_autotune_apply(s, list)) != HVD_OK)
+    return st;
   for (uint32_t i = 0; i < list->n && st == HVD_OK; i++) {
     struct coord_response *r = &list->resps[i];
     if (l->coordinator) {
@@ -577,12 +579,15 @@ static hvd_status send_responses(struct coord_loop *l, bool *worked) {
     hvd_status st;
     *worked = true;
     coord_timeline_cycle(s->timeline);
+    coord_autotune_attach(s, &list);
     hvd_buf_reset(&l->msg);
     st = coord_encode_responses(&list, &l->msg);
     if (st == HVD_OK)
       st = send_to_workers(l);
     if (st == HVD_OK)
       st = timed_apply(l, &list);
+    if (st == HVD_OK)
+      coord_autotune_record(s, &list);
     coord_response_list_fini(&list);
     if (st != HVD_OK)
       return st;

@@ -275,6 +275,8 @@ hvd_status coord_encode_responses(const struct coord_response_list *l, struct hv
   put_preamble(&w, KIND_RESPONSES);
   put_u64(&w, l->seq);
   put_abort(&w, l->flags, l->abort_status, l->abort_message);
+  if (l->flags & COORD_FLAG_TUNE)
+    put(&w, l->tune, sizeof(l->tune));
   put_u32(&w, l->nretired);
   for (uint32_t i = 0; i < l->nretired; i++)
     put_u32(&w, (uint32_t)l->retired[i]);
@@ -594,6 +596,16 @@ hvd_status coord_decode_responses(const void *data, size_t len, struct coord_res
   l.flags = get_u8(&r, "flags");
   l.abort_status = get_u8(&r, "abort status");
   l.abort_message = get_str(&r, HVD_ERROR_MESSAGE_MAX, NULL, "abort message");
+  if ((l.flags & COORD_FLAG_TUNE) && need(&r, sizeof(l.tune), "tuning setting")) {
+    struct coord_tune_setting t;
+    memcpy(l.tune, r.p, sizeof(l.tune));
+    r.p += sizeof(l.tune);
+    r.left -= sizeof(l.tune);
+    if (coord_tune_setting_decode(l.tune, sizeof(l.tune), &t) != HVD_OK) {
+      hvd_error_clear();
+      r.bad = "tuning setting";
+    }
+  }
   l.nretired = get_count(&r, 4, UINT32_MAX, "retired count");
   l.retired = get_array(&r, l.nretired, sizeof(*l.retired), "retired");
   for (uint32_t i = 0; i < l.nretired && r.bad == NULL; i++) {

@@ -77,6 +77,13 @@ void ops_ctx_destroy(struct ops_ctx *o) {
 
 const struct ops_tunables *ops_ctx_tunables(const struct ops_ctx *o) { return &o->t; }
 
+void ops_ctx_retune(struct ops_ctx *o, size_t allreduce_ring_bytes, size_t segment_bytes) {
+  if (allreduce_ring_bytes > 0)
+    o->t.allreduce_ring_bytes = allreduce_ring_bytes;
+  if (segment_bytes >= 4096)
+    o->t.segment_bytes = segment_bytes;
+}
+
 void *ops_scratch(struct ops_ctx *o, int which, size_t bytes) {
   if (bytes > o->scratch[which].cap) {
     void *p = NULL;

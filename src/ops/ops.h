@@ -84,6 +84,10 @@ enum {
 hvd_status ops_ctx_create(struct ops_ctx **out);
 void ops_ctx_destroy(struct ops_ctx *o);
 const struct ops_tunables *ops_ctx_tunables(const struct ops_ctx *o);
+/* The autotuner's knobs (every rank sets the same values at the same point
+ * of the job): HVD_ALLREDUCE_RING_BYTES and HVD_RING_SEGMENT_BYTES; 0 (or
+ * a segment under 4 KiB) leaves a value as it is. */
+void ops_ctx_retune(struct ops_ctx *o, size_t allreduce_ring_bytes, size_t segment_bytes);
 
 /* out = op over ranks of in (count elements each); in == out is allowed.
  * prescale multiplies every input, postscale the result; AVERAGE adds
