@@ -204,6 +204,18 @@ static void coord_seeds(void) {
   must(coord_encode_responses(&pl, &b));
   put("coord", "responses-heartbeat", b.data, b.len);
   hvd_buf_reset(&b);
+  {
+    /* An autotuner setting riding on an empty list. */
+    struct coord_tune_setting t = {.number = 3, .fusion_threshold = 1 << 20, .cycle_ns = 2000000,
+                                   .allreduce_ring_bytes = 1 << 24, .segment_bytes = 1 << 19,
+                                   .cache_enabled = true, .final = true};
+    pl.seq = 7;
+    pl.flags = COORD_FLAG_TUNE;
+    coord_tune_setting_encode(&t, pl.tune);
+    must(coord_encode_responses(&pl, &b));
+    put("coord", "responses-tune", b.data, b.len);
+    hvd_buf_reset(&b);
+  }
   /* Edge cases: the preamble alone, a wrong version. */
   put("coord", "preamble", "HVDC\x02\x00\x01\x00", 8);
   put("coord", "version-1", "HVDC\x01\x00\x02\x00\x07\x00\x00\x00\x00\x00\x00\x00", 16);
