@@ -678,20 +678,22 @@ static int adasum_case(struct rank_env *e, struct ops_ctx *ctx, const struct ops
   return 0;
 }
 
-/* Both schedules: the default (small buffers swap whole vectors) and
- * halving for every size. */
-static int adasum_fn(struct rank_env *e) {
+/* Every case in both schedules: the default (small buffers swap whole
+ * vectors) and halving for every size; kinds 0 to kinds - 1 of input. */
+static int adasum_all(struct rank_env *e, const struct ops_layout *l, int per_host, int kinds) {
   struct ops_ctx *ctxs[] = {e->ops, e->halving};
   int code;
   for (size_t x = 0; x < HVD_ARRAY_SIZE(ctxs); x++)
     for (size_t d = 0; d < HVD_ARRAY_SIZE(adasum_dtypes); d++)
       for (size_t k = 0; k < HVD_ARRAY_SIZE(adasum_cases); k++)
-        for (int kind = 0; kind < 3; kind++)
-          if ((code = adasum_case(e, ctxs[x], NULL, adasum_dtypes[d], adasum_cases[k] + 1,
-                                  adasum_cases[k][0], kind, (int)k, 0)) != 0)
+        for (int kind = 0; kind < kinds; kind++)
+          if ((code = adasum_case(e, ctxs[x], l, adasum_dtypes[d], adasum_cases[k] + 1,
+                                  adasum_cases[k][0], kind, (int)k, per_host)) != 0)
             return code;
   return 0;
 }
+
+static int adasum_fn(struct rank_env *e) { return adasum_all(e, NULL, 0, 3); }
 
 /* np = 1 to 5 (3 and 5 fold in pairs), every dtype, fused and unfused;
  * identical inputs give the input back and orthogonal ones their sum,
@@ -704,15 +706,7 @@ END_TEST
 
 static int adasum_hier_fn(struct rank_env *e) {
   struct ops_layout l = {e->w->global, e->w->local, e->w->cross};
-  struct ops_ctx *ctxs[] = {e->ops, e->halving};
-  int per = e->w->local_size, code;
-  for (size_t x = 0; x < HVD_ARRAY_SIZE(ctxs); x++)
-    for (size_t d = 0; d < HVD_ARRAY_SIZE(adasum_dtypes); d++)
-      for (size_t k = 0; k < HVD_ARRAY_SIZE(adasum_cases); k++)
-        if ((code = adasum_case(e, ctxs[x], &l, adasum_dtypes[d], adasum_cases[k] + 1,
-                                adasum_cases[k][0], 0, (int)k, per)) != 0)
-          return code;
-  return 0;
+  return adasum_all(e, &l, e->w->local_size, 1);
 }
 
 /* Two fake hosts: the hosts' averages combined by Adasum. */

@@ -11,10 +11,10 @@
  *
  * Below HVD_ALLREDUCE_SMALL_BYTES partners swap whole vectors instead
  * (adasum_doubling). Otherwise the schedule is vector halving, distance
- * doubling. At distance d, rank v
- * and its partner v ^ d hold the same slice of their groups' vectors; the
- * lower keeps the first half of it and the upper the second, each sending
- * the other half, so the slice halves at every level. The dot products and
+ * doubling. At distance d, rank v and its partner v ^ d hold the same
+ * slice of their groups' vectors; the lower keeps the first half of it and
+ * the upper the second, each sending the other half, so the slice halves
+ * at every level. The dot products and
  * squared norms the coefficients need are over whole tensors: each rank
  * computes them over its slice, and the 2d ranks that together hold both
  * groups' vectors sum them by recursive doubling (the lower partner's sum
@@ -279,13 +279,15 @@ static hvd_status adasum_run(struct ops_ctx *o, struct net_comm *c, const struct
   return adasum_flat(o, c, ts, buf, count, dtype);
 }
 
-static hvd_status check_tensors(size_t count, hvd_dtype dtype, const struct tensors *ts) {
-  size_t total = 0;
-  if (dtype != HVD_FLOAT16 && dtype != HVD_BFLOAT16 && dtype != HVD_FLOAT32 &&
-      dtype != HVD_FLOAT64)
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                     "adasum is defined for float16, bfloat16, float32 and float64, not %s",
-                     hvd_dtype_name(dtype));
+/* The dtype, the scale factors, the size, and tensor counts that add up. */
+static hvd_status check_args(size_t count, hvd_dtype dtype, const struct tensors *ts,
+                             double prescale, double postscale) {
+  size_t total = 0, bytes;
+  hvd_status st = ops_check_reduce(dtype, HVD_ADASUM, prescale, postscale);
+  if (st == HVD_OK)
+    st = ops_bytes(count, dtype, &bytes);
+  if (st != HVD_OK)
+    return st;
   for (size_t t = 0; t < ts->n; t++)
     total += ts->counts[t];
   if (ts->n == 0 || total != count)
@@ -307,13 +309,8 @@ hvd_status ops_adasum(struct ops_ctx *o, struct net_comm *c, const void *in, voi
                       size_t count, hvd_dtype dtype, const size_t *tensor_counts,
                       size_t ntensors, double prescale, double postscale) {
   struct tensors ts = {tensor_counts, ntensors};
-  size_t bytes;
-  hvd_status st = ops_check_reduce(dtype, HVD_ADASUM, prescale, postscale);
+  hvd_status st = check_args(count, dtype, &ts, prescale, postscale);
 
-  if (st == HVD_OK)
-    st = ops_bytes(count, dtype, &bytes);
-  if (st == HVD_OK)
-    st = check_tensors(count, dtype, &ts);
   if (st != HVD_OK || count == 0)
     return st;
   start(in, out, count, dtype, prescale);
@@ -333,13 +330,8 @@ hvd_status ops_adasum_hierarchical(struct ops_ctx *o, const struct ops_layout *l
                                    double prescale, double postscale) {
   struct tensors ts = {tensor_counts, ntensors};
   int per;
-  size_t bytes;
-  hvd_status st = ops_check_reduce(dtype, HVD_ADASUM, prescale, postscale);
+  hvd_status st = check_args(count, dtype, &ts, prescale, postscale);
 
-  if (st == HVD_OK)
-    st = ops_bytes(count, dtype, &bytes);
-  if (st == HVD_OK)
-    st = check_tensors(count, dtype, &ts);
   if (st != HVD_OK || count == 0)
     return st;
   if (!ops_use_hierarchical(o, l, &per))
