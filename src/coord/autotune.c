@@ -58,11 +58,10 @@ hvd_status coord_autotune_init(struct coord_state *s) {
   initial.allreduce_ring_bytes = t->allreduce_ring_bytes;
   initial.segment_bytes = t->segment_bytes;
   if ((st = coord_tuner_create(&cfg, &initial, tunable_knobs(s), &s->tuner, &first)) != HVD_OK)
-    return hvd_error_prefix("HOROVOD_AUTOTUNE");
+    return st; /* its message names the variable or the log file */
   s->tune_next = first;
   s->tune_due = true;
-  HVD_LOG_INFO("autotune: tuning %s%s", cfg.log_path[0] != '\0' ? "; log in " : "",
-               cfg.log_path);
+  HVD_LOG_INFO("autotune: tuning%s%s", cfg.log_path[0] != '\0' ? "; log in " : "", cfg.log_path);
   return HVD_OK;
 }
 

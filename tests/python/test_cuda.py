@@ -115,3 +115,14 @@ def test_distributed_optimizer_trains_on_the_gpu(rank, size, device):
     assert all(torch.equal(every[r], every[0]) for r in range(size)), \
         'the ranks hold different parameters after training'
     assert losses[-1] < losses[0]
+
+
+def test_adasum_of_cuda_tensors_matches_cpu(rank, size, device):
+    # NCCL has no Adasum: GPU tensors are staged through host memory and
+    # must give the CPU path's bits.
+    g = torch.Generator().manual_seed(77 + rank)
+    x = torch.rand(1000, generator=g) * 4 - 2
+    gpu = hvd.allreduce(x.to(device), op=hvd.Adasum, name='cuda.adasum')
+    cpu = hvd.allreduce(x, op=hvd.Adasum, name='cuda.adasum.cpu')
+    assert gpu.device == device
+    assert torch.equal(gpu.cpu(), cpu)
