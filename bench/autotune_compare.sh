@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The autotuner against fixed settings on the gradient benchmark: hvd-bench
 # grads steps (ResNet-50's 161 gradients) with hvd's defaults, with each
-# setting of a sweep (fusion threshold x cycle time), and with
+# setting of a sweep (fusion threshold x cycle time x the ring's switch point,
+# HVD_ALLREDUCE_RING_BYTES), and with
 # HOROVOD_AUTOTUNE=1, whose untimed warm-up steps cover the tuning so that
 # the timed steps run with the setting it fixed. Runs are INTERLEAVED, the
 # order rotated by one each repetition. Prints a markdown table of the
@@ -14,7 +15,8 @@
 #   REPS=3 NP=4          repetitions, ranks
 #   STEPS=20 WARMUP=3    timed and untimed steps of the fixed runs
 #   TUNE_WARMUP=120      untimed steps of the autotune runs (tuning happens there)
-#   FUSIONS="4M 16M 64M" CYCLES="0.5 1 5"   the sweep (HOROVOD_CYCLE_TIME in ms)
+#   FUSIONS="0 16M 64M" CYCLES="1 5" RINGS="16M 256M"   the sweep
+#                        (HOROVOD_CYCLE_TIME in ms; a ring from 256M: halving-doubling)
 #   HVD_BUILD=build  RUN_TIMEOUT=600
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,8 +26,9 @@ NP=${NP:-4}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
 TUNE_WARMUP=${TUNE_WARMUP:-120}
-FUSIONS=${FUSIONS:-"4M 16M 64M"}
-CYCLES=${CYCLES:-"0.5 1 5"}
+FUSIONS=${FUSIONS:-"0 16M 64M"}
+CYCLES=${CYCLES:-"1 5"}
+RINGS=${RINGS:-"16M 256M"}
 HVD_BUILD=${HVD_BUILD:-build}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 BENCH=$HVD_BUILD/bin/hvd-bench-grads
@@ -37,7 +40,9 @@ mkdir -p "$out"
 configs=(default autotune)
 for f in $FUSIONS; do
     for c in $CYCLES; do
-        configs+=("f${f}_c${c}")
+        for r in $RINGS; do
+            configs+=("f${f}_c${c}_r${r}")
+        done
     done
 done
 
@@ -52,10 +57,13 @@ run() {
         warm=$TUNE_WARMUP
         ;;
     f*)
-        local f=${cfg#f} c
+        local f=${cfg#f} c r
+        r=${f##*_r}
         c=${f#*_c}
+        c=${c%%_r*}
         f=${f%%_c*}
-        env+=("HOROVOD_FUSION_THRESHOLD=$(numfmt --from=iec "$f")" "HOROVOD_CYCLE_TIME=$c")
+        env+=("HOROVOD_FUSION_THRESHOLD=$(numfmt --from=iec "$f")" "HOROVOD_CYCLE_TIME=$c"
+            "HVD_ALLREDUCE_RING_BYTES=$(numfmt --from=iec "$r")")
         ;;
     esac
     echo "$(date -u +%T) $cfg rep $rep load $(cut -d' ' -f1 /proc/loadavg)" >>"$out/runs.log"

@@ -1633,6 +1633,68 @@ static TCase *mp_case(Suite *s, const char *name, int timeout) {
   return tc;
 }
 
+/* ==== the autotuner ================================================================== */
+
+enum { TUNE_OPS = 80, TUNE_SAMPLES = 10 };
+
+static char tune_log[64];
+
+/* HOROVOD_AUTOTUNE with a sample per list: the setting changes every few
+ * operations, moving the ring's switch point across these sizes among
+ * others. A rank that applied a setting at another operation than the
+ * others would run another algorithm: the sums would be wrong or the job
+ * would hang. Rank 0's log must hold every scored sample, and the job
+ * must end with the tuner's final setting. */
+static int tuned_allreduces(int rank, int size, void *arg) {
+  (void)arg;
+  for (int k = 0; k < TUNE_OPS; k++) {
+    int64_t n = 1 + (k * 7919) % 200000, tshape[1] = {n};
+    float *in = malloc((size_t)n * sizeof(float));
+    hvd_tensor t = {NULL, HVD_FLOAT32, 1, tshape, in, in};
+    hvd_options o = HVD_OPTIONS_INIT;
+    EXPECT(in != NULL, "no memory");
+    for (int64_t i = 0; i < n; i++)
+      in[i] = (float)(rank + 1 + i % 3);
+    o.op = HVD_SUM;
+    CALL(hvd_allreduce(&t, &o));
+    for (int64_t i = 0; i < n; i++)
+      EXPECT(in[i] == (float)(size * (size + 1) / 2 + size * (i % 3)),
+             "op %d element %lld: %g", k, (long long)i, in[i]);
+    free(in);
+  }
+  if (rank == 0) {
+    FILE *f = fopen(tune_log, "r");
+    char line[512];
+    int rows = 0;
+    EXPECT(f != NULL, "rank 0 wrote no log at %s", tune_log);
+    while (fgets(line, sizeof(line), f) != NULL)
+      rows++;
+    fclose(f);
+    EXPECT(rows >= 1 + TUNE_SAMPLES, "the log has %d lines, fewer than %d samples", rows,
+           TUNE_SAMPLES);
+  }
+  return 0;
+}
+
+START_TEST(autotune_keeps_every_rank_in_step) {
+  static char log_env[96];
+  int fd;
+  snprintf(tune_log, sizeof(tune_log), "/tmp/hvd-tune-XXXXXX");
+  fd = mkstemp(tune_log);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  snprintf(log_env, sizeof(log_env), "HOROVOD_AUTOTUNE_LOG=%s", tune_log);
+  job.env[0] = "HOROVOD_AUTOTUNE=1";
+  job.env[1] = "HOROVOD_AUTOTUNE_WARMUP_SAMPLES=1";
+  job.env[2] = "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=1";
+  job.env[3] = "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES=10";
+  job.env[4] = "HVD_INLINE_BYTES=0";
+  job.env[5] = log_env;
+  run_ok(3, tuned_allreduces, NULL);
+  unlink(tune_log);
+}
+END_TEST
+
 static Suite *collectives_suite(void) {
   Suite *s = suite_create("collectives");
   TCase *tc = mp_case(s, "values", 300);
@@ -1659,6 +1721,7 @@ static Suite *async_suite(void) {
   tcase_add_test(tc, user_threads);
   tcase_add_test(tc, settings_follow_rank_0);
   tcase_add_test(tc, long_lists_cross);
+  tcase_add_test(tc, autotune_keeps_every_rank_in_step);
   return s;
 }
 
