@@ -62,7 +62,9 @@ _deleter = _DELETER(_delete)
 
 _new_capsule = ctypes.pythonapi.PyCapsule_New
 _new_capsule.restype = ctypes.py_object
-_new_capsule.argtypes = [c_void_p, ctypes.c_char_p, c_void_p]
+_new_capsule.argtypes = [c_void_p, c_void_p, c_void_p]
+# A capsule keeps a pointer to its name, not a copy: the name lives here.
+_NAME = ctypes.create_string_buffer(b'dltensor')
 
 
 def bytes_capsule(address, nbytes, device):
@@ -82,4 +84,4 @@ def bytes_capsule(address, nbytes, device):
     managed.deleter = _deleter
     with _live_lock:
         _live[ctypes.addressof(managed)] = (managed, shape)
-    return _new_capsule(ctypes.addressof(managed), b'dltensor', None)
+    return _new_capsule(ctypes.addressof(managed), ctypes.addressof(_NAME), None)
