@@ -83,10 +83,9 @@ static void finish_all(struct coord_state *s, const struct coord_response *r,
 
 /* joined: this rank contributes the identity, which prescaling would
  * change (a product's 1, a minimum's +inf); prescaling is local, so the
- * other ranks still scale theirs. */
-/* Adasum combines each tensor with its own dot products: tensor_counts
- * holds the n tensors' counts (they add up to count); the element-wise ops
- * ignore them. */
+ * other ranks still scale theirs. tensor_counts: the n tensors' counts
+ * (they add up to count), for Adasum, which combines each tensor with its
+ * own dot products; the element-wise ops ignore them. */
 static hvd_status reduce(struct coord_state *s, const struct coord_set *set,
                          const struct coord_response *r, const void *in, void *out, size_t count,
                          const size_t *tensor_counts, size_t n, bool joined) {
