@@ -43,6 +43,7 @@ struct hvdrun_options {
       *autotune_noise;
   const char *config_file; /* --config-file: horovodrun's YAML; the command line wins */
   bool check_build;        /* --check-build: print what this build has and exit */
+  bool version;            /* -v, --version: print hvd's version and exit */
   char **owned;            /* strings read from the config file */
   size_t nowned;
   const char **exports; /* -x VAR or VAR=value */

@@ -21,6 +21,11 @@ int main(int argc, char **argv) {
     hvdrun_usage(stdout);
     return 0;
   }
+  if (st == HVD_OK && o.version) {
+    printf("%s\n", hvd_version());
+    hvdrun_options_fini(&o);
+    return 0;
+  }
   if (st == HVD_OK && o.check_build) {
     char *python_dir = NULL;
     if (hvdrun_python_find(&python_dir) != HVD_OK && o.verbose)

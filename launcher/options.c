@@ -34,7 +34,7 @@ enum opt {
   O_MAX_NP, O_DISCOVERY, O_SLOTS, O_ELASTIC_TIMEOUT, O_RESET_LIMIT, O_COOLDOWN, O_HOROVOD_COMPAT,
   O_GLOO, O_MPI, O_MARK_CYCLES, O_LOG_HIDE_TIME, O_STALL_CHECK, O_STALL_WARN, O_STALL_SHUTDOWN,
   O_AUTOTUNE, O_AUTOTUNE_LOG, O_AUTOTUNE_WARMUP, O_AUTOTUNE_STEPS, O_AUTOTUNE_MAX_SAMPLES,
-  O_AUTOTUNE_NOISE, O_DISABLE_CACHE, O_CONFIG, O_CHECK_BUILD, O_HELP
+  O_AUTOTUNE_NOISE, O_DISABLE_CACHE, O_CONFIG, O_CHECK_BUILD, O_VERSION, O_JSRUN, O_HELP
 };
 enum { OPT_COUNT = O_HELP + 1 };
 
@@ -107,6 +107,9 @@ static const struct spelling {
     {"--horovod-compat", O_HOROVOD_COMPAT, 0, NULL},
     {"--gloo", O_GLOO, 0, NULL},
     {"--mpi", O_MPI, 0, NULL},
+    {"--jsrun", O_JSRUN, 0, NULL},
+    {"-v", O_VERSION, 0, NULL},
+    {"--version", O_VERSION, 0, NULL},
     {"-h", O_HELP, 0, NULL},
     {"--help", O_HELP, 0, NULL},
 };
@@ -209,6 +212,7 @@ void hvdrun_usage(FILE *out) {
       "  --gloo                      accepted and ignored: hvd is always horovodrun's\n"
       "                              Gloo path\n"
       "  --mpi                       refused: hvd has no MPI\n"
+      "  --jsrun                     refused: hvdrun starts the ranks itself (no jsrun)\n"
       "\n"
       "This build:\n"
       "  -cb, --check-build          print what this build has (frameworks, controllers,\n"
@@ -216,6 +220,7 @@ void hvdrun_usage(FILE *out) {
       "  --disable-cache             accepted and ignored: hvdrun keeps no cache of host\n"
       "                              checks between runs (horovodrun's ~/.horovod)\n"
       "\n"
+      "  -v, --version               print hvd's version and exit\n"
       "  -h, --help                  this text\n"
       "\n"
       "Exit code: 0 when every rank exits 0; the failing rank's code (128+signal\n"
@@ -353,10 +358,11 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
   case O_CACHE:
   case O_GLOO_TIMEOUT: {
     int n;
-    /* The ranks take at most a week (HOROVOD_GLOO_TIMEOUT_SECONDS). */
-    if (!int_in(v, sp->id == O_CACHE ? 0 : 1, sp->id == O_CACHE ? 1000000000 : 604800, &n))
+    /* The ranks' limits: 2^20 cache entries (HOROVOD_CACHE_CAPACITY), a
+     * week (HOROVOD_GLOO_TIMEOUT_SECONDS). */
+    if (!int_in(v, sp->id == O_CACHE ? 0 : 1, sp->id == O_CACHE ? 1048576 : 604800, &n))
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a whole number%s", sp->name, v,
-                       sp->id == O_CACHE ? " >= 0" : " from 1 to 604800");
+                       sp->id == O_CACHE ? " from 0 to 1048576" : " from 1 to 604800");
     if (sp->id == O_CACHE)
       o->cache_capacity = v;
     else
@@ -367,6 +373,8 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
   case O_CYCLE:
     if (!number_ok(v))
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a number >= 0", sp->name, v);
+    if (sp->id == O_CYCLE && !number_in(v, 0, 60000)) /* the ranks' HOROVOD_CYCLE_TIME */
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is more than 60000 ms", sp->name, v);
     if (sp->id == O_FUSION)
       o->fusion_mb = v;
     else
@@ -444,6 +452,13 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
   case O_CHECK_BUILD:
     o->check_build = true;
     break;
+  case O_VERSION:
+    o->version = true;
+    break;
+  case O_JSRUN:
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "--jsrun: hvd does not launch through jsrun (IBM Spectrum LSF); hvdrun "
+                     "starts the ranks itself, locally or over ssh (-H, --hostfile)");
   case O_EXPORT: {
     size_t name = strcspn(v, "=");
     const char **grown;
@@ -701,7 +716,7 @@ hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *h
     return st;
   o->command = argv + i;
   o->ncommand = argc - i;
-  if (o->check_build)
+  if (o->check_build || o->version)
     return HVD_OK; /* it runs nothing: no command or hosts to check */
   if (i >= argc)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,

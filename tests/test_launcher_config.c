@@ -614,6 +614,11 @@ START_TEST(hvdrun_exit_codes) {
   ck_assert_int_eq(run_hvdrun("--check-build", out, sizeof(out)), 0);
   ck_assert_ptr_nonnull(strstr(out, "Available Controllers:"));
   ck_assert_ptr_nonnull(strstr(out, "[X] Gloo"));
+  ck_assert_int_eq(run_hvdrun("--version", out, sizeof(out)), 0);
+  ck_assert_msg(strncmp(out, hvd_version(), strlen(hvd_version())) == 0 &&
+                    strcmp(out + strlen(hvd_version()), "\n") == 0,
+                "hvdrun --version printed '%s'", out);
+  ck_assert_int_eq(run_hvdrun("-v -np 2", out, sizeof(out)), 0);
   ck_assert_int_eq(run_hvdrun("--config-file missing.yaml -np 1 true", out, sizeof(out)), 2);
   ck_assert_str_eq(out, "hvdrun: --config-file: cannot open 'missing.yaml': No such file or "
                         "directory\n");
