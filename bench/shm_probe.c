@@ -184,5 +184,10 @@ int main(int argc, char **argv) {
     else
       printf("%10s   (process_vm_readv: %s)\n", "-", strerror((int)-cma));
   }
+  munmap(m.seg, max);
+  close(fd);
+  free(m.a);
+  free(m.b);
+  free(m.c);
   return 0;
 }
