@@ -152,8 +152,9 @@ int main(int argc, char **argv) {
       ptrace_scope = -1;
     fclose(f);
   }
-  printf("# hvd-bench-shm: %.2f s per size; Yama ptrace_scope %d; uid %d\n", seconds,
-         ptrace_scope, (int)getuid());
+  printf("# hvd-bench-shm: %.2f s per size; Yama ptrace_scope %s; uid %d\n", seconds,
+         ptrace_scope < 0 ? "absent" : ptrace_scope == 0 ? "0" : ptrace_scope == 1 ? "1" : "2+",
+         (int)getuid());
   printf("# %12s %10s %10s %10s %10s   (GB/s)\n", "size", "memcpy", "add", "shm", "cma");
   for (size_t k = 0; k < nsizes; k++) {
     double r[3], cma = -1;
