@@ -16,52 +16,34 @@ import contextlib
 import torch
 
 from hvd.torch.mpi_ops import Adasum, allreduce_async_, global_process_set, size, synchronize
+from hvd.torch.optimizer import _DistributedOptimizer
 
 
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     """The methods DistributedOptimizer(op=Adasum) adds to a copy of the
     wrapped optimizer's class."""
 
+    # The gradients' hooks are DistributedOptimizer's, without groups: a
+    # parameter's hook calls _allreduce_grad_async (below) on its k-th pass.
+    _names_of = _DistributedOptimizer._names_of
+    _register_hooks = _DistributedOptimizer._register_hooks
+    _make_hook = _DistributedOptimizer._make_hook
+    _groups = None
+
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  process_set=global_process_set):
-        from hvd.torch.optimizer import _DistributedOptimizer
         super(self.__class__, self).__init__(params)
         self._compression = compression
-        self._parameter_names = _DistributedOptimizer._names_of(self, named_parameters)
+        self._parameter_names = self._names_of(named_parameters)
         self.backward_passes_per_step = backward_passes_per_step
         self.process_set = process_set
         self._allreduce_delay = {p: backward_passes_per_step for p in self._parameter_names}
-        self._starts = {}
         self._handles = {}  # parameter -> (handle, compression ctx); handle None: not yet
         self._requires_update = set()
         self._grad_accs = []
         if process_set.included() and size() > 1:
             self._register_hooks()
-
-    def _register_hooks(self):
-        for group in self.param_groups:
-            for p in group['params']:
-                if not p.requires_grad:
-                    continue
-                self._requires_update.add(p)
-                self._starts[p] = torch.zeros_like(p, requires_grad=False)
-                accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-                accumulator.register_hook(self._make_hook(p))
-                self._grad_accs.append(accumulator)
-
-    def _make_hook(self, p):
-        def hook(*ignore):
-            if p in self._handles and self._handles[p][0] is not None and \
-                    self._allreduce_delay[p] <= 0:
-                raise AssertionError(
-                    'a gradient was computed more often than backward_passes_per_step (%d) '
-                    'before step()' % self.backward_passes_per_step)
-            self._allreduce_delay[p] -= 1
-            handle, ctx = None, None
-            if self._allreduce_delay[p] == 0:
-                handle, ctx = self._submit(p)
-            self._handles[p] = (handle, ctx)
-        return hook
+        self._starts = {p: torch.zeros_like(p, requires_grad=False) for p in self._requires_update}
 
     def _step_on(self, p):
         """The wrapped optimizer's step for p alone (its state is per parameter)."""
@@ -74,7 +56,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
             for group, params in zip(self.param_groups, kept):
                 group['params'] = params
 
-    def _submit(self, p):
+    def _allreduce_grad_async(self, p):
         """Steps p locally and submits its delta's Adasum; p holds the delta
         until step() applies the result."""
         start = self._starts[p]
@@ -95,7 +77,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         try:
             for p in self._requires_update:
                 if self._handles.get(p, (None, None))[0] is None:
-                    self._handles[p] = self._submit(p)
+                    self._handles[p] = self._allreduce_grad_async(p)
             for p, (handle, ctx) in self._handles.items():
                 delta = self._compression.decompress(synchronize(handle), ctx)
                 with torch.no_grad():

@@ -19,7 +19,6 @@ import warnings
 
 import torch
 
-from hvd.torch.adasum_optimizer import _DistributedAdasumOptimizer
 from hvd.torch.compression import Compression
 from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_, global_process_set,
                                grouped_allreduce_async_, size, sparse_allreduce_async,
@@ -343,6 +342,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         if groups is not None:
             raise ValueError('groups are not supported with op=Adasum (each parameter steps '
                              'and is combined on its own)')
+        from hvd.torch.adasum_optimizer import _DistributedAdasumOptimizer  # it imports this
         cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                    dict(_DistributedAdasumOptimizer.__dict__))
         return cls(optimizer.param_groups, named_parameters, compression,
