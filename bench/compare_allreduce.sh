@@ -161,7 +161,7 @@ for np in $NPS; do
 done
 
 # --- summary ----------------------------------------------------------------
-if ! python3 bench/peers/summarize.py --sizes "${SIZES// /,}" --gloo-detail "$OUT/gloo_algorithms.md" \
+if ! /usr/bin/python3 bench/peers/summarize.py --sizes "${SIZES// /,}" --gloo-detail "$OUT/gloo_algorithms.md" \
     "$OUT" | tee "$OUT/summary.md"; then
     fail "summary: wrong elements or missing results (see above)"
 fi

@@ -154,7 +154,7 @@ echo "loadavg at the end: $(cat /proc/loadavg)" >>"$OUT/env.txt"
 echo "elapsed: $(($(date +%s) - start)) s" >>"$OUT/env.txt"
 
 # --- summary ----------------------------------------------------------------
-if ! python3 bench/peers/summarize_grads.py "$OUT" | tee "$OUT/summary.md"; then
+if ! /usr/bin/python3 bench/peers/summarize_grads.py "$OUT" | tee "$OUT/summary.md"; then
     fail "summary: wrong values or missing results (see above)"
 fi
 say "raw outputs in $OUT"
