@@ -8,7 +8,10 @@
  * exit code; the parent asserts on exit codes.
  */
 #include <check.h>
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +20,7 @@
 #include <unistd.h>
 
 #include "ops/ops.h"
+#include "transport/transport_private.h" /* shm_state */
 #include "store_process.h"
 
 Suite *kernels_suite(void);
@@ -29,6 +33,7 @@ struct job {
   struct store_process store;
   int port;
   const char *hosts[8]; /* fake hostname per rank */
+  int64_t timeout_ms;   /* the ranks' progress timeout (0: 30 s) */
 };
 
 static struct job job;
@@ -66,15 +71,19 @@ static int child(int rank, int size, rank_fn fn) {
     goto out;
   cfg.ctx.rank = rank;
   cfg.ctx.hostname = job.hosts[rank] ? job.hosts[rank] : "localhost";
-  cfg.ctx.timeout_ms = 30000;
   cfg.ctx.store = e.store;
   cfg.ctx.store_host = "127.0.0.1";
   cfg.ctx.store_port = job.port;
   cfg.size = size;
   cfg.local_rank = cfg.local_size = cfg.cross_rank = cfg.cross_size = -1;
+  cfg.ctx.timeout_ms = job.timeout_ms > 0 ? job.timeout_ms : 30000;
+  /* The child is single-threaded: changing its environment is safe.
+   * The default context meets in shared memory, in small buffers so that
+   * modest sizes take several rounds; the others run the TCP algorithms. */
+  setenv("HVD_SHM_BUFFER_BYTES", "65536", 1);
   if (net_world_create(&cfg, &e.w) != HVD_OK || ops_ctx_create(&e.ops) != HVD_OK)
     goto out;
-  /* The child is single-threaded: changing its environment is safe. */
+  setenv("HVD_SHM", "0", 1);
   setenv("HVD_ALLREDUCE_ALGORITHM", "ring", 1);
   setenv("HVD_RING_SEGMENT_BYTES", "4096", 1); /* many segments even for small tests */
   setenv("HVD_BROADCAST_SMALL_BYTES", "0", 1);
@@ -374,11 +383,12 @@ static int others_fn(struct rank_env *e) {
 
     /* alltoallv: rank i sends (i + j) % 3 elements to rank j (zeros too), then
      * Horovod's test shape: rank+1 elements to everyone. */
-    for (int shape = 0; shape < 2; shape++) {
+    for (int shape = 0; shape < 6; shape++) {
       size_t sent = 0, got = 0, send_counts[8];
+      size_t scale = shape % 3 == 2 ? 20000 : 1;
       for (int j = 0; j < n; j++) {
-        send_counts[j] = shape == 0 ? (size_t)(r + j) % 3 : (size_t)r + 1;
-        recv[j] = shape == 0 ? (size_t)(j + r) % 3 : (size_t)j + 1;
+        send_counts[j] = shape % 3 != 1 ? (size_t)(r + j) % 3 * scale : (size_t)r + 1;
+        recv[j] = shape % 3 != 1 ? (size_t)(j + r) % 3 * scale : (size_t)j + 1;
         sent += send_counts[j];
       }
       /* Element value encodes sender and destination. */
@@ -386,7 +396,8 @@ static int others_fn(struct rank_env *e) {
       for (int j = 0; j < n; j++)
         for (size_t i = 0; i < send_counts[j]; i++)
           set_element(in, pos++, dt, (double)((r * 5 + j + (int)i) % (dt == HVD_BOOL ? 2 : 50)));
-      if (ops_alltoallv(e->ops, c, in, send_counts, out, recv, dt) != HVD_OK)
+      if (ops_alltoallv(shape < 3 ? e->ops : e->ring, c, in, send_counts, out, recv, dt) !=
+          HVD_OK)
         return failed_call(e, "ops_alltoallv");
       pos = 0;
       for (int j = 0; j < n; j++) {
@@ -428,20 +439,22 @@ static int others_fn(struct rank_env *e) {
       }
     }
   }
-  /* Barrier: nobody leaves before everybody arrived. */
-  char key[32];
-  snprintf(key, sizeof(key), "arrived%d", r);
-  if (rdzv_client_set(e->store, "barrier_test", key, "1", 1) != HVD_OK ||
-      ops_barrier(e->ops, c) != HVD_OK)
-    return failed_call(e, "barrier");
-  for (int i = 0; i < n; i++) {
-    struct hvd_buf v;
-    hvd_buf_init(&v, 0);
-    snprintf(key, sizeof(key), "arrived%d", i);
-    hvd_status st = rdzv_client_get(e->store, "barrier_test", key, &v, NULL);
-    hvd_buf_fini(&v);
-    if (st != HVD_OK)
-      return mismatch(e, "left the barrier before rank %d arrived", i);
+  /* Barrier (shared memory, then TCP): nobody leaves before everybody arrived. */
+  for (int x = 0; x < 2; x++) {
+    char key[32];
+    snprintf(key, sizeof(key), "arrived%d.%d", r, x);
+    if (rdzv_client_set(e->store, "barrier_test", key, "1", 1) != HVD_OK ||
+        ops_barrier(x == 0 ? e->ops : e->ring, c) != HVD_OK)
+      return failed_call(e, "barrier");
+    for (int i = 0; i < n; i++) {
+      struct hvd_buf v;
+      hvd_buf_init(&v, 0);
+      snprintf(key, sizeof(key), "arrived%d.%d", i, x);
+      hvd_status st = rdzv_client_get(e->store, "barrier_test", key, &v, NULL);
+      hvd_buf_fini(&v);
+      if (st != HVD_OK)
+        return mismatch(e, "left barrier %d before rank %d arrived", x, i);
+    }
   }
   if (ops_broadcast(e->ops, c, in, 1, HVD_INT32, n) != HVD_ERR_INVALID_ARGUMENT)
     return mismatch(e, "broadcast from a rank that does not exist was accepted");
@@ -525,6 +538,246 @@ START_TEST(hierarchical_two_hosts) {
   }
 }
 END_TEST
+
+/* ==== shared memory ================================================================ */
+
+/* Whether communicator c meets in shared memory (a collective on first use). */
+static bool shares_memory(struct net_comm *c) {
+  struct net_shm *s = NULL;
+  return net_shm_get(c, 65536, &s) == HVD_OK && s != NULL;
+}
+
+/* Two fake hosts: local phases in shared memory, the cross phase over TCP. */
+static int mixed_hosts_fn(struct rank_env *e) {
+  struct ops_layout l = {e->w->global, e->w->local, e->w->cross};
+  int n = e->w->size, r = e->w->rank;
+  size_t count = 100003, es = sizeof(float);
+  char *in = malloc(count * es), *out = malloc(count * es), *ref = malloc(count * es),
+       *tmp = malloc(count * es);
+
+  for (size_t p = 0; p < HVD_ARRAY_SIZE(all_ops); p++) {
+    fill(in, count, HVD_FLOAT32, r, all_ops[p], (int)p);
+    if (ops_allreduce_hierarchical(e->ops, &l, in, out, count, HVD_FLOAT32, all_ops[p], 1.0,
+                                   1.0) != HVD_OK)
+      return failed_call(e, "ops_allreduce_hierarchical");
+    reference(ref, count, HVD_FLOAT32, all_ops[p], n, (int)p, 1.0, 1.0, tmp);
+    if (memcmp(out, ref, count * es) != 0)
+      return mismatch(e, "hierarchical allreduce %s differs", hvd_reduce_op_name(all_ops[p]));
+  }
+  if (!shares_memory(e->w->local))
+    return mismatch(e, "the ranks of one host do not share memory");
+  if (shares_memory(e->w->global) || shares_memory(e->w->cross))
+    return mismatch(e, "a communicator across hosts claims shared memory");
+  free(in);
+  free(out);
+  free(ref);
+  free(tmp);
+  return 0;
+}
+
+START_TEST(mixed_hosts_use_shm_locally) {
+  static const char *hosts[] = {"hostA", "hostA", "hostB", "hostB"};
+  memcpy(job.hosts, hosts, sizeof(hosts));
+  run(4, mixed_hosts_fn);
+}
+END_TEST
+
+static int one_host_fn(struct rank_env *e) {
+  int r = e->w->rank;
+  float x = (float)r, y = 0;
+
+  if (ops_allreduce(e->ring, e->w->global, &x, &y, 1, HVD_FLOAT32, HVD_SUM, 1.0, 1.0) != HVD_OK)
+    return failed_call(e, "ops_allreduce");
+  /* HVD_SHM=0 (the ring context) runs over TCP and sets nothing up. */
+  if (e->w->global->shm_state != SHM_UNDECIDED)
+    return mismatch(e, "HVD_SHM=0 still looked at shared memory");
+  if (ops_allreduce(e->ops, e->w->global, &x, &y, 1, HVD_FLOAT32, HVD_SUM, 1.0, 1.0) != HVD_OK)
+    return failed_call(e, "ops_allreduce");
+  if (!shares_memory(e->w->global) || !shares_memory(e->w->local))
+    return mismatch(e, "ranks on one host do not share memory");
+  return 0;
+}
+
+START_TEST(one_host_uses_shm_unless_disabled) { run(3, one_host_fn); }
+END_TEST
+
+/* Rank 1 moves to a network namespace of its own before the first
+ * collective: it cannot reach rank 0's socket, so everyone falls back to
+ * TCP, and the results are still right. */
+static int netns_fn(struct rank_env *e) {
+  int n = e->w->size, r = e->w->rank;
+  size_t count = 50001, es = sizeof(int32_t);
+  char *in = malloc(count * es), *out = malloc(count * es), *ref = malloc(count * es),
+       *tmp = malloc(count * es);
+
+  if (r == 1 && unshare(CLONE_NEWNET) != 0) {
+    fprintf(stderr, "rank 1: unshare(CLONE_NEWNET): %s; cannot test the fallback\n",
+            strerror(errno));
+    _exit(77);
+  }
+  fill(in, count, HVD_INT32, r, HVD_SUM, 1);
+  if (ops_allreduce(e->ops, e->w->global, in, out, count, HVD_INT32, HVD_SUM, 1.0, 1.0) != HVD_OK)
+    return failed_call(e, "ops_allreduce");
+  reference(ref, count, HVD_INT32, HVD_SUM, n, 1, 1.0, 1.0, tmp);
+  if (memcmp(out, ref, count * es) != 0)
+    return mismatch(e, "allreduce after the fallback differs");
+  if (shares_memory(e->w->global))
+    return mismatch(e, "rank 1 is in another network namespace, yet memory is shared");
+  free(in);
+  free(out);
+  free(ref);
+  free(tmp);
+  return 0;
+}
+
+START_TEST(refused_host_falls_back_to_tcp) {
+  pid_t pids[3];
+  int codes[3];
+  if (geteuid() != 0)
+    return; /* needs CAP_SYS_ADMIN for a network namespace */
+  for (int r = 0; r < 3; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0) {
+      alarm(120);
+      _exit(child(r, 3, netns_fn));
+    }
+  }
+  for (int r = 0; r < 3; r++) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  if (codes[1] == 77)
+    return; /* the host allows no namespaces here */
+  for (int r = 0; r < 3; r++)
+    ck_assert_msg(codes[r] == 0, "rank %d ended with %d", r, codes[r]);
+}
+END_TEST
+
+static int dev_shm_entries(void) {
+  DIR *d = opendir("/dev/shm");
+  int n = 0;
+  if (d == NULL)
+    return 0;
+  while (readdir(d) != NULL)
+    n++;
+  closedir(d);
+  return n;
+}
+
+static int ready_pipe[2];
+
+/* Every rank loops on large allreduces until one fails; rank 1 says when
+ * it is in the loop, and the parent kills it. */
+static int killed_fn(struct rank_env *e) {
+  size_t count = 1 << 20;
+  float *buf = calloc(count, sizeof(float));
+  hvd_status st = HVD_OK;
+
+  for (int i = 0; i < 100000 && st == HVD_OK; i++) {
+    if (i == 3 && e->w->rank == 1 && write(ready_pipe[1], "x", 1) != 1)
+      return failed_call(e, "write");
+    st = ops_allreduce(e->ops, e->w->global, buf, buf, count, HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+  }
+  if (st == HVD_OK)
+    return mismatch(e, "100000 allreduces went through although rank 1 was killed");
+  if (strstr(hvd_last_error_message(), "rank 1") == NULL ||
+      strstr(hvd_last_error_message(), "ended") == NULL)
+    return mismatch(e, "the error does not say that rank 1 ended: %s", hvd_last_error_message());
+  /* The communicator stays failed. */
+  if (ops_allreduce(e->ops, e->w->global, buf, buf, 8, HVD_FLOAT32, HVD_SUM, 1.0, 1.0) == HVD_OK)
+    return mismatch(e, "an allreduce after the failure succeeded");
+  free(buf);
+  return 0;
+}
+
+START_TEST(killed_rank_fails_the_others) {
+  int before = dev_shm_entries();
+  pid_t pids[3];
+  char byte;
+
+  ck_assert_int_eq(pipe(ready_pipe), 0);
+  for (int r = 0; r < 3; r++) {
+    pids[r] = fork();
+    ck_assert_int_ge(pids[r], 0);
+    if (pids[r] == 0) {
+      close(ready_pipe[0]);
+      alarm(120);
+      _exit(child(r, 3, killed_fn));
+    }
+  }
+  close(ready_pipe[1]);
+  ck_assert_int_eq(read(ready_pipe[0], &byte, 1), 1);
+  usleep(20000);
+  kill(pids[1], SIGKILL);
+  close(ready_pipe[0]);
+  for (int r = 0; r < 3; r++) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    if (r == 1)
+      ck_assert_msg(WIFSIGNALED(status), "rank 1 was not killed (status 0x%x)", status);
+    else
+      ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                    "rank %d ended with status 0x%x", r, status);
+  }
+  ck_assert_int_eq(dev_shm_entries(), before);
+}
+END_TEST
+
+/* A rank that stays away: the others time out with a message naming it,
+ * and the late one learns why when it comes. */
+static int late_fn(struct rank_env *e) {
+  float x = 1;
+  hvd_status st;
+
+  if (ops_barrier(e->ops, e->w->global) != HVD_OK) /* sets the segment up */
+    return failed_call(e, "ops_barrier");
+  if (e->w->rank == 1)
+    usleep(2500000);
+  st = ops_allreduce(e->ops, e->w->global, &x, &x, 1, HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+  if (e->w->rank == 0 && (st != HVD_ERR_TIMEOUT || strstr(hvd_last_error_message(), "1") == NULL))
+    return mismatch(e, "rank 0 got %d (%s), not a timeout naming rank 1", (int)st,
+                    hvd_last_error_message());
+  if (e->w->rank == 1 && st == HVD_OK)
+    return mismatch(e, "the late rank's allreduce succeeded after the others gave up");
+  return 0;
+}
+
+START_TEST(absent_rank_times_out) {
+  job.timeout_ms = 1000;
+  run(2, late_fn);
+}
+END_TEST
+
+static void expect_env_error(const char *name, const char *value) {
+  struct ops_ctx *o = NULL;
+  setenv(name, value, 1);
+  ck_assert_int_eq(ops_ctx_create(&o), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), name));
+  unsetenv(name);
+}
+
+START_TEST(bad_shm_variables) {
+  expect_env_error("HVD_SHM", "maybe");
+  expect_env_error("HVD_SHM_BUFFER_BYTES", "1000");
+  expect_env_error("HVD_SHM_BUFFER_BYTES", "2G");
+}
+END_TEST
+
+static Suite *shm_suite(void) {
+  Suite *s = suite_create("shm");
+  TCase *tc = tcase_create("shm");
+  tcase_add_checked_fixture(tc, job_setup, job_teardown);
+  tcase_add_test(tc, one_host_uses_shm_unless_disabled);
+  tcase_add_test(tc, mixed_hosts_use_shm_locally);
+  tcase_add_test(tc, refused_host_falls_back_to_tcp);
+  tcase_add_test(tc, killed_rank_fails_the_others);
+  tcase_add_test(tc, absent_rank_times_out);
+  tcase_add_test(tc, bad_shm_variables);
+  suite_add_tcase(s, tc);
+  return s;
+}
 
 /* ==== Adasum ======================================================================= */
 
@@ -776,6 +1029,7 @@ int main(void) {
   signal(SIGPIPE, SIG_IGN);
   srunner_add_suite(sr, collectives_suite());
   srunner_add_suite(sr, adasum_suite());
+  srunner_add_suite(sr, shm_suite());
   srunner_run_all(sr, CK_NORMAL);
   failed = srunner_ntests_failed(sr);
   srunner_free(sr);

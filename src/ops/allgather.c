@@ -1,7 +1,8 @@
 /*
  * Allgather with a different count per rank: every block travels around
  * the ring, in segments, straight into the output (the allgather phase of
- * the pipelined ring, with each rank owning its own block).
+ * the pipelined ring, with each rank owning its own block); in shared memory
+ * when the ranks share a host.
  */
 #include <string.h>
 
@@ -14,6 +15,7 @@ hvd_status ops_allgatherv(struct ops_ctx *o, struct net_comm *c, const void *in,
   size_t *sizes = ops_sizes(o, 2 * (size_t)n);
   size_t total = 0, bytes;
   struct ring_args a = {.work = out, .dtype = dtype, .shift = -1, .allgather = true};
+  struct net_shm *shm = NULL;
   hvd_status st;
 
   if (esize == 0)
@@ -28,8 +30,12 @@ hvd_status ops_allgatherv(struct ops_ctx *o, struct net_comm *c, const void *in,
     total += counts[i];
   }
   st = ops_bytes(total, dtype, &bytes);
+  if (st == HVD_OK && n > 1 && total > 0)
+    st = ops_shm_group(o, c, &shm);
   if (st != HVD_OK)
     return st;
+  if (shm != NULL)
+    return ops_shm_allgatherv(shm, in, out, sizes, sizes + n, esize);
   /* This rank's block goes to its place first (it may already be there). */
   if ((const char *)in != (char *)out + sizes[r] * esize && counts[r] > 0)
     memmove((char *)out + sizes[r] * esize, in, counts[r] * esize);

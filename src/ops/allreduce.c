@@ -5,7 +5,8 @@
  * 2(n-1)/n of the buffer, to and from its neighbours only). The switch
  * points are HVD_ALLREDUCE_SMALL_BYTES and HVD_ALLREDUCE_RING_BYTES,
  * measured on loopback (docs/PERFORMANCE.md); HVD_ALLREDUCE_ALGORITHM forces
- * one.
+ * one. Ranks that share a host use shared memory instead (shm.c), unless
+ * an algorithm is forced.
  *
  * Recursive doubling with n not a power of two: the first 2*rem ranks pair
  * up, the even one of each pair hands its data to the odd one and sits out;
@@ -76,7 +77,15 @@ static hvd_status run(struct ops_ctx *o, struct net_comm *c, const void *in, voi
                       size_t count, hvd_dtype dtype, hvd_reduce_op op) {
   size_t bytes = count * hvd_dtype_size(dtype);
   int algo = pick(o, c, count, bytes);
+  struct net_shm *shm = NULL;
+  hvd_status st;
 
+  if (o->t.allreduce_algorithm == OPS_ALGO_AUTO) {
+    if ((st = ops_shm_group(o, c, &shm)) != HVD_OK)
+      return st;
+    if (shm != NULL)
+      return ops_shm_allreduce(o, shm, in, out, count, dtype, op);
+  }
   if (algo == OPS_ALGO_RING)
     return ring_allreduce(o, c, in, out, count, dtype, op);
   if (algo == OPS_ALGO_HALVING_DOUBLING)

@@ -1,7 +1,8 @@
 /*
  * Broadcast: a binomial tree for small buffers (log2(n) steps), a pipelined
  * chain for large ones (root -> root+1 -> ... in segments, so every link
- * carries data at once and the time approaches one buffer transfer).
+ * carries data at once and the time approaches one buffer transfer); in
+ * shared memory when the ranks share a host.
  */
 #include "ops_private.h"
 
@@ -78,6 +79,7 @@ hvd_status ops_broadcast(struct ops_ctx *o, struct net_comm *c, void *buf, size_
                          hvd_dtype dtype, int root) {
   int n = net_comm_size(c);
   size_t bytes;
+  struct net_shm *shm = NULL;
   hvd_status st = ops_bytes(count, dtype, &bytes);
 
   if (st != HVD_OK)
@@ -86,6 +88,10 @@ hvd_status ops_broadcast(struct ops_ctx *o, struct net_comm *c, void *buf, size_
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "broadcast root %d is not a rank of %d", root, n);
   if (n == 1 || bytes == 0)
     return HVD_OK;
+  if ((st = ops_shm_group(o, c, &shm)) != HVD_OK)
+    return st;
+  if (shm != NULL)
+    return ops_shm_broadcast(shm, buf, bytes, root);
   if (bytes < o->t.broadcast_small_bytes)
     return tree(c, buf, bytes, root);
   return chain(o, c, buf, bytes, root);

@@ -15,11 +15,12 @@ enum {
   DEFAULT_ALLREDUCE_SMALL_BYTES = 32 * 1024,
   DEFAULT_ALLREDUCE_RING_BYTES = 16 * 1024 * 1024,
   DEFAULT_BROADCAST_SMALL_BYTES = 64 * 1024,
+  DEFAULT_SHM_BUFFER_BYTES = 1024 * 1024,
 };
 
 hvd_status ops_ctx_create(struct ops_ctx **out) {
   struct ops_ctx *o = calloc(1, sizeof(*o));
-  int64_t seg, window, small, ring, bsmall;
+  int64_t seg, window, small, ring, bsmall, shm_buffer;
   const char *algo = hvd_env_str("HVD_ALLREDUCE_ALGORITHM");
   hvd_status st;
 
@@ -37,6 +38,11 @@ hvd_status ops_ctx_create(struct ops_ctx **out) {
   if (st == HVD_OK)
     st = hvd_env_int("HVD_BROADCAST_SMALL_BYTES", DEFAULT_BROADCAST_SMALL_BYTES, 0,
                      INT64_C(1) << 40, &bsmall);
+  if (st == HVD_OK)
+    st = hvd_env_bool("HVD_SHM", true, &o->t.shm);
+  if (st == HVD_OK)
+    st = hvd_env_int("HVD_SHM_BUFFER_BYTES", DEFAULT_SHM_BUFFER_BYTES, 64 * 1024, 1 << 30,
+                     &shm_buffer);
   if (st == HVD_OK && algo != NULL) {
     if (strcmp(algo, "auto") == 0)
       o->t.allreduce_algorithm = OPS_ALGO_AUTO;
@@ -61,6 +67,7 @@ hvd_status ops_ctx_create(struct ops_ctx **out) {
   o->t.allreduce_small_bytes = (size_t)small;
   o->t.allreduce_ring_bytes = (size_t)ring;
   o->t.broadcast_small_bytes = (size_t)bsmall;
+  o->t.shm_buffer_bytes = (size_t)shm_buffer;
   *out = o;
   return HVD_OK;
 }

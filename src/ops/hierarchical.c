@@ -61,15 +61,28 @@ bool ops_use_hierarchical(struct ops_ctx *o, const struct ops_layout *l, int *pe
   return false;
 }
 
+/* The local phases: rank l reduces share l of the host's inputs into its
+ * place in work, or every rank gathers every share of work (in shared
+ * memory when the host allows it). */
 static hvd_status local_ring(struct ops_ctx *o, struct net_comm *local, void *work, const void *in,
                              size_t count, hvd_dtype dtype, hvd_reduce_op op, bool reduce) {
-  int n = net_comm_size(local);
+  int n = net_comm_size(local), r = net_comm_rank(local);
   size_t *sizes = ops_equal_shares(o, count, n);
   struct ring_args a = {.in = in, .work = work, .dtype = dtype, .op = op, .shift = -1,
                         .reduce_scatter = reduce, .allgather = !reduce};
+  struct net_shm *shm = NULL;
+  hvd_status st;
 
   if (sizes == NULL)
     return hvd_error_status();
+  if ((st = ops_shm_group(o, local, &shm)) != HVD_OK)
+    return st;
+  if (shm != NULL) {
+    char *mine = (char *)work + sizes[r] * hvd_dtype_size(dtype);
+    if (reduce)
+      return ops_shm_reducescatterv(o, shm, in, mine, sizes, sizes + n, dtype, op);
+    return ops_shm_allgatherv(shm, mine, work, sizes, sizes + n, hvd_dtype_size(dtype));
+  }
   a.offsets = sizes;
   a.counts = sizes + n;
   return ops_ring(o, local, &a);

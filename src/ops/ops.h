@@ -71,6 +71,8 @@ struct ops_tunables {
   size_t broadcast_small_bytes; /* HVD_BROADCAST_SMALL_BYTES: below, a binomial tree */
   int allreduce_algorithm;     /* HVD_ALLREDUCE_ALGORITHM: auto, ring, recursive_doubling,
                                   halving_doubling */
+  bool shm;                    /* HVD_SHM: ranks of one host meet in shared memory */
+  size_t shm_buffer_bytes;     /* HVD_SHM_BUFFER_BYTES: each rank's buffer (two of them) */
 };
 
 enum {

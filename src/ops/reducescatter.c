@@ -3,7 +3,8 @@
  * (shift -1) so that rank r ends owning chunk r, which is its share
  * (ops_share_*: the first count%n ranks get one element more). The ring
  * reduces into a work buffer the size of the input, so the input is never
- * written; the share is then copied out, scaled.
+ * written; the share is then copied out, scaled. Ranks that share a host
+ * reduce in shared memory instead, straight into their output.
  */
 #include <stdint.h>
 #include <string.h>
@@ -19,14 +20,29 @@ static hvd_status reducescatter(struct ops_ctx *o, struct net_comm *c, const voi
   size_t bytes;
   char *work;
   struct ring_args a = {.dtype = dtype, .op = op, .shift = -1, .reduce_scatter = true};
+  struct net_shm *shm = NULL;
   hvd_status st = ops_check_reduce(dtype, op, prescale, postscale);
 
   if (st == HVD_OK)
     st = ops_bytes(count, dtype, &bytes);
+  if (st == HVD_OK && n > 1 && count > 0)
+    st = ops_shm_group(o, c, &shm);
   if (st != HVD_OK)
     return st;
   if (op == HVD_AVERAGE)
     postscale /= n;
+  if (shm != NULL) {
+    if (prescale != 1.0) {
+      if ((work = ops_scratch(o, SCRATCH_WORK, bytes + 64)) == NULL)
+        return hvd_error_status();
+      ops_scale(work, in, count, dtype, prescale);
+      in = work;
+    }
+    st = ops_shm_reducescatterv(o, shm, in, out, sizes, sizes + n, dtype, op);
+    if (st == HVD_OK && postscale != 1.0)
+      ops_scale(out, out, sizes[n + r], dtype, postscale);
+    return st;
+  }
   work = ops_scratch(o, SCRATCH_WORK, bytes + 64);
   if (work == NULL)
     return hvd_error_status();

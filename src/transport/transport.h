@@ -235,6 +235,53 @@ hvd_status net_recv(struct net_comm *comm, int peer, void *buf, size_t len);
 hvd_status net_sendrecv(struct net_comm *comm, int to, const void *sbuf, size_t slen, int from,
                         void *rbuf, size_t rlen);
 
+/* ==== shared memory between the ranks of one host (shm.c, shm_sync.c) ========== */
+
+/*
+ * A communicator whose members all published the same host name can also
+ * meet in one shared segment: a memfd that member 0 creates and hands to
+ * the others over a Unix socket, after each proved (with a secret sent over
+ * the job's authenticated TCP links) that it is the member it claims to be.
+ * The segment holds a control line per member and `2 x buffer_bytes` of
+ * data per member; the ops module's shared-memory collectives use it.
+ * Segments have no name: when the last process that maps one ends, the
+ * kernel frees it, so a killed job leaves nothing behind.
+ */
+struct net_shm;
+
+/*
+ * The communicator's segment, set up on the first call (a collective: every
+ * member calls it at the same point). *out is NULL when the members are on
+ * several hosts, the communicator has one member, or the host refuses
+ * (memfd, Unix sockets, process namespaces): then the reason is logged once
+ * and the TCP path stays. Errors are the TCP link's (a peer failing during
+ * the setup). buffer_bytes: each member's data buffer (two of them).
+ */
+hvd_status net_shm_get(struct net_comm *comm, size_t buffer_bytes, struct net_shm **out);
+/* Member r's data buffer b (0 or 1), buffer_bytes long, 64-byte aligned. */
+void *net_shm_buffer(const struct net_shm *s, int r, unsigned b);
+struct net_comm *net_shm_comm(const struct net_shm *s);
+size_t net_shm_buffer_bytes(const struct net_shm *s);
+/* Which buffer the next round writes: rounds alternate 0 and 1, so that a
+ * member writes a buffer only after everybody has read it (a round is a
+ * write, then a barrier, then reads; the next round's barrier comes after
+ * those reads). */
+unsigned net_shm_next_round(struct net_shm *s);
+/* A number beside buffer b, under the same rules (written before the
+ * round's barrier, read after it). */
+void net_shm_post(struct net_shm *s, unsigned b, uint64_t v);
+uint64_t net_shm_value(const struct net_shm *s, int r, unsigned b);
+/*
+ * Waits until every member has called it as often as this one: spins for
+ * HVD_SPIN_US, then sleeps on a futex. A member whose process ended, a
+ * member that failed (net_shm_fail), or no arrival for the communicator's
+ * timeout fails it, on every member, with a message naming the member.
+ */
+hvd_status net_shm_barrier(struct net_shm *s);
+/* Marks the group failed with this thread's message and wakes everybody;
+ * the communicator is poisoned too. Returns st. */
+hvd_status net_shm_fail(struct net_shm *s, hvd_status st);
+
 /* ==== the three communicators of a job (world.c) ================================ */
 
 struct net_world_config {

@@ -180,7 +180,58 @@ struct net_comm {
   char poison_msg[HVD_ERROR_MESSAGE_MAX];
   int64_t last_progress_ns;
   unsigned passes; /* engine passes since the last sleep */
+  /* The shared segment (shm.c): decided on first use, then kept. */
+  enum { SHM_UNDECIDED = 0, SHM_ON, SHM_OFF } shm_state;
+  struct net_shm *shm;
 };
+
+/* ---- shared memory (shm.c sets it up, shm_sync.c waits in it) -------------------
+ * The segment: a header, one cache line per member, then each member's two
+ * data buffers, page aligned:
+ *   [header][line 0 .. line n-1][pad][m0 b0][m0 b1][m1 b0][m1 b1]...
+ */
+#define NET_SHM_MAGIC 0x4d485348u /* "HSHM" */
+enum { NET_SHM_LINE = 64, NET_SHM_REASON_MAX = 384, NET_SHM_FAIL_WRITING = -1 };
+
+struct net_shm_header {
+  uint32_t magic;
+  uint32_t size;
+  uint64_t buffer_bytes;
+  _Alignas(NET_SHM_LINE) _Atomic uint32_t futex; /* bumped to wake sleepers */
+  _Atomic uint32_t sleepers;
+  /* 0 while healthy; NET_SHM_FAIL_WRITING while the first member to fail
+   * writes the reason; then 1 + that member. */
+  _Alignas(NET_SHM_LINE) _Atomic int32_t failed;
+  char reason[NET_SHM_REASON_MAX];
+};
+
+struct net_shm_line {
+  _Alignas(NET_SHM_LINE) _Atomic uint64_t arrived; /* barriers this member has entered */
+  uint64_t value[2]; /* net_shm_post, per buffer */
+};
+
+struct net_shm {
+  struct net_comm *comm;
+  unsigned char *base;
+  size_t len;
+  struct net_shm_header *hdr;
+  struct net_shm_line *lines;
+  unsigned char *data;
+  size_t buffer_bytes;
+  int rank, size;
+  uint64_t barriers; /* entered by this member */
+  unsigned rounds;
+  int *pidfds; /* per member, -1 for this one or where pidfd_open is missing */
+};
+
+/* The segment's size for n members with buffers of buffer_bytes. */
+size_t net_shm_layout(int n, size_t buffer_bytes, size_t *data_offset);
+/* Records this thread's message as the group's failure, unless another
+ * member failed first, and wakes every waiting member (shm_sync.c). */
+void net_shm_mark_failed(struct net_shm *s);
+/* Unmaps the communicator's segment; a member still waiting on it learns
+ * that this one left. */
+void net_shm_destroy(struct net_shm *s);
 
 /* Starts dialling the peer's sending connection if not done yet. */
 void net_conn_start_tx(struct net_comm *comm, struct net_conn *c);

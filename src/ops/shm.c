@@ -1,0 +1,234 @@
+/*
+ * Collectives in shared memory, for communicators whose ranks share a host
+ * (net_shm_get). Designed for memory rather than as messages: every rank
+ * writes what it contributes once into its own buffer of the segment, and
+ * the others read it where it lies.
+ *
+ * Every operation is a sequence of rounds; a round writes into buffer b of
+ * the rank's pair, meets the others at a barrier, then reads. Rounds
+ * alternate the two buffers, so the next round's writes never race the
+ * reads of this one, and rounds do not need a second barrier to end.
+ * - allreduce: a round takes up to a buffer of the input; rank r reduces
+ *   share r of it straight from every rank's buffer, in rank order (so the
+ *   bits are the same whoever computes them), into its own buffer; after a
+ *   second barrier every rank copies every share out. Each element's result
+ *   is computed once.
+ * - reducescatter: each rank lays out its input's pieces for every share
+ *   side by side; rank r reduces its piece from every buffer into its output.
+ * - allgather, broadcast, alltoall: copies in, barrier, copies out.
+ * Large buffers take several rounds of HVD_SHM_BUFFER_BYTES; the data of a
+ * round stays in the cache between the write and the reads.
+ */
+#include <string.h>
+
+#include "ops_private.h"
+
+/* Reductions go through a private block of this size when a rank reduces
+ * more than two inputs into a buffer that is also one of them. */
+enum { BLOCK_BYTES = 16 * 1024 };
+
+hvd_status ops_shm_group(struct ops_ctx *o, struct net_comm *c, struct net_shm **out) {
+  *out = NULL;
+  if (!o->t.shm || net_comm_size(c) < 2 || net_comm_size(c) > OPS_SHM_MAX_MEMBERS)
+    return HVD_OK;
+  return net_shm_get(c, o->t.shm_buffer_bytes, out);
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Elements left from lo within a part of `count`, at most cap. */
+static size_t piece(size_t count, size_t lo, size_t cap) {
+  return lo < count ? min_size(count - lo, cap) : 0;
+}
+
+/* dst = src[0] op src[1] op ... op src[n-1], in that order; dst may be
+ * one of the sources (then a private block holds the partial results). */
+static hvd_status reduce_sources(struct ops_ctx *o, char *dst, char *const *src, int n,
+                                 size_t count, hvd_dtype dtype, hvd_reduce_op op) {
+  size_t esize = hvd_dtype_size(dtype);
+  size_t block = BLOCK_BYTES / esize;
+  char *tmp;
+
+  if (n == 2) {
+    ops_reduce(dst, src[0], src[1], count, dtype, op);
+    return HVD_OK;
+  }
+  if ((tmp = ops_scratch(o, SCRATCH_TMP, BLOCK_BYTES)) == NULL)
+    return hvd_error_status();
+  for (size_t i = 0; i < count; i += block) {
+    size_t len = min_size(block, count - i), at = i * esize;
+    ops_reduce(tmp, src[0] + at, src[1] + at, len, dtype, op);
+    for (int q = 2; q < n - 1; q++)
+      ops_reduce(tmp, tmp, src[q] + at, len, dtype, op);
+    ops_reduce(dst + at, tmp, src[n - 1] + at, len, dtype, op);
+  }
+  return HVD_OK;
+}
+
+hvd_status ops_shm_allreduce(struct ops_ctx *o, struct net_shm *s, const void *in, void *out,
+                             size_t count, hvd_dtype dtype, hvd_reduce_op op) {
+  int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
+  size_t esize = hvd_dtype_size(dtype);
+  size_t per_round = net_shm_buffer_bytes(s) / esize;
+  char *src[OPS_SHM_MAX_MEMBERS];
+  hvd_status st = HVD_OK;
+
+  for (size_t base = 0; base < count && st == HVD_OK; base += per_round) {
+    size_t m = min_size(per_round, count - base);
+    unsigned b = net_shm_next_round(s);
+    size_t off = ops_share_offset(m, n, r), len = ops_share_count(m, n, r);
+
+    for (int q = 0; q < n; q++)
+      src[q] = net_shm_buffer(s, q, b);
+    memcpy(src[r], (const char *)in + base * esize, m * esize);
+    if ((st = net_shm_barrier(s)) != HVD_OK)
+      break;
+    if (len > 0) {
+      char *at[OPS_SHM_MAX_MEMBERS];
+      for (int q = 0; q < n; q++)
+        at[q] = src[q] + off * esize;
+      if ((st = reduce_sources(o, at[r], at, n, len, dtype, op)) != HVD_OK)
+        return net_shm_fail(s, st);
+    }
+    if ((st = net_shm_barrier(s)) != HVD_OK)
+      break;
+    for (int q = 0; q < n; q++) {
+      size_t qo = ops_share_offset(m, n, q);
+      memcpy((char *)out + (base + qo) * esize, src[q] + qo * esize,
+             ops_share_count(m, n, q) * esize);
+    }
+  }
+  return st;
+}
+
+hvd_status ops_shm_reducescatterv(struct ops_ctx *o, struct net_shm *s, const void *in,
+                                  void *out, const size_t *offsets, const size_t *counts,
+                                  hvd_dtype dtype, hvd_reduce_op op) {
+  int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
+  size_t esize = hvd_dtype_size(dtype);
+  size_t cap = net_shm_buffer_bytes(s) / esize / (size_t)n; /* per share and round */
+  size_t longest = 0;
+  char *src[OPS_SHM_MAX_MEMBERS];
+  hvd_status st = HVD_OK;
+
+  for (int q = 0; q < n; q++)
+    longest = counts[q] > longest ? counts[q] : longest;
+  for (size_t lo = 0; lo < longest && st == HVD_OK; lo += cap) {
+    unsigned b = net_shm_next_round(s);
+    char *mine = net_shm_buffer(s, r, b);
+    size_t len = piece(counts[r], lo, cap);
+
+    for (int q = 0; q < n; q++)
+      memcpy(mine + (size_t)q * cap * esize, (const char *)in + (offsets[q] + lo) * esize,
+             piece(counts[q], lo, cap) * esize);
+    if ((st = net_shm_barrier(s)) != HVD_OK || len == 0)
+      continue;
+    for (int q = 0; q < n; q++)
+      src[q] = (char *)net_shm_buffer(s, q, b) + (size_t)r * cap * esize;
+    if ((st = reduce_sources(o, (char *)out + lo * esize, src, n, len, dtype, op)) != HVD_OK)
+      return net_shm_fail(s, st);
+  }
+  return st;
+}
+
+hvd_status ops_shm_allgatherv(struct net_shm *s, const void *in, void *out,
+                              const size_t *offsets, const size_t *counts, size_t esize) {
+  int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
+  size_t cap = net_shm_buffer_bytes(s) / esize;
+  size_t longest = 0;
+  hvd_status st = HVD_OK;
+
+  for (int q = 0; q < n; q++) {
+    if (q != r)
+      longest = counts[q] > longest ? counts[q] : longest;
+  }
+  /* This rank's block goes straight to its place (it may already be there). */
+  if ((const char *)in != (char *)out + offsets[r] * esize && counts[r] > 0)
+    memmove((char *)out + offsets[r] * esize, in, counts[r] * esize);
+  in = (char *)out + offsets[r] * esize;
+  /* Every rank knows every count, so all take the same number of rounds:
+   * as many as the longest block needs, counting this rank's own. */
+  longest = counts[r] > longest ? counts[r] : longest;
+  for (size_t lo = 0; lo < longest && st == HVD_OK; lo += cap) {
+    unsigned b = net_shm_next_round(s);
+
+    memcpy(net_shm_buffer(s, r, b), (const char *)in + lo * esize,
+           piece(counts[r], lo, cap) * esize);
+    if ((st = net_shm_barrier(s)) != HVD_OK)
+      break;
+    for (int q = 0; q < n; q++) {
+      if (q != r)
+        memcpy((char *)out + (offsets[q] + lo) * esize, net_shm_buffer(s, q, b),
+               piece(counts[q], lo, cap) * esize);
+    }
+  }
+  return st;
+}
+
+hvd_status ops_shm_broadcast(struct net_shm *s, void *buf, size_t bytes, int root) {
+  int r = net_comm_rank(net_shm_comm(s));
+  size_t cap = net_shm_buffer_bytes(s);
+  hvd_status st = HVD_OK;
+
+  for (size_t lo = 0; lo < bytes && st == HVD_OK; lo += cap) {
+    unsigned b = net_shm_next_round(s);
+    size_t len = min_size(cap, bytes - lo);
+
+    if (r == root)
+      memcpy(net_shm_buffer(s, root, b), (char *)buf + lo, len);
+    if ((st = net_shm_barrier(s)) == HVD_OK && r != root)
+      memcpy((char *)buf + lo, net_shm_buffer(s, root, b), len);
+  }
+  return st;
+}
+
+hvd_status ops_shm_alltoallv(struct net_shm *s, const void *in, const size_t *send_offsets,
+                             const size_t *send_counts, void *out, const size_t *recv_offsets,
+                             const size_t *recv_counts, size_t esize) {
+  int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
+  size_t cap = net_shm_buffer_bytes(s) / esize / (size_t)n; /* per destination and round */
+  size_t longest = 0, rounds = 1;
+  hvd_status st = HVD_OK;
+
+  /* Nobody knows every split: each rank posts its longest block in the
+   * first round, and all take as many rounds as the longest needs. */
+  for (int q = 0; q < n; q++) {
+    if (q != r) {
+      longest = send_counts[q] > longest ? send_counts[q] : longest;
+      longest = recv_counts[q] > longest ? recv_counts[q] : longest;
+    }
+  }
+  for (size_t k = 0; k < rounds && st == HVD_OK; k++) {
+    unsigned b = net_shm_next_round(s);
+    char *mine = net_shm_buffer(s, r, b);
+    size_t lo = k * cap;
+
+    for (int q = 0; q < n; q++) {
+      if (q != r)
+        memcpy(mine + (size_t)q * cap * esize, (const char *)in + (send_offsets[q] + lo) * esize,
+               piece(send_counts[q], lo, cap) * esize);
+    }
+    if (k == 0)
+      net_shm_post(s, b, longest);
+    if ((st = net_shm_barrier(s)) != HVD_OK)
+      break;
+    if (k == 0) {
+      for (int q = 0; q < n; q++) {
+        size_t need = (net_shm_value(s, q, b) + cap - 1) / cap;
+        rounds = need > rounds ? need : rounds;
+      }
+    }
+    for (int q = 0; q < n; q++) {
+      if (q != r)
+        memcpy((char *)out + (recv_offsets[q] + lo) * esize,
+               (char *)net_shm_buffer(s, q, b) + (size_t)r * cap * esize,
+               piece(recv_counts[q], lo, cap) * esize);
+    }
+  }
+  return st;
+}
+
+hvd_status ops_shm_barrier(struct net_shm *s) {
+  (void)net_shm_next_round(s);
+  return net_shm_barrier(s);
+}
