@@ -544,7 +544,7 @@ END_TEST
 /* Whether communicator c meets in shared memory (a collective on first use). */
 static bool shares_memory(struct net_comm *c) {
   struct net_shm *s = NULL;
-  return net_shm_get(c, 65536, &s) == HVD_OK && s != NULL;
+  return net_shm_get(c, 65536, 0, &s) == HVD_OK && s != NULL;
 }
 
 /* Two fake hosts: local phases in shared memory, the cross phase over TCP. */

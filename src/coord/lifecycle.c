@@ -115,6 +115,10 @@ enum {
   GPU_HOST_STAGED = 4
 };
 
+/* The control channel's segment: no collectives run on it (the smallest
+ * data buffers), and rings that hold a long response list. */
+enum { CONTROL_SHM_BUFFER = 64 * 1024, CONTROL_SHM_RING = 256 * 1024 };
+
 static void put_settings(const struct coord_config *c, unsigned char *out) {
   hvd_put_le64(out, c->cache_capacity);
   hvd_put_le64(out + 8, c->fusion_inplace_bytes);
@@ -278,6 +282,11 @@ static hvd_status state_create(const struct coord_start *how, uint64_t nth, int 
   s->gpu_backend = coord_gpu_backend();
   if (st == HVD_OK)
     st = ops_ctx_create(&s->ops);
+  /* Ranks of one host exchange control messages through shared memory. */
+  if (st == HVD_OK && ops_ctx_tunables(s->ops)->shm) {
+    struct net_shm *shm;
+    st = net_shm_get(s->control, CONTROL_SHM_BUFFER, CONTROL_SHM_RING, &shm);
+  }
   if (st == HVD_OK)
     st = coord_sets_init(&s->sets, s->world->global, s->size);
   if (st == HVD_OK)

@@ -31,7 +31,7 @@ hvd_status ops_shm_group(struct ops_ctx *o, struct net_comm *c, struct net_shm *
   *out = NULL;
   if (!o->t.shm || net_comm_size(c) < 2 || net_comm_size(c) > OPS_SHM_MAX_MEMBERS)
     return HVD_OK;
-  return net_shm_get(c, o->t.shm_buffer_bytes, out);
+  return net_shm_get(c, o->t.shm_buffer_bytes, 0, out);
 }
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }

@@ -242,13 +242,13 @@ hvd_status net_comm_derive(struct net_comm *parent, uint32_t comm_id, const int 
 void net_comm_destroy(struct net_comm *comm) {
   if (comm == NULL)
     return;
-  net_shm_destroy(comm->shm);
   if (comm->conns != NULL) {
     for (int i = 0; i < comm->size; i++) {
       net_conn_close(&comm->conns[i]);
       free(comm->conns[i].fail_msg);
     }
   }
+  net_shm_destroy(comm->shm); /* after the links that live in it */
   free(comm->pfds);
   free(comm->active);
   free(comm->conns);

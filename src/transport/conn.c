@@ -89,6 +89,7 @@ hvd_status net_conn_check_peer_alive(struct net_comm *comm, struct net_conn *c) 
 }
 
 void net_conn_close(struct net_conn *c) {
+  net_link_close(c);
   if (c->tx_fd >= 0)
     close(c->tx_fd);
   if (c->rx_fd >= 0)

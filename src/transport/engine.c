@@ -280,7 +280,8 @@ static hvd_status send_once(struct net_comm *comm, struct net_conn *c, bool *mov
 
   *moved = false;
   do {
-    n = sendmsg(c->tx_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    n = c->ring_tx != NULL ? net_link_send(c, iov, msg.msg_iovlen)
+                           : sendmsg(c->tx_fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   } while (n < 0 && errno == EINTR);
   if (n < 0)
     return errno == EAGAIN || errno == EWOULDBLOCK ? HVD_OK : io_error(comm, c->peer, true, errno);
@@ -303,7 +304,8 @@ static hvd_status recv_once(struct net_comm *comm, struct net_conn *c, bool *mov
 
   *moved = false;
   do {
-    n = recvmsg(c->rx_fd, &msg, MSG_DONTWAIT);
+    n = c->ring_rx != NULL ? net_link_recv(c, iov, msg.msg_iovlen)
+                           : recvmsg(c->rx_fd, &msg, MSG_DONTWAIT);
   } while (n < 0 && errno == EINTR);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
     return HVD_OK;
@@ -335,7 +337,7 @@ static hvd_status progress_io(struct net_comm *comm, struct net_conn *c, bool *p
     sent = got = false;
     if (c->send_head != NULL && c->tx == TX_READY)
       st = send_once(comm, c, &sent);
-    if (st == HVD_OK && c->recv_head != NULL && c->rx_fd >= 0)
+    if (st == HVD_OK && c->recv_head != NULL && (c->rx_fd >= 0 || c->ring_rx != NULL))
       st = recv_once(comm, c, &got);
     if (sent || got)
       *progressed = true;
@@ -359,7 +361,7 @@ static bool busy(const struct net_conn *c) {
  * dialling is known at once: its dial is refused, or the connection ends
  * (net_conn_check_peer_alive), instead of a wait until the timeout. */
 static bool awaits_dial(const struct net_conn *c) {
-  return c->recv_head != NULL && c->rx_fd < 0;
+  return c->recv_head != NULL && c->rx_fd < 0 && c->ring_rx == NULL;
 }
 
 void net_comm_activate(struct net_comm *comm, struct net_conn *c) {
@@ -377,10 +379,8 @@ static hvd_status pass(struct net_comm *comm, bool *progressed) {
   hvd_status st = HVD_OK;
   bool accepting = (comm->passes++ & 63) == 0;
 
-  for (int k = 0; k < comm->nactive && !accepting; k++) {
-    const struct net_conn *c = &comm->conns[comm->active[k]];
-    accepting = c->recv_head != NULL && c->rx_fd < 0;
-  }
+  for (int k = 0; k < comm->nactive && !accepting; k++)
+    accepting = awaits_dial(&comm->conns[comm->active[k]]);
   if (accepting)
     net_ctx_progress_incoming(comm->ctx, progressed);
   for (int k = 0; k < comm->nactive && st == HVD_OK;) {
@@ -427,7 +427,7 @@ static void describe_wait(const struct net_comm *comm, char *out, size_t size) {
     if (c->send_head != NULL && c->tx != TX_READY)
       len += (size_t)snprintf(out + len, size - len, "%sconnecting to %s (%u failed attempts)",
                               shown ? "; " : "", who, c->attempts);
-    else if (c->recv_head != NULL && c->rx_fd < 0)
+    else if (awaits_dial(c))
       len += (size_t)snprintf(out + len, size - len, "%swaiting for %s to connect",
                               shown ? "; " : "", who);
     else if (c->recv_head != NULL)
@@ -441,6 +441,15 @@ static void describe_wait(const struct net_comm *comm, char *out, size_t size) {
                               c->send_head->payload, who);
     shown++;
   }
+}
+
+/* Whether every connection with work is a link through shared memory. */
+static bool only_links(const struct net_comm *comm) {
+  for (int k = 0; k < comm->nactive; k++) {
+    if (comm->conns[comm->active[k]].ring_rx == NULL)
+      return false;
+  }
+  return true;
 }
 
 static int poll_timeout_ms(const struct net_comm *comm, int64_t now, int64_t progress_deadline) {
@@ -466,8 +475,9 @@ static int poll_timeout_ms(const struct net_comm *comm, int64_t now, int64_t pro
  * *woken whether wake_fd is readable. */
 static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_fd, bool *ready,
                                 bool *woken) {
-  size_t need = 2 * (size_t)comm->nactive + 2;
+  size_t need = 2 * (size_t)comm->nactive + 3;
   size_t n = 0;
+  bool bell_added = false;
 
   if (need > comm->pfds_cap) {
     struct pollfd *p = realloc(comm->pfds, need * 2 * sizeof(*p));
@@ -477,7 +487,12 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_
     comm->pfds_cap = need * 2;
   }
   for (int k = 0; k < comm->nactive; k++) {
-    const struct net_conn *c = &comm->conns[comm->active[k]];
+    struct net_conn *c = &comm->conns[comm->active[k]];
+    if (c->ring_rx != NULL) {
+      if (!net_link_prepare_sleep(comm, c, comm->pfds, &n, &bell_added))
+        timeout_ms = 0;
+      continue;
+    }
     if (c->tx_fd >= 0 && (c->send_head != NULL || (awaits_dial(c) && c->tx != TX_READY))) {
       short events = c->tx == TX_READY ? POLLOUT : net_conn_tx_events(c);
       if (events != 0)
@@ -494,6 +509,8 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_
   int rc = poll(comm->pfds, n, timeout_ms);
   if (rc < 0 && errno != EINTR)
     return hvd_error(HVD_ERR_IO, "poll: %s", strerror(errno));
+  if (bell_added)
+    net_link_after_sleep(comm, comm->pfds, rc > 0 ? n : 0);
   *ready = rc != 0;
   *woken = wake_fd >= 0 && rc > 0 && (comm->pfds[n - 1].revents & (POLLIN | POLLERR | POLLHUP));
   return HVD_OK;
@@ -562,10 +579,15 @@ hvd_status net_engine_run(struct net_comm *comm, bool (*done)(void *arg), void *
       if (ctx->spin_yield)
         sched_yield();
       /* The wake fd is only polled when sleeping: while spinning, done()
-       * sees what it signals. */
-      st = sleep_in_poll(comm, 0, -1, &ready, &woken);
-      if (st != HVD_OK)
-        return net_comm_poison(comm, st);
+       * sees what it signals. Links through shared memory are read
+       * directly: with nothing else to wait for, no system call. */
+      if (only_links(comm)) {
+        ready = true;
+      } else {
+        st = sleep_in_poll(comm, 0, -1, &ready, &woken);
+        if (st != HVD_OK)
+          return net_comm_poison(comm, st);
+      }
       /* One turn of the spin took a scheduler slice: another process wants
        * this core, and each yield hands it a whole slice (milliseconds)
        * while a thread asleep in poll() is woken first when data comes.

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -46,6 +47,7 @@ struct offer {
   uint32_t ok;
   uint32_t size;
   uint64_t buffer_bytes;
+  uint64_t ring_bytes;
   uint64_t segment_bytes;
   char name[NAME_MAX_BYTES];
   unsigned char secret[SECRET_BYTES];
@@ -57,17 +59,27 @@ struct answer {
   char why[WHY_BYTES];
 };
 
+/* A member's first message on the socket (with its doorbell, for links). */
 struct hello {
   uint32_t rank;
   unsigned char secret[SECRET_BYTES];
 };
 
-size_t net_shm_layout(int n, size_t buffer_bytes, size_t *data_offset) {
+size_t net_shm_layout(int n, size_t buffer_bytes, size_t ring_bytes, size_t *data_offset,
+                      size_t *rings_offset) {
   size_t head = sizeof(struct net_shm_header) + (size_t)n * sizeof(struct net_shm_line);
   size_t page = 4096;
 
   *data_offset = (head + page - 1) / page * page;
-  return *data_offset + (size_t)n * 2 * buffer_bytes;
+  *rings_offset = *data_offset + (size_t)n * 2 * buffer_bytes;
+  if (ring_bytes == 0)
+    return *rings_offset;
+  return *rings_offset + 2 * (size_t)(n - 1) * (sizeof(struct net_shm_ring) + ring_bytes);
+}
+
+static size_t segment_bytes(int n, size_t buffer_bytes, size_t ring_bytes) {
+  size_t data, rings;
+  return net_shm_layout(n, buffer_bytes, ring_bytes, &data, &rings);
 }
 
 static bool one_host(const struct net_comm *comm) {
@@ -99,25 +111,121 @@ static hvd_status wait_fd(int fd, short events, int64_t deadline_ns) {
   }
 }
 
-/* Reads exactly len bytes (a non-blocking socket) before the deadline. */
-static hvd_status read_full(int fd, void *buf, size_t len, int64_t deadline_ns) {
-  size_t have = 0;
+/* Sends one message (a SOCK_SEQPACKET socket keeps it whole) with nfds
+ * descriptors. */
+static hvd_status send_with_fds(int sock, const void *buf, size_t len, const int *fds, int nfds) {
+  struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(2 * sizeof(int))];
+  } u;
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
 
-  while (have < len) {
-    ssize_t n = recv(fd, (char *)buf + have, len - have, 0);
-    if (n > 0) {
-      have += (size_t)n;
-      continue;
-    }
-    if (n == 0)
-      return hvd_error(HVD_ERR_NETWORK, "the connection ended after %zu of %zu bytes", have,
-                       len);
-    if (errno != EAGAIN && errno != EINTR)
-      return hvd_error(HVD_ERR_NETWORK, "recv: %s", strerror(errno));
-    hvd_status st = wait_fd(fd, POLLIN, deadline_ns);
-    if (st != HVD_OK)
-      return st;
+  memset(u.buf, 0, sizeof(u.buf));
+  if (nfds > 0) {
+    struct cmsghdr *c;
+    msg.msg_control = u.buf;
+    msg.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+    c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
   }
+  if (sendmsg(sock, &msg, MSG_NOSIGNAL) != (ssize_t)len)
+    return hvd_error(HVD_ERR_NETWORK, "sending on the segment's socket: %s", strerror(errno));
+  return HVD_OK;
+}
+
+/* Receives one message of exactly len bytes with exactly nfds descriptors
+ * before the deadline; the end of the connection is a refusal. */
+static hvd_status recv_with_fds(int sock, void *buf, size_t len, int *fds, int nfds,
+                                int64_t deadline_ns) {
+  struct iovec iov = {.iov_base = buf, .iov_len = len};
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(2 * sizeof(int))];
+  } u;
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                       .msg_controllen = sizeof(u.buf)};
+  hvd_status st = wait_fd(sock, POLLIN, deadline_ns);
+  ssize_t n;
+  struct cmsghdr *c;
+  int got = 0;
+
+  if (st != HVD_OK)
+    return st;
+  n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  if (n < 0)
+    return hvd_error(HVD_ERR_NETWORK, "receiving on the segment's socket: %s", strerror(errno));
+  c = CMSG_FIRSTHDR(&msg);
+  if (c != NULL && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+    got = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    int *in = (int *)(void *)CMSG_DATA(c);
+    for (int i = 0; i < got; i++) {
+      if (i < nfds && got == nfds)
+        fds[i] = in[i];
+      else
+        close(in[i]);
+    }
+  }
+  if (n != (ssize_t)len || got != nfds || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    for (int i = 0; i < nfds && got == nfds; i++) {
+      close(fds[i]);
+      fds[i] = -1;
+    }
+    return hvd_error(HVD_ERR_NETWORK, n == 0 ? "the connection ended" : "a malformed message");
+  }
+  return HVD_OK;
+}
+
+/* ---- the state, and the mapping ----------------------------------------------------- */
+
+static struct net_shm *shm_new(struct net_comm *comm) {
+  struct net_shm *s = calloc(1, sizeof(*s));
+
+  if (s == NULL)
+    return NULL;
+  s->comm = comm;
+  s->rank = comm->rank;
+  s->size = comm->size;
+  s->pidfds = malloc((size_t)comm->size * sizeof(int));
+  s->bells = malloc((size_t)comm->size * sizeof(int));
+  if (s->pidfds == NULL || s->bells == NULL) {
+    free(s->pidfds);
+    free(s->bells);
+    free(s);
+    return NULL;
+  }
+  for (int r = 0; r < comm->size; r++)
+    s->pidfds[r] = s->bells[r] = -1;
+  return s;
+}
+
+static hvd_status map_segment(struct net_shm *s, int fd, size_t bytes, size_t buffer_bytes,
+                              size_t ring_bytes) {
+  size_t data_offset, rings_offset;
+  /* MAP_POPULATE: the pages are faulted in now, not in the first operations. */
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+
+  if (p == MAP_FAILED)
+    return hvd_error(HVD_ERR_NO_MEMORY, "mapping %zu bytes: %s", bytes, strerror(errno));
+  s->base = p;
+  s->len = bytes;
+  s->hdr = p;
+  s->lines = (struct net_shm_line *)(s->base + sizeof(struct net_shm_header));
+  (void)net_shm_layout(s->size, buffer_bytes, ring_bytes, &data_offset, &rings_offset);
+  s->data = s->base + data_offset;
+  s->rings = s->base + rings_offset;
+  s->buffer_bytes = buffer_bytes;
+  s->ring_bytes = ring_bytes;
+  return HVD_OK;
+}
+
+static hvd_status make_bell(struct net_shm *s) {
+  s->bells[s->rank] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s->bells[s->rank] < 0)
+    return hvd_error(HVD_ERR_IO, "eventfd: %s", strerror(errno));
   return HVD_OK;
 }
 
@@ -142,8 +250,17 @@ static hvd_status create_segment(struct host_side *h, size_t bytes) {
   return HVD_OK;
 }
 
+static void abstract_address(const char *name, struct sockaddr_un *sa, socklen_t *len) {
+  size_t nlen = strnlen(name, NAME_MAX_BYTES);
+  memset(sa, 0, sizeof(*sa));
+  sa->sun_family = AF_UNIX;
+  /* Abstract namespace: sun_path[0] is 0 and the name follows. */
+  memcpy(sa->sun_path + 1, name, nlen);
+  *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + nlen);
+}
+
 static hvd_status create_socket(struct host_side *h, struct offer *o, int backlog) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  struct sockaddr_un sa;
   unsigned char rnd[16];
   socklen_t len;
 
@@ -153,10 +270,8 @@ static hvd_status create_socket(struct host_side *h, struct offer *o, int backlo
   int k = snprintf(o->name, sizeof(o->name), "hvd-shm-");
   for (size_t i = 0; i < sizeof(rnd); i++)
     k += snprintf(o->name + k, sizeof(o->name) - (size_t)k, "%02x", rnd[i]);
-  /* Abstract namespace: sun_path[0] is 0 and the name follows. */
-  memcpy(sa.sun_path + 1, o->name, strlen(o->name));
-  len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(o->name));
-  h->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  abstract_address(o->name, &sa, &len);
+  h->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (h->listen_fd < 0)
     return hvd_error(HVD_ERR_UNSUPPORTED, "a Unix socket: %s", strerror(errno));
   if (bind(h->listen_fd, (struct sockaddr *)&sa, len) != 0 || listen(h->listen_fd, backlog) != 0)
@@ -164,36 +279,19 @@ static hvd_status create_socket(struct host_side *h, struct offer *o, int backlo
   return HVD_OK;
 }
 
-static hvd_status send_fd(int sock, int fd) {
-  char byte = 'S';
-  struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } u;
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                       .msg_controllen = sizeof(u.buf)};
-  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-
-  memset(u.buf, 0, sizeof(u.buf));
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  if (sendmsg(sock, &msg, MSG_NOSIGNAL) != 1)
-    return hvd_error(HVD_ERR_NETWORK, "passing the segment: %s", strerror(errno));
-  return HVD_OK;
-}
-
-/* Accepts one connection per member and checks who it is. */
-static hvd_status admit(struct net_comm *comm, struct host_side *h, const struct offer *o,
+/* Accepts one connection per member, checks who it is, and passes the
+ * segment (and member 0's doorbell) in exchange for the member's. */
+static hvd_status admit(struct net_shm *s, struct host_side *h, const struct offer *o,
                         int64_t deadline_ns) {
+  struct net_comm *comm = s->comm;
+  int nbell = o->ring_bytes > 0 ? 1 : 0;
   int admitted = 0;
 
   while (admitted < comm->size - 1) {
     struct hello hi;
     struct ucred cred;
     socklen_t clen = sizeof(cred);
+    int bell = -1;
     int fd = accept4(h->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     hvd_status st;
 
@@ -205,7 +303,7 @@ static hvd_status admit(struct net_comm *comm, struct host_side *h, const struct
                          admitted, comm->size - 1);
       continue;
     }
-    st = read_full(fd, &hi, sizeof(hi), deadline_ns);
+    st = recv_with_fds(fd, &hi, sizeof(hi), &bell, nbell, deadline_ns);
     if (st == HVD_OK && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0)
       st = hvd_error(HVD_ERR_IO, "SO_PEERCRED: %s", strerror(errno));
     /* A stranger (wrong secret) is dropped and the wait goes on; a member
@@ -215,18 +313,20 @@ static hvd_status admit(struct net_comm *comm, struct host_side *h, const struct
       HVD_LOG_WARN("communicator %s: dropped a connection to the shared segment's socket that "
                    "did not prove it is a member (pid %d)",
                    comm->scope, st == HVD_OK ? (int)cred.pid : -1);
+      if (bell >= 0)
+        close(bell);
       close(fd);
       continue;
     }
-    if (cred.pid != comm->records[hi.rank].pid) {
-      close(fd);
+    h->conns[hi.rank] = fd;
+    s->bells[hi.rank] = bell;
+    if (cred.pid != comm->records[hi.rank].pid)
       return hvd_error(HVD_ERR_UNSUPPORTED,
                        "rank %u published pid %d but connected as pid %d (the ranks are in "
                        "different process namespaces)",
                        hi.rank, comm->records[hi.rank].pid, (int)cred.pid);
-    }
-    h->conns[hi.rank] = fd;
-    if ((st = send_fd(fd, h->memfd)) != HVD_OK)
+    int fds[2] = {h->memfd, s->bells[0]};
+    if ((st = send_with_fds(fd, "S", 1, fds, 1 + nbell)) != HVD_OK)
       return st;
     admitted++;
   }
@@ -257,46 +357,8 @@ static bool first_refusal(const struct answer *a, int n, char *why) {
   return false;
 }
 
-/* ---- member 0 and the others ------------------------------------------------------- */
-
-static hvd_status map_segment(struct net_comm *comm, int fd, size_t bytes, size_t buffer_bytes,
-                              struct net_shm **out) {
-  struct net_shm *s = calloc(1, sizeof(*s));
-  size_t data_offset;
-  void *p;
-
-  if (s == NULL)
-    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the segment's state");
-  s->pidfds = malloc((size_t)comm->size * sizeof(int));
-  if (s->pidfds == NULL) {
-    free(s);
-    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the segment's state");
-  }
-  for (int r = 0; r < comm->size; r++)
-    s->pidfds[r] = -1;
-  /* MAP_POPULATE: the pages are faulted in now, not in the first operations. */
-  p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (p == MAP_FAILED) {
-    free(s->pidfds);
-    free(s);
-    return hvd_error(HVD_ERR_NO_MEMORY, "mapping %zu bytes: %s", bytes, strerror(errno));
-  }
-  s->comm = comm;
-  s->base = p;
-  s->len = bytes;
-  s->hdr = p;
-  s->lines = (struct net_shm_line *)(s->base + sizeof(struct net_shm_header));
-  (void)net_shm_layout(comm->size, buffer_bytes, &data_offset);
-  s->data = s->base + data_offset;
-  s->buffer_bytes = buffer_bytes;
-  s->rank = comm->rank;
-  s->size = comm->size;
-  *out = s;
-  return HVD_OK;
-}
-
-static hvd_status host(struct net_comm *comm, size_t buffer_bytes, struct net_shm **shm,
-                       char *why) {
+static hvd_status host(struct net_shm *s, size_t buffer_bytes, size_t ring_bytes, char *why) {
+  struct net_comm *comm = s->comm;
   struct host_side h = {.memfd = -1, .listen_fd = -1};
   struct offer o;
   struct answer *answers = calloc((size_t)comm->size, sizeof(*answers));
@@ -315,28 +377,32 @@ static hvd_status host(struct net_comm *comm, size_t buffer_bytes, struct net_sh
   memset(&o, 0, sizeof(o));
   o.size = (uint32_t)comm->size;
   o.buffer_bytes = buffer_bytes;
-  o.segment_bytes = net_shm_layout(comm->size, buffer_bytes, &(size_t){0});
+  o.ring_bytes = ring_bytes;
+  o.segment_bytes = segment_bytes(comm->size, buffer_bytes, ring_bytes);
   local = create_segment(&h, o.segment_bytes);
   if (local == HVD_OK)
     local = create_socket(&h, &o, comm->size);
+  if (local == HVD_OK && ring_bytes > 0)
+    local = make_bell(s);
   if (local == HVD_OK)
-    local = map_segment(comm, h.memfd, o.segment_bytes, buffer_bytes, shm);
+    local = map_segment(s, h.memfd, o.segment_bytes, buffer_bytes, ring_bytes);
   o.ok = local == HVD_OK;
-  if (!o.ok)
+  if (!o.ok) {
     set_why(o.why, "rank 0: ");
-  else {
-    (*shm)->hdr->magic = NET_SHM_MAGIC;
-    (*shm)->hdr->size = (uint32_t)comm->size;
-    (*shm)->hdr->buffer_bytes = buffer_bytes;
+  } else {
+    s->hdr->magic = NET_SHM_MAGIC;
+    s->hdr->size = (uint32_t)comm->size;
+    s->hdr->buffer_bytes = buffer_bytes;
   }
   st = exchange_all(comm, &o, NULL, sizeof(o));
   if (st == HVD_OK && o.ok) {
     st = exchange_all(comm, NULL, answers, sizeof(*answers));
     if (st == HVD_OK && !first_refusal(answers, comm->size, verdict.why) &&
-        (local = admit(comm, &h, &o, deadline)) != HVD_OK)
+        (local = admit(s, &h, &o, deadline)) != HVD_OK)
       set_why(verdict.why, "rank 0: ");
-    /* Refused or not, every connection closes now: a member still
-     * waiting for the descriptor sees the end. */
+    /* Refused or not, every connection closes now, and the listener
+     * with the connections still queued on it: a member still waiting
+     * for the descriptor sees the end. */
     for (int r = 0; r < comm->size; r++) {
       if (h.conns[r] >= 0)
         close(h.conns[r]);
@@ -365,16 +431,17 @@ static hvd_status host(struct net_comm *comm, size_t buffer_bytes, struct net_sh
   return st;
 }
 
+/* ---- the other members ------------------------------------------------------------- */
+
 static hvd_status connect_to(const struct offer *o, int *out) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  size_t nlen = strnlen(o->name, sizeof(o->name));
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa;
+  socklen_t len;
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
   if (fd < 0)
     return hvd_error(HVD_ERR_UNSUPPORTED, "a Unix socket: %s", strerror(errno));
-  memcpy(sa.sun_path + 1, o->name, nlen);
-  if (connect(fd, (struct sockaddr *)&sa,
-              (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + nlen)) != 0) {
+  abstract_address(o->name, &sa, &len);
+  if (connect(fd, (struct sockaddr *)&sa, len) != 0) {
     int e = errno;
     close(fd);
     return hvd_error(HVD_ERR_UNSUPPORTED,
@@ -386,40 +453,43 @@ static hvd_status connect_to(const struct offer *o, int *out) {
   return HVD_OK;
 }
 
-/* Receives the descriptor member 0 passes; the end of the connection
- * means member 0 refused. */
-static hvd_status receive_fd(int sock, int64_t deadline_ns, int *fd) {
-  char byte;
-  struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } u;
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                       .msg_controllen = sizeof(u.buf)};
-  hvd_status st = wait_fd(sock, POLLIN, deadline_ns);
-  ssize_t n;
-  struct cmsghdr *c;
+/* Connects, proves the secret (sending the doorbell for links) and checks
+ * that the socket is rank 0's process. */
+static hvd_status introduce(struct net_shm *s, const struct offer *o, int *sock) {
+  struct net_comm *comm = s->comm;
+  struct hello hi = {.rank = (uint32_t)comm->rank};
+  struct ucred cred;
+  socklen_t clen = sizeof(cred);
+  hvd_status st;
 
-  if (st != HVD_OK)
+  memcpy(hi.secret, o->secret, SECRET_BYTES);
+  if (o->size != (uint32_t)comm->size || o->buffer_bytes == 0 || o->buffer_bytes % 4096 != 0 ||
+      (o->ring_bytes & (o->ring_bytes - 1)) != 0 ||
+      o->segment_bytes != segment_bytes(comm->size, o->buffer_bytes, o->ring_bytes))
+    return hvd_error(HVD_ERR_PROTOCOL, "rank 0 offered a segment of %llu bytes for %u members",
+                     (unsigned long long)o->segment_bytes, o->size);
+  if (o->ring_bytes > 0 && (st = make_bell(s)) != HVD_OK)
     return st;
-  n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  c = CMSG_FIRSTHDR(&msg);
-  if (n != 1 || c == NULL || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-      c->cmsg_len != CMSG_LEN(sizeof(int)))
-    return hvd_error(HVD_ERR_NETWORK, "rank 0 did not pass the segment");
-  memcpy(fd, CMSG_DATA(c), sizeof(int));
+  if ((st = connect_to(o, sock)) != HVD_OK)
+    return st;
+  if ((st = send_with_fds(*sock, &hi, sizeof(hi), &s->bells[s->rank], o->ring_bytes > 0)) !=
+      HVD_OK)
+    return st;
+  if (getsockopt(*sock, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0 ||
+      cred.pid != comm->records[0].pid || cred.uid != getuid())
+    return hvd_error(HVD_ERR_UNSUPPORTED,
+                     "the segment's socket does not belong to rank 0's process (pid %d)",
+                     comm->records[0].pid);
   return HVD_OK;
 }
 
-static hvd_status member(struct net_comm *comm, struct net_shm **shm, char *why) {
+static hvd_status member(struct net_shm *s, char *why) {
+  struct net_comm *comm = s->comm;
   struct offer o;
   struct answer a = {.ok = 1};
   struct answer verdict;
-  struct hello hi = {.rank = (uint32_t)comm->rank};
   int64_t deadline = hvd_now_ns() + comm->ctx->timeout_ms * 1000000;
-  int sock = -1, memfd = -1;
-  size_t expect;
+  int sock = -1;
   hvd_status st = net_recv(comm, 0, &o, sizeof(o));
 
   if (st != HVD_OK)
@@ -428,35 +498,24 @@ static hvd_status member(struct net_comm *comm, struct net_shm **shm, char *why)
     snprintf(why, WHY_BYTES, "%.*s", WHY_BYTES - 1, o.why);
     return HVD_OK;
   }
-  expect = net_shm_layout(comm->size, o.buffer_bytes, &(size_t){0});
-  memcpy(hi.secret, o.secret, SECRET_BYTES);
-  if (o.size != (uint32_t)comm->size || o.buffer_bytes == 0 || o.buffer_bytes % 4096 != 0 ||
-      o.segment_bytes != expect)
-    st = hvd_error(HVD_ERR_PROTOCOL, "rank 0 offered a segment of %llu bytes for %u members",
-                   (unsigned long long)o.segment_bytes, o.size);
-  else
-    st = connect_to(&o, &sock);
-  if (st == HVD_OK && send(sock, &hi, sizeof(hi), MSG_NOSIGNAL) != (ssize_t)sizeof(hi))
-    st = hvd_error(HVD_ERR_NETWORK, "sending to rank 0's socket: %s", strerror(errno));
-  if (st == HVD_OK) {
-    struct ucred cred;
-    socklen_t clen = sizeof(cred);
-    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0 ||
-        cred.pid != comm->records[0].pid || cred.uid != getuid())
-      st = hvd_error(HVD_ERR_UNSUPPORTED,
-                     "the segment's socket does not belong to rank 0's process (pid %d)",
-                     comm->records[0].pid);
-  }
-  a.ok = st == HVD_OK;
+  a.ok = introduce(s, &o, &sock) == HVD_OK;
   if (!a.ok)
     set_why(a.why, "");
   st = net_send(comm, 0, &a, sizeof(a));
   if (st == HVD_OK && a.ok) {
-    hvd_status got = receive_fd(sock, deadline, &memfd);
-    if (got == HVD_OK)
-      got = map_segment(comm, memfd, o.segment_bytes, o.buffer_bytes, shm);
-    if (got == HVD_OK && ((*shm)->hdr->magic != NET_SHM_MAGIC ||
-                          (*shm)->hdr->size != (uint32_t)comm->size))
+    char byte;
+    int fds[2] = {-1, -1};
+    int nfds = o.ring_bytes > 0 ? 2 : 1;
+    hvd_status got = recv_with_fds(sock, &byte, 1, fds, nfds, deadline);
+    if (got == HVD_OK) {
+      s->bells[0] = fds[1];
+      got = map_segment(s, fds[0], o.segment_bytes, o.buffer_bytes, o.ring_bytes);
+      close(fds[0]);
+    } else {
+      hvd_error_prefix("rank 0 did not pass the segment");
+    }
+    if (got == HVD_OK &&
+        (s->hdr->magic != NET_SHM_MAGIC || s->hdr->size != (uint32_t)comm->size))
       got = hvd_error(HVD_ERR_PROTOCOL, "the segment rank 0 passed is not one it made");
     a.ok = got == HVD_OK;
     if (!a.ok)
@@ -464,8 +523,6 @@ static hvd_status member(struct net_comm *comm, struct net_shm **shm, char *why)
   }
   if (sock >= 0)
     close(sock);
-  if (memfd >= 0)
-    close(memfd);
   if (st == HVD_OK)
     st = net_send(comm, 0, &a, sizeof(a));
   if (st == HVD_OK)
@@ -483,7 +540,8 @@ static void watch_members(struct net_shm *s) {
   }
 }
 
-hvd_status net_shm_get(struct net_comm *comm, size_t buffer_bytes, struct net_shm **out) {
+hvd_status net_shm_get(struct net_comm *comm, size_t buffer_bytes, size_t ring_bytes,
+                       struct net_shm **out) {
   char why[WHY_BYTES] = "";
   struct net_shm *s = NULL;
   hvd_status st;
@@ -494,13 +552,15 @@ hvd_status net_shm_get(struct net_comm *comm, size_t buffer_bytes, struct net_sh
       if (comm->size > 1)
         HVD_LOG_INFO("communicator %s: %d ranks on several hosts: TCP", comm->scope, comm->size);
     } else {
+      if ((s = shm_new(comm)) == NULL)
+        return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the segment's state");
       buffer_bytes = (buffer_bytes + 4095) / 4096 * 4096;
-      st = comm->rank == 0 ? host(comm, buffer_bytes, &s, why) : member(comm, &s, why);
+      st = comm->rank == 0 ? host(s, buffer_bytes, ring_bytes, why) : member(s, why);
       if (st != HVD_OK) {
         net_shm_destroy(s);
         return hvd_error_prefix("communicator %s: setting up shared memory", comm->scope);
       }
-      if (why[0] != 0 || s == NULL) {
+      if (why[0] != 0 || s->base == NULL) {
         net_shm_destroy(s);
         comm->shm_state = SHM_OFF;
         HVD_LOG_WARN("communicator %s: %d ranks on host %s cannot share memory (%s): TCP",
@@ -510,8 +570,12 @@ hvd_status net_shm_get(struct net_comm *comm, size_t buffer_bytes, struct net_sh
         watch_members(s);
         comm->shm = s;
         comm->shm_state = SHM_ON;
-        HVD_LOG_INFO("communicator %s: %d ranks on host %s: shared memory (2 x %zu KiB per rank)",
-                     comm->scope, comm->size, comm->records[0].host, s->buffer_bytes / 1024);
+        if (ring_bytes > 0)
+          net_shm_attach_links(s);
+        HVD_LOG_INFO("communicator %s: %d ranks on host %s: shared memory (2 x %zu KiB per "
+                     "rank%s)",
+                     comm->scope, comm->size, comm->records[0].host, s->buffer_bytes / 1024,
+                     ring_bytes > 0 ? ", messages through rings" : "");
       }
     }
   }
@@ -545,8 +609,12 @@ void net_shm_destroy(struct net_shm *s) {
   for (int r = 0; r < s->size; r++) {
     if (s->pidfds[r] >= 0)
       close(s->pidfds[r]);
+    if (s->bells[r] >= 0)
+      close(s->bells[r]);
   }
-  munmap(s->base, s->len);
+  if (s->base != NULL)
+    munmap(s->base, s->len);
   free(s->pidfds);
+  free(s->bells);
   free(s);
 }

@@ -256,8 +256,13 @@ struct net_shm;
  * (memfd, Unix sockets, process namespaces): then the reason is logged once
  * and the TCP path stays. Errors are the TCP link's (a peer failing during
  * the setup). buffer_bytes: each member's data buffer (two of them).
+ * ring_bytes (a power of two, or 0): messages between member 0 and each
+ * other member then travel through rings of that size in the segment
+ * instead of TCP (net_isend and the rest work as before; the coordinator's
+ * control channel).
  */
-hvd_status net_shm_get(struct net_comm *comm, size_t buffer_bytes, struct net_shm **out);
+hvd_status net_shm_get(struct net_comm *comm, size_t buffer_bytes, size_t ring_bytes,
+                       struct net_shm **out);
 /* Member r's data buffer b (0 or 1), buffer_bytes long, 64-byte aligned. */
 void *net_shm_buffer(const struct net_shm *s, int r, unsigned b);
 struct net_comm *net_shm_comm(const struct net_shm *s);

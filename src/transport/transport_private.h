@@ -159,6 +159,12 @@ struct net_conn {
   struct net_req *recv_head, *recv_tail;
   uint32_t send_seq, recv_seq;
   bool listed; /* on the communicator's active list */
+  /* A link through the shared segment (shm_link.c) instead of sockets:
+   * both NULL for TCP. gone: the peer's process has ended. */
+  struct net_shm_ring *ring_tx, *ring_rx;
+  int bell; /* the peer's doorbell (borrowed from the segment's state) */
+  size_t ring_size;
+  bool gone;
   hvd_status failed; /* isolated failure of this peer (HVD_OK: none) */
   char *fail_msg;
 };
@@ -185,10 +191,12 @@ struct net_comm {
   struct net_shm *shm;
 };
 
-/* ---- shared memory (shm.c sets it up, shm_sync.c waits in it) -------------------
+/* ---- shared memory (shm.c sets it up, shm_sync.c waits in it, shm_link.c
+ * carries messages) ------------------------------------------------------------------
  * The segment: a header, one cache line per member, then each member's two
- * data buffers, page aligned:
- *   [header][line 0 .. line n-1][pad][m0 b0][m0 b1][m1 b0][m1 b1]...
+ * data buffers, page aligned, then, for a communicator with links, a ring
+ * each way between member 0 and every other member:
+ *   [header][line 0 .. line n-1][pad][m0 b0][m0 b1][m1 b0]...[0->1][1->0][0->2]...
  */
 #define NET_SHM_MAGIC 0x4d485348u /* "HSHM" */
 enum { NET_SHM_LINE = 64, NET_SHM_REASON_MAX = 384, NET_SHM_FAIL_WRITING = -1 };
@@ -210,6 +218,18 @@ struct net_shm_line {
   uint64_t value[2]; /* net_shm_post, per buffer */
 };
 
+/* A byte stream one way between two members: the writer advances head,
+ * the reader tail; each may ask to be woken (the other writes its doorbell,
+ * an eventfd). */
+struct net_shm_ring {
+  _Alignas(NET_SHM_LINE) _Atomic uint64_t head;
+  _Atomic uint32_t reader_sleeps;
+  _Alignas(NET_SHM_LINE) _Atomic uint64_t tail;
+  _Atomic uint32_t writer_sleeps;
+  _Alignas(NET_SHM_LINE) _Atomic uint32_t closed; /* either side stopped using it */
+  _Alignas(NET_SHM_LINE) unsigned char data[];
+};
+
 struct net_shm {
   struct net_comm *comm;
   unsigned char *base;
@@ -222,10 +242,41 @@ struct net_shm {
   uint64_t barriers; /* entered by this member */
   unsigned rounds;
   int *pidfds; /* per member, -1 for this one or where pidfd_open is missing */
+  /* Links (shm_link.c): ring_bytes per ring (0: none); bells[r] is member
+   * r's doorbell where this member holds it (its own, and member 0's or,
+   * on member 0, everybody's), else -1. */
+  size_t ring_bytes;
+  unsigned char *rings;
+  int *bells;
 };
 
-/* The segment's size for n members with buffers of buffer_bytes. */
-size_t net_shm_layout(int n, size_t buffer_bytes, size_t *data_offset);
+/* The segment's size for n members with buffers of buffer_bytes and rings
+ * of ring_bytes (0: none); *data_offset and *rings_offset say where those
+ * start. */
+size_t net_shm_layout(int n, size_t buffer_bytes, size_t ring_bytes, size_t *data_offset,
+                      size_t *rings_offset);
+/* The ring from member `from` to member `to` (one of them is 0). */
+struct net_shm_ring *net_shm_ring(const struct net_shm *s, int from, int to);
+/* Makes the communicator's connections to the members it shares rings
+ * with use them (shm_link.c). */
+void net_shm_attach_links(struct net_shm *s);
+/* Engine hooks for a linked connection (shm_link.c). send and recv act as
+ * non-blocking sendmsg and recvmsg on the ring: bytes moved, or -1 with
+ * errno EAGAIN (full, or empty); a send to a peer that closed or ended
+ * drops its bytes, as a socket's first write does, and a recv returns 0
+ * once nothing is left. Before a
+ * sleep, prepare_sleep asks to be woken and adds this member's doorbell
+ * (once) and the peer's pidfd to the poll set, or returns false when
+ * something can move at once; after_sleep drains the doorbell and notes
+ * peers whose process ended. */
+ssize_t net_link_send(struct net_conn *c, const struct iovec *iov, size_t n);
+ssize_t net_link_recv(struct net_conn *c, const struct iovec *iov, size_t n);
+bool net_link_prepare_sleep(struct net_comm *comm, struct net_conn *c, struct pollfd *fds,
+                            size_t *n, bool *bell_added);
+void net_link_after_sleep(struct net_comm *comm, const struct pollfd *fds, size_t n);
+/* Tells the peer this side is done with the link (what it waits for fails)
+ * and detaches the connection from it. */
+void net_link_close(struct net_conn *c);
 /* Records this thread's message as the group's failure, unless another
  * member failed first, and wakes every waiting member (shm_sync.c). */
 void net_shm_mark_failed(struct net_shm *s);

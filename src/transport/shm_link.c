@@ -1,0 +1,186 @@
+/*
+ * Links: messages between member 0 and the others through rings in the
+ * shared segment, for the coordinator's control channel.
+ *
+ * DESIGN. A linked connection keeps the engine's requests, headers and
+ * sequence checks; only the bytes move through a ring instead of a socket
+ * (net_link_send and net_link_recv stand in for sendmsg and recvmsg). A
+ * small message thus costs two copies and no system call while the reader
+ * spins. A reader about to sleep sets reader_sleeps, then looks at the ring
+ * once more; a writer that finds the flag set after publishing clears it
+ * and writes the reader's doorbell, an eventfd in the reader's poll set.
+ * Both sides use sequentially consistent operations, so one of them sees
+ * the other (the same argument as the barrier's futex). A writer facing a
+ * full ring does the same with writer_sleeps. The peer's pidfd sits in the
+ * poll set too: a process that ends (killed, crashed) cannot mark its
+ * rings, but its pidfd becomes readable and the link reads as closed.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "transport_private.h"
+
+struct net_shm_ring *net_shm_ring(const struct net_shm *s, int from, int to) {
+  /* Member m > 0 has the pair (0 -> m, m -> 0) at index 2(m-1), 2(m-1)+1. */
+  size_t i = from == 0 ? 2 * (size_t)(to - 1) : 2 * (size_t)(from - 1) + 1;
+  size_t stride = sizeof(struct net_shm_ring) + s->ring_bytes;
+  return (struct net_shm_ring *)(s->rings + i * stride);
+}
+
+void net_shm_attach_links(struct net_shm *s) {
+  struct net_comm *comm = s->comm;
+
+  for (int p = 0; p < comm->size; p++) {
+    struct net_conn *c = &comm->conns[p];
+    if (p == comm->rank || (p != 0 && comm->rank != 0) || s->bells[p] < 0)
+      continue;
+    c->ring_tx = net_shm_ring(s, comm->rank, p);
+    c->ring_rx = net_shm_ring(s, p, comm->rank);
+    c->bell = s->bells[p];
+    c->ring_size = s->ring_bytes;
+    c->tx = TX_READY;
+  }
+}
+
+static void ring_bell(int fd) {
+  uint64_t one = 1;
+  ssize_t n = write(fd, &one, sizeof(one)); /* a full counter still wakes the reader */
+  (void)n;
+}
+
+/* Copies between iovecs and the ring's bytes [pos, pos + len), wrapping. */
+static size_t copy_ring(struct net_shm_ring *r, size_t size, uint64_t pos, const struct iovec *iov,
+                        size_t n, size_t len, bool to_ring) {
+  size_t done = 0;
+
+  for (size_t i = 0; i < n && done < len; i++) {
+    size_t take = iov[i].iov_len < len - done ? iov[i].iov_len : len - done;
+    for (size_t k = 0; k < take;) {
+      size_t at = (size_t)((pos + done + k) & (size - 1));
+      size_t run = size - at < take - k ? size - at : take - k;
+      if (to_ring)
+        memcpy(r->data + at, (const char *)iov[i].iov_base + k, run);
+      else
+        memcpy((char *)iov[i].iov_base + k, r->data + at, run);
+      k += run;
+    }
+    done += take;
+  }
+  return done;
+}
+
+static size_t iov_bytes(const struct iovec *iov, size_t n) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++)
+    total += iov[i].iov_len;
+  return total;
+}
+
+ssize_t net_link_send(struct net_conn *c, const struct iovec *iov, size_t n) {
+  struct net_shm_ring *r = c->ring_tx;
+  size_t size = c->ring_size;
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+  size_t room = size - (size_t)(head - tail), want = iov_bytes(iov, n);
+
+  /* Like a socket whose peer closed: what is written is lost, and the
+   * receiving side reports the end (a worker's last acknowledgement after
+   * member 0 shut down is no failure). */
+  if (c->gone || atomic_load_explicit(&r->closed, memory_order_relaxed))
+    return (ssize_t)want;
+  if (room == 0) {
+    errno = EAGAIN;
+    return -1;
+  }
+  size_t len = copy_ring(r, size, head, iov, n, want < room ? want : room, true);
+  atomic_store(&r->head, head + len);
+  if (atomic_load(&r->reader_sleeps) && atomic_exchange(&r->reader_sleeps, 0))
+    ring_bell(c->bell);
+  return (ssize_t)len;
+}
+
+ssize_t net_link_recv(struct net_conn *c, const struct iovec *iov, size_t n) {
+  struct net_shm_ring *r = c->ring_rx;
+  size_t size = c->ring_size;
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  size_t have = (size_t)(head - tail), want = iov_bytes(iov, n);
+
+  if (have == 0) {
+    if (c->gone || atomic_load(&r->closed))
+      return 0;
+    errno = EAGAIN;
+    return -1;
+  }
+  size_t len = copy_ring(r, size, tail, iov, n, want < have ? want : have, false);
+  atomic_store(&r->tail, tail + len);
+  if (atomic_load(&r->writer_sleeps) && atomic_exchange(&r->writer_sleeps, 0))
+    ring_bell(c->bell);
+  return (ssize_t)len;
+}
+
+bool net_link_prepare_sleep(struct net_comm *comm, struct net_conn *c, struct pollfd *fds,
+                            size_t *n, bool *bell_added) {
+  struct net_shm *s = comm->shm;
+  bool ready = false;
+
+  if (c->recv_head != NULL) {
+    atomic_store(&c->ring_rx->reader_sleeps, 1);
+    ready = atomic_load(&c->ring_rx->head) != atomic_load(&c->ring_rx->tail) ||
+            atomic_load(&c->ring_rx->closed);
+  }
+  if (c->send_head != NULL) {
+    atomic_store(&c->ring_tx->writer_sleeps, 1);
+    ready = ready || atomic_load(&c->ring_tx->head) - atomic_load(&c->ring_tx->tail) <
+                         c->ring_size ||
+            atomic_load(&c->ring_tx->closed);
+  }
+  if (!*bell_added) {
+    fds[(*n)++] = (struct pollfd){.fd = s->bells[comm->rank], .events = POLLIN};
+    *bell_added = true;
+  }
+  if (s->pidfds[c->peer] >= 0)
+    fds[(*n)++] = (struct pollfd){.fd = s->pidfds[c->peer], .events = POLLIN};
+  return !ready && !c->gone;
+}
+
+void net_link_after_sleep(struct net_comm *comm, const struct pollfd *fds, size_t n) {
+  struct net_shm *s = comm->shm;
+
+  /* Awake again: writers need not ring (this thread looks at the rings
+   * before it sleeps again). */
+  for (int k = 0; k < comm->nactive; k++) {
+    struct net_conn *c = &comm->conns[comm->active[k]];
+    if (c->ring_rx != NULL) {
+      atomic_store(&c->ring_rx->reader_sleeps, 0);
+      atomic_store(&c->ring_tx->writer_sleeps, 0);
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (fds[i].revents == 0)
+      continue;
+    if (fds[i].fd == s->bells[comm->rank]) {
+      uint64_t v;
+      ssize_t got = read(fds[i].fd, &v, sizeof(v)); /* non-blocking: empty is fine */
+      (void)got;
+      continue;
+    }
+    for (int p = 0; p < comm->size; p++) {
+      if (p != comm->rank && s->pidfds[p] == fds[i].fd && comm->conns[p].ring_rx != NULL)
+        comm->conns[p].gone = true;
+    }
+  }
+}
+
+void net_link_close(struct net_conn *c) {
+  if (c->ring_tx == NULL)
+    return;
+  atomic_store(&c->ring_tx->closed, 1);
+  atomic_store(&c->ring_rx->closed, 1);
+  ring_bell(c->bell);
+  c->ring_tx = c->ring_rx = NULL;
+  c->gone = true;
+}
