@@ -1,6 +1,10 @@
 /*
  * mpi_allreduce: Open MPI's MPI_Allreduce (float32, MPI_SUM, out-of-place),
- * the peer that bench/compare_allreduce.sh sets beside hvd-bench.
+ * the peer that bench/compare_allreduce.sh sets beside hvd-bench; with -C
+ * allgather or -C broadcast, MPI_Allgather or MPI_Bcast (root 0) instead
+ * (bench/compare_shm.sh). As in nccl-tests and hvd-bench, an allgather's
+ * size is its whole output (each rank gives SIZE/N), and busbw uses
+ * nccl-tests' factors ((N-1)/N for allgather, 1 for broadcast).
  *
  * DESIGN. For each size: every rank fills its input with rank+1 and runs one
  * allreduce whose output is checked (each element must be N(N+1)/2), then
@@ -27,7 +31,10 @@
 #define MAX_SIZES 64
 #define MIN_ITERS 3
 
+enum coll { ALLREDUCE, ALLGATHER, BROADCAST };
+
 struct opts {
+    enum coll coll;
     size_t sizes[MAX_SIZES];
     int nsizes;
     long iters;  /* 0: sized to target */
@@ -59,7 +66,8 @@ static int parse_size(const char *s, size_t *out)
 static void usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s [-b MIN -e MAX -f FACTOR | SIZE...] [-n ITERS] [-w WARMUP] [-t SECONDS]\n"
+            "usage: %s [-C allreduce|allgather|broadcast] [-b MIN -e MAX -f FACTOR | SIZE...]\n"
+            "          [-n ITERS] [-w WARMUP] [-t SECONDS]\n"
             "  sizes in bytes, K/M/G suffixes (1024-based); -n 0 (default) sizes each\n"
             "  timed run to about -t seconds (default 0.4); -w default 5\n",
             argv0);
@@ -71,12 +79,23 @@ static int parse_args(int argc, char **argv, struct opts *o)
     unsigned long f = 2;
     int c, have_range = 0;
 
+    o->coll = ALLREDUCE;
     o->nsizes = 0;
     o->iters = 0;
     o->warmup = 5;
     o->target = 0.4;
-    while ((c = getopt(argc, argv, "b:e:f:n:w:t:c:h")) != -1) {
+    while ((c = getopt(argc, argv, "C:b:e:f:n:w:t:c:h")) != -1) {
         switch (c) {
+        case 'C':
+            if (strcmp(optarg, "allreduce") == 0)
+                o->coll = ALLREDUCE;
+            else if (strcmp(optarg, "allgather") == 0)
+                o->coll = ALLGATHER;
+            else if (strcmp(optarg, "broadcast") == 0)
+                o->coll = BROADCAST;
+            else
+                return -1;
+            break;
         case 'b': if (parse_size(optarg, &b)) return -1; have_range = 1; break;
         case 'e': if (parse_size(optarg, &e)) return -1; have_range = 1; break;
         case 'f': f = strtoul(optarg, NULL, 10); break;
@@ -105,16 +124,32 @@ static int parse_args(int argc, char **argv, struct opts *o)
     return 0;
 }
 
+static enum coll coll;
+
 static void run_ops(const float *in, float *out, int count, long n)
 {
     /* MPI_ERRORS_ARE_FATAL (the default) ends the job on any error. */
-    for (long i = 0; i < n; i++)
-        MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (long i = 0; i < n; i++) {
+        if (coll == ALLGATHER)
+            MPI_Allgather(in, count, MPI_FLOAT, out, count, MPI_FLOAT, MPI_COMM_WORLD);
+        else if (coll == BROADCAST)
+            MPI_Bcast(out, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        else
+            MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
 }
 
-static long count_wrong(const float *out, int count, float want)
+/* Allreduce: every element N(N+1)/2; allgather: rank r's block r+1;
+ * broadcast: root 0's 1. */
+static long count_wrong(const float *out, int count, int nranks)
 {
     long wrong = 0;
+    if (coll == ALLGATHER) {
+        for (long i = 0; i < (long)count * nranks; i++)
+            wrong += out[i] != (float)(i / count + 1);
+        return wrong;
+    }
+    const float want = coll == BROADCAST ? 1.0f : (float)nranks * (float)(nranks + 1) / 2.0f;
     for (int i = 0; i < count; i++)
         wrong += out[i] != want;
     return wrong;
@@ -164,14 +199,17 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
+    coll = o.coll;
     MPI_Get_library_version(version, &version_len);
     version[strcspn(version, ",\n")] = '\0';
 
     if (rank == 0) {
-        printf("# mpi_allreduce: %s, MPI_Allreduce float32 MPI_SUM out-of-place, np=%d\n", version,
-               nranks);
+        static const char *const what[] = {"MPI_Allreduce float32 MPI_SUM out-of-place",
+                                           "MPI_Allgather float32", "MPI_Bcast float32 root 0"};
+        static const char *const factor[] = {"2(N-1)/N", "(N-1)/N", "1"};
+        printf("# mpi_allreduce: %s, %s, np=%d\n", version, what[coll], nranks);
         printf("# time: max over ranks of the mean time per op, us; algbw = size/time; "
-               "busbw = algbw*2(N-1)/N; GB/s = 1e9 B/s\n");
+               "busbw = algbw*%s; GB/s = 1e9 B/s\n", factor[coll]);
         if (o.iters > 0)
             printf("# iters: %ld per size, warmup %ld\n", o.iters, o.warmup);
         else
@@ -184,9 +222,10 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
 
-    const float want = (float)nranks * (float)(nranks + 1) / 2.0f;
     for (int si = 0; si < o.nsizes; si++) {
         size_t count = o.sizes[si] / sizeof(float);
+        if (coll == ALLGATHER)
+            count /= (size_t)nranks;
         if (count == 0 || count > INT_MAX) {
             if (rank == 0)
                 printf("# skipped size %zu: count must be 1..INT_MAX floats\n", o.sizes[si]);
@@ -194,37 +233,43 @@ int main(int argc, char **argv)
             continue;
         }
         float *in = malloc(count * sizeof(float));
-        float *out = malloc(count * sizeof(float));
+        size_t out_count = coll == ALLGATHER ? count * (size_t)nranks : count;
+        float *out = malloc(out_count * sizeof(float));
         if (in == NULL || out == NULL) {
             fprintf(stderr, "rank %d: malloc(%zu) failed\n", rank, count * sizeof(float));
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
-        for (size_t i = 0; i < count; i++) {
+        for (size_t i = 0; i < count; i++)
             in[i] = (float)(rank + 1);
-            out[i] = 0.0f;
-        }
+        /* A broadcast sends the root's output buffer. */
+        for (size_t i = 0; i < out_count; i++)
+            out[i] = coll == BROADCAST && rank == 0 ? 1.0f : 0.0f;
 
         run_ops(in, out, (int)count, 1);
-        long wrong = count_wrong(out, (int)count, want);
+        long wrong = count_wrong(out, (int)count, nranks);
         run_ops(in, out, (int)count, o.warmup - 1);
         long n = calibrate(in, out, (int)count, &o);
 
-        memset(out, 0, count * sizeof(float));
+        if (coll != BROADCAST || rank != 0)
+            memset(out, 0, out_count * sizeof(float));
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
         run_ops(in, out, (int)count, n);
         double local = MPI_Wtime() - t0, tmax = 0.0;
-        wrong += count_wrong(out, (int)count, want);
+        wrong += count_wrong(out, (int)count, nranks);
 
         long wrong_total = 0;
         MPI_Reduce(&local, &tmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         MPI_Reduce(&wrong, &wrong_total, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
         if (rank == 0) {
             double us = tmax / (double)n * 1e6;
-            double algbw = (double)(count * sizeof(float)) / (us * 1e-6) / 1e9;
-            double busbw = algbw * 2.0 * (nranks - 1) / nranks;
-            printf("%12zu %13zu %9s %6s %6d %11.2f %9.4f %9.4f %7ld\n", count * sizeof(float),
-                   count, "float", "sum", -1, us, algbw, busbw, wrong_total);
+            double algbw = (double)(out_count * sizeof(float)) / (us * 1e-6) / 1e9;
+            double busbw = coll == ALLREDUCE   ? algbw * 2.0 * (nranks - 1) / nranks
+                           : coll == ALLGATHER ? algbw * (nranks - 1) / nranks
+                                               : algbw;
+            printf("%12zu %13zu %9s %6s %6d %11.2f %9.4f %9.4f %7ld\n", out_count * sizeof(float),
+                   out_count, "float", coll == ALLREDUCE ? "sum" : "none", coll == BROADCAST ? 0 : -1,
+                   us, algbw, busbw, wrong_total);
             fflush(stdout);
             if (wrong_total != 0)
                 exit_code = 1;
