@@ -1102,6 +1102,80 @@ static Suite *wire_suite(void) {
   return s;
 }
 
+
+/* ---- links through shared memory ----------------------------------------------- */
+
+/* Sets up rings of 4 KiB (messages much longer than a ring wrap around and
+ * wait for room) on the global communicator, checks that rank 0's
+ * connections and the others' to rank 0 use them, then runs fn (arg). */
+static int linked_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  rank_fn fn = *(const rank_fn *)arg;
+  struct net_shm *s = NULL;
+  hvd_status st = net_shm_get(w->global, 65536, 4096, &s);
+
+  if (st != HVD_OK)
+    return status_exit(st);
+  if (s == NULL)
+    return EXIT_WRONG;
+  for (int p = 0; p < w->size; p++) {
+    bool want = p != w->rank && (p == 0 || w->rank == 0);
+    if ((w->global->conns[p].ring_rx != NULL) != want) {
+      fprintf(stderr, "rank %d: link to %d is %s\n", w->rank, p, want ? "missing" : "there");
+      return EXIT_WRONG;
+    }
+  }
+  return fn(w, store, NULL);
+}
+
+START_TEST(links_carry_messages_both_ways) {
+  int codes[2];
+  static const rank_fn fn = exchange_fn;
+  run_job(&job, 2, linked_fn, (void *)&fn, codes, 120);
+  expect_all(codes, 2, 0);
+}
+END_TEST
+
+START_TEST(links_receive_unknown_lengths) {
+  int codes[2];
+  static const rank_fn fn = upto_fn;
+  run_job(&job, 2, linked_fn, (void *)&fn, codes, 60);
+  ck_assert_int_eq(codes[0], 0);
+  ck_assert_int_eq(codes[1], EXIT_PROTOCOL);
+}
+END_TEST
+
+/* Rank 0 exchanges with every other rank over links; rank 2 is killed. */
+static int star_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  char out[512] = {0}, in[512];
+  (void)store;
+  (void)arg;
+  for (int i = 0; i < 1000000; i++) {
+    hvd_status st = HVD_OK;
+    if (i == 100 && w->rank == 2)
+      raise(SIGKILL);
+    for (int p = 1; p < w->size && st == HVD_OK; p++) {
+      if (w->rank == 0)
+        st = net_sendrecv(w->global, p, out, sizeof(out), p, in, sizeof(in));
+      else if (w->rank == p)
+        st = net_sendrecv(w->global, 0, out, sizeof(out), 0, in, sizeof(in));
+    }
+    if (st != HVD_OK)
+      return status_exit(st);
+  }
+  return 0;
+}
+
+START_TEST(killed_peer_fails_links_fast) {
+  int codes[3];
+  job.timeout_ms = 60000; /* the pidfd, not the timeout, must end it */
+  static const rank_fn fn = star_fn;
+  run_job(&job, 3, linked_fn, (void *)&fn, codes, 40);
+  ck_assert_int_eq(codes[2], -SIGKILL);
+  ck_assert_msg(codes[0] == EXIT_NETWORK, "rank 0 exited with %d", codes[0]);
+  ck_assert_msg(codes[1] == EXIT_NETWORK, "rank 1 exited with %d", codes[1]);
+}
+END_TEST
+
 static Suite *comm_suite(void) {
   Suite *s = suite_create("comm");
   TCase *tc = tcase_create("comm");
@@ -1116,6 +1190,8 @@ static Suite *comm_suite(void) {
   tcase_add_test(tc, receives_of_unknown_length);
   tcase_add_test(tc, waiting_for_events);
   tcase_add_test(tc, derived_communicators);
+  tcase_add_test(tc, links_carry_messages_both_ways);
+  tcase_add_test(tc, links_receive_unknown_lengths);
   suite_add_tcase(s, tc);
   return s;
 }
@@ -1125,6 +1201,7 @@ static Suite *failure_suite(void) {
   TCase *tc = tcase_create("failure");
   tcase_add_checked_fixture(tc, job_setup, job_teardown);
   tcase_add_test(tc, killed_peer_fails_others_fast);
+  tcase_add_test(tc, killed_peer_fails_links_fast);
   tcase_add_test(tc, silent_peer_times_out);
   tcase_add_test(tc, stray_connections_rejected);
   tcase_add_test(tc, stray_flood_is_bounded_and_parked_sockets_expire);

@@ -12,7 +12,7 @@
  *   share r of it straight from every rank's buffer, in rank order (so the
  *   bits are the same whoever computes them), into its own buffer; after a
  *   second barrier every rank copies every share out. Each element's result
- *   is computed once.
+ *   is computed once. Small buffers (SMALL_BYTES) skip the second barrier.
  * - reducescatter: each rank lays out its input's pieces for every share
  *   side by side; rank r reduces its piece from every buffer into its output.
  * - allgather, broadcast, alltoall: copies in, barrier, copies out.
@@ -24,8 +24,11 @@
 #include "ops_private.h"
 
 /* Reductions go through a private block of this size when a rank reduces
- * more than two inputs into a buffer that is also one of them. */
-enum { BLOCK_BYTES = 16 * 1024 };
+ * more than two inputs into a buffer that is also one of them. Allreduces
+ * up to SMALL_BYTES take one barrier: every rank reduces the whole buffer
+ * from every rank's copy, in rank order (so all get the same bits), which
+ * costs less than a second barrier. */
+enum { BLOCK_BYTES = 16 * 1024, SMALL_BYTES = 8 * 1024 };
 
 hvd_status ops_shm_group(struct ops_ctx *o, struct net_comm *c, struct net_shm **out) {
   *out = NULL;
@@ -65,6 +68,23 @@ static hvd_status reduce_sources(struct ops_ctx *o, char *dst, char *const *src,
   return HVD_OK;
 }
 
+static hvd_status small_allreduce(struct ops_ctx *o, struct net_shm *s, const void *in, void *out,
+                                  size_t count, hvd_dtype dtype, hvd_reduce_op op) {
+  int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
+  unsigned b = net_shm_next_round(s);
+  char *src[OPS_SHM_MAX_MEMBERS];
+  hvd_status st;
+
+  for (int q = 0; q < n; q++)
+    src[q] = net_shm_buffer(s, q, b);
+  memcpy(src[r], in, count * hvd_dtype_size(dtype));
+  if ((st = net_shm_barrier(s)) != HVD_OK)
+    return st;
+  if ((st = reduce_sources(o, out, src, n, count, dtype, op)) != HVD_OK)
+    return net_shm_fail(s, st);
+  return HVD_OK;
+}
+
 hvd_status ops_shm_allreduce(struct ops_ctx *o, struct net_shm *s, const void *in, void *out,
                              size_t count, hvd_dtype dtype, hvd_reduce_op op) {
   int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
@@ -73,6 +93,8 @@ hvd_status ops_shm_allreduce(struct ops_ctx *o, struct net_shm *s, const void *i
   char *src[OPS_SHM_MAX_MEMBERS];
   hvd_status st = HVD_OK;
 
+  if (count * esize <= SMALL_BYTES)
+    return small_allreduce(o, s, in, out, count, dtype, op);
   for (size_t base = 0; base < count && st == HVD_OK; base += per_round) {
     size_t m = min_size(per_round, count - base);
     unsigned b = net_shm_next_round(s);

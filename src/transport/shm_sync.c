@@ -188,6 +188,10 @@ hvd_status net_shm_barrier(struct net_shm *s) {
 
   if (s->comm->poison != HVD_OK)
     return hvd_error(s->comm->poison, "%s", s->comm->poison_msg);
+  /* A member that gave up (a timeout) may have entered this barrier
+   * before it did: arriving late must fail, not complete the barrier. */
+  if ((who = atomic_load(&s->hdr->failed)) != 0)
+    return failed(s, who);
   atomic_store(&s->lines[s->rank].arrived, k);
   if (atomic_load(&s->hdr->sleepers) > 0)
     wake(s);
