@@ -90,6 +90,7 @@ hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out
   if (st != HVD_OK)
     goto fail;
   ctx->spin_ns = spin_us * 1000;
+  ctx->cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
   ctx->socket_buffer = (int)sockbuf;
 
   st = net_select_addresses(cfg->iface_spec, cfg->store != NULL ? cfg->store_host : NULL,

@@ -576,12 +576,15 @@ hvd_status net_engine_run(struct net_comm *comm, bool (*done)(void *arg), void *
        * takes the socket lock that the kernel needs to deliver our data.
        * Yield too: when ranks outnumber cores, the peer we wait for may
        * need this core; with a core to spare that costs ~0.3 us. */
-      if (ctx->spin_yield)
+      bool links = only_links(comm);
+      /* Ranks of one host that fit its cores have a core each: a yield
+       * would only delay noticing the message. */
+      if (ctx->spin_yield && !(links && comm->size <= ctx->cpus))
         sched_yield();
       /* The wake fd is only polled when sleeping: while spinning, done()
        * sees what it signals. Links through shared memory are read
        * directly: with nothing else to wait for, no system call. */
-      if (only_links(comm)) {
+      if (links) {
         ready = true;
       } else {
         st = sleep_in_poll(comm, 0, -1, &ready, &woken);

@@ -204,7 +204,7 @@ hvd_status net_shm_barrier(struct net_shm *s) {
         return failed(s, who);
       for (int i = 0; i < 16; i++)
         cpu_relax();
-      if (ctx->spin_yield && s->size > 2)
+      if (ctx->spin_yield && s->size > ctx->cpus) /* ranks share cores */
         sched_yield();
       int64_t now = hvd_now_ns();
       /* Another process took the core: sleeping wakes sooner than spinning. */
