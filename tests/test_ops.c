@@ -381,8 +381,10 @@ static int others_fn(struct rank_env *e) {
       }
     }
 
-    /* alltoallv: rank i sends (i + j) % 3 elements to rank j (zeros too), then
-     * Horovod's test shape: rank+1 elements to everyone. */
+    /* alltoallv: rank i sends (i + j) % 3 elements to rank j (zeros too),
+     * Horovod's test shape (rank+1 elements to everyone), and 20000 times
+     * the first (several rounds of the shared buffers); shapes 0-2 in shared
+     * memory, 3-5 over TCP. */
     for (int shape = 0; shape < 6; shape++) {
       size_t sent = 0, got = 0, send_counts[8];
       size_t scale = shape % 3 == 2 ? 20000 : 1;

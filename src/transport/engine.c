@@ -14,6 +14,11 @@
  * sleeps in poll(). No progress for the timeout, or a broken connection,
  * poisons the communicator: every connection is closed, so that peers
  * notice at once, and every pending and later request fails.
+ * A connection to a member of the same host may be a link through a shared
+ * segment instead (shm_link.c): the same FIFOs, headers and checks, with
+ * the bytes moved through rings; while only links have work, spinning
+ * makes no system call, and sleeping polls their doorbell and the peers'
+ * pidfds.
  */
 #include <errno.h>
 #include <sched.h>
