@@ -38,22 +38,9 @@ fi
 say() { echo "compare: $*" >&2; }
 
 # --- packages ---------------------------------------------------------------
-missing=""
-for pkg in openmpi-bin libopenmpi-dev libgloo-dev; do
-    status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
-    [ "$status" = installed ] || missing="$missing $pkg"
-done
-if [ -n "$missing" ]; then
-    if [ "$(id -u)" -ne 0 ]; then
-        say "missing packages:$missing; run as root to install them"
-        exit 1
-    fi
-    say "installing$missing"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    # shellcheck disable=SC2086 # word splitting of the package list is intended
-    apt-get install -y -qq --no-install-recommends $missing >/dev/null
-fi
+# shellcheck source=bench/peers/packages.sh
+. bench/peers/packages.sh
+ensure_packages openmpi-bin libopenmpi-dev libgloo-dev
 
 # --- peers ------------------------------------------------------------------
 mkdir -p build/peers

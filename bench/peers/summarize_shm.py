@@ -19,6 +19,8 @@ import re
 import statistics
 import sys
 
+from summarize import parse as parse_lines  # the same nccl-tests columns
+
 FILE_RE = re.compile(r"^np(\d+)_(allreduce|allgather|broadcast)_rep(\d+)_(hvd|tcp|mpi)\.txt$")
 FACTORS = {"allreduce": lambda n: 2.0 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
            "broadcast": lambda n: 1.0}
@@ -26,16 +28,8 @@ FACTORS = {"allreduce": lambda n: 2.0 * (n - 1) / n, "allgather": lambda n: (n -
 
 def parse(path):
     """Yields (size, time_us, wrong) for each data line."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) < 9 or line.lstrip().startswith("#") or not fields[0].isdigit():
-                continue
-            try:
-                wrong = int(fields[8])
-            except ValueError:
-                wrong = None
-            yield int(fields[0]), float(fields[5]), wrong
+    for _, size, us, wrong in parse_lines(path, "hvd"):
+        yield size, us, wrong
 
 
 def membw(folder):
