@@ -125,7 +125,8 @@ hvd_status ops_allreduce_raw(struct ops_ctx *o, struct net_comm *c, void *buf, s
  * Shared memory (shm.c). ops_shm_group gives the communicator's segment when
  * HVD_SHM allows it and every member is on this host (set up on first use:
  * a collective), else NULL. The collectives take offsets and counts in
- * elements; reducescatterv leaves this rank's share in out; none scales.
+ * elements; reducescatterv leaves this rank's share in out; allgatherv
+ * expects this rank's block in its place in out already; none scales.
  */
 enum { OPS_SHM_MAX_MEMBERS = 256 };
 hvd_status ops_shm_group(struct ops_ctx *o, struct net_comm *c, struct net_shm **out);
@@ -134,8 +135,8 @@ hvd_status ops_shm_allreduce(struct ops_ctx *o, struct net_shm *s, const void *i
 hvd_status ops_shm_reducescatterv(struct ops_ctx *o, struct net_shm *s, const void *in,
                                   void *out, const size_t *offsets, const size_t *counts,
                                   hvd_dtype dtype, hvd_reduce_op op);
-hvd_status ops_shm_allgatherv(struct net_shm *s, const void *in, void *out,
-                              const size_t *offsets, const size_t *counts, size_t esize);
+hvd_status ops_shm_allgatherv(struct net_shm *s, void *out, const size_t *offsets,
+                              const size_t *counts, size_t esize);
 hvd_status ops_shm_broadcast(struct net_shm *s, void *buf, size_t bytes, int root);
 hvd_status ops_shm_alltoallv(struct net_shm *s, const void *in, const size_t *send_offsets,
                              const size_t *send_counts, void *out, const size_t *recv_offsets,

@@ -31,28 +31,25 @@ static hvd_status reducescatter(struct ops_ctx *o, struct net_comm *c, const voi
     return st;
   if (op == HVD_AVERAGE)
     postscale /= n;
+  /* The ring works in a scratch buffer; shared memory needs one only to
+   * scale the input into. */
+  work = NULL;
+  if ((shm == NULL || prescale != 1.0) &&
+      (work = ops_scratch(o, SCRATCH_WORK, bytes + 64)) == NULL)
+    return hvd_error_status();
+  if (prescale != 1.0) {
+    ops_scale(work, in, count, dtype, prescale);
+    in = work;
+  }
   if (shm != NULL) {
-    if (prescale != 1.0) {
-      if ((work = ops_scratch(o, SCRATCH_WORK, bytes + 64)) == NULL)
-        return hvd_error_status();
-      ops_scale(work, in, count, dtype, prescale);
-      in = work;
-    }
     st = ops_shm_reducescatterv(o, shm, in, out, sizes, sizes + n, dtype, op);
     if (st == HVD_OK && postscale != 1.0)
       ops_scale(out, out, sizes[n + r], dtype, postscale);
     return st;
   }
-  work = ops_scratch(o, SCRATCH_WORK, bytes + 64);
-  if (work == NULL)
-    return hvd_error_status();
-  a.in = in;
-  if (prescale != 1.0) {
-    ops_scale(work, in, count, dtype, prescale);
-    a.in = work;
-  } else if (n == 1) {
+  if (n == 1 && in != work)
     memcpy(work, in, bytes);
-  }
+  a.in = in;
   a.work = work;
   a.offsets = sizes;
   a.counts = sizes + n;

@@ -153,28 +153,22 @@ hvd_status ops_shm_reducescatterv(struct ops_ctx *o, struct net_shm *s, const vo
   return st;
 }
 
-hvd_status ops_shm_allgatherv(struct net_shm *s, const void *in, void *out,
-                              const size_t *offsets, const size_t *counts, size_t esize) {
+hvd_status ops_shm_allgatherv(struct net_shm *s, void *out, const size_t *offsets,
+                              const size_t *counts, size_t esize) {
   int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
   size_t cap = net_shm_buffer_bytes(s) / esize;
+  const char *in = (char *)out + offsets[r] * esize;
   size_t longest = 0;
   hvd_status st = HVD_OK;
 
-  for (int q = 0; q < n; q++) {
-    if (q != r)
-      longest = counts[q] > longest ? counts[q] : longest;
-  }
-  /* This rank's block goes straight to its place (it may already be there). */
-  if ((const char *)in != (char *)out + offsets[r] * esize && counts[r] > 0)
-    memmove((char *)out + offsets[r] * esize, in, counts[r] * esize);
-  in = (char *)out + offsets[r] * esize;
   /* Every rank knows every count, so all take the same number of rounds:
-   * as many as the longest block needs, counting this rank's own. */
-  longest = counts[r] > longest ? counts[r] : longest;
+   * as many as the longest block needs. */
+  for (int q = 0; q < n; q++)
+    longest = counts[q] > longest ? counts[q] : longest;
   for (size_t lo = 0; lo < longest && st == HVD_OK; lo += cap) {
     unsigned b = net_shm_next_round(s);
 
-    memcpy(net_shm_buffer(s, r, b), (const char *)in + lo * esize,
+    memcpy(net_shm_buffer(s, r, b), in + lo * esize,
            piece(counts[r], lo, cap) * esize);
     if ((st = net_shm_barrier(s)) != HVD_OK)
       break;
