@@ -38,8 +38,8 @@ fi
 say() { echo "compare: $*" >&2; }
 
 # --- packages ---------------------------------------------------------------
-# shellcheck source=bench/peers/packages.sh
-. bench/peers/packages.sh
+# shellcheck source=bench/peers/lib.sh
+. bench/peers/lib.sh
 ensure_packages openmpi-bin libopenmpi-dev libgloo-dev
 
 # --- peers ------------------------------------------------------------------
@@ -74,22 +74,11 @@ else
 fi
 
 # --- runs -------------------------------------------------------------------
-OUT=build/compare/$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$OUT"
-failures=0
-fail() {
-    say "FAILED: $*"
-    failures=$((failures + 1))
-}
+start_run build/compare
 
 {
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "kernel: $(uname -r)"
-    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') x $(nproc)"
-    echo "loadavg: $(cat /proc/loadavg)"
-    echo "openmpi-bin: $(dpkg-query -W -f='${Version}' openmpi-bin)"
+    describe_machine
     echo "libgloo-dev: $(dpkg-query -W -f='${Version}' libgloo-dev)"
-    echo "hvd: $(git describe --always --dirty 2>/dev/null || echo unknown)"
     echo "REPS=$REPS NPS=$NPS SIZES=$SIZES TARGET_S=$TARGET_S GLOO_ALGOS=$GLOO_ALGOS"
     echo "run_hvd=$run_hvd HVD_BENCH=$HVD_BENCH"
 } >"$OUT/env.txt"

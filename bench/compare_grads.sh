@@ -44,8 +44,8 @@ BENCH=$HVD_BUILD/bin/hvd-bench-grads
 say() { echo "compare-grads: $*" >&2; }
 
 # --- packages ---------------------------------------------------------------
-# shellcheck source=bench/peers/packages.sh
-. bench/peers/packages.sh
+# shellcheck source=bench/peers/lib.sh
+. bench/peers/lib.sh
 ensure_packages openmpi-bin libopenmpi-dev
 
 # --- peer -------------------------------------------------------------------
@@ -70,21 +70,10 @@ if [ ! -x "$BENCH" ]; then
 fi
 
 # --- runs -------------------------------------------------------------------
-OUT=build/compare-grads/$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$OUT"
-failures=0
-fail() {
-    say "FAILED: $*"
-    failures=$((failures + 1))
-}
+start_run build/compare-grads
 
 {
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "kernel: $(uname -r)"
-    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') x $(nproc)"
-    echo "loadavg: $(cat /proc/loadavg)"
-    echo "openmpi-bin: $(dpkg-query -W -f='${Version}' openmpi-bin)"
-    echo "hvd: $(git describe --always --dirty 2>/dev/null || echo unknown)"
+    describe_machine
     echo "hvd build: $HVD_BUILD ($(grep -m1 '^CMAKE_BUILD_TYPE' "$HVD_BUILD/CMakeCache.txt" 2>/dev/null || echo 'build type unknown'))"
     echo "REPS=$REPS NPS=$NPS STEPS=$STEPS WARMUP=$WARMUP LAT_ITERS=$LAT_ITERS LAT_WARMUP=$LAT_WARMUP"
     echo "environment:"

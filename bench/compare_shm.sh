@@ -33,8 +33,8 @@ HVD_BENCH=build/bin/hvd-bench
 
 say() { echo "compare-shm: $*" >&2; }
 
-# shellcheck source=bench/peers/packages.sh
-. bench/peers/packages.sh
+# shellcheck source=bench/peers/lib.sh
+. bench/peers/lib.sh
 ensure_packages openmpi-bin libopenmpi-dev
 mkdir -p build/peers
 MPI_BIN=build/peers/mpi_allreduce
@@ -48,21 +48,10 @@ if [ ! -x "$HVD_BENCH" ]; then
     ./scripts/build.sh >&2
 fi
 
-OUT=build/compare-shm/$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$OUT"
-failures=0
-fail() {
-    say "FAILED: $*"
-    failures=$((failures + 1))
-}
+start_run build/compare-shm
 
 {
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "kernel: $(uname -r)"
-    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') x $(nproc)"
-    echo "loadavg: $(cat /proc/loadavg)"
-    echo "openmpi-bin: $(dpkg-query -W -f='${Version}' openmpi-bin)"
-    echo "hvd: $(git describe --always --dirty 2>/dev/null || echo unknown)"
+    describe_machine
     echo "REPS=$REPS NPS=$NPS COLLS=$COLLS SIZES=$SIZES TARGET_S=$TARGET_S SYSTEMS=$SYSTEMS"
 } >"$OUT/env.txt"
 
