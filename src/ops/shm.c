@@ -39,6 +39,15 @@ hvd_status ops_shm_group(struct ops_ctx *o, struct net_comm *c, struct net_shm *
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
+/* The largest of n counts: every rank knows them all, so all take the
+ * same number of rounds, as many as the longest part needs. */
+static size_t longest(const size_t *counts, int n) {
+  size_t most = 0;
+  for (int q = 0; q < n; q++)
+    most = counts[q] > most ? counts[q] : most;
+  return most;
+}
+
 /* Elements left from lo within a part of `count`, at most cap. */
 static size_t piece(size_t count, size_t lo, size_t cap) {
   return lo < count ? min_size(count - lo, cap) : 0;
@@ -129,13 +138,11 @@ hvd_status ops_shm_reducescatterv(struct ops_ctx *o, struct net_shm *s, const vo
   int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
   size_t esize = hvd_dtype_size(dtype);
   size_t cap = net_shm_buffer_bytes(s) / esize / (size_t)n; /* per share and round */
-  size_t longest = 0;
+  size_t most = longest(counts, n);
   char *src[OPS_SHM_MAX_MEMBERS];
   hvd_status st = HVD_OK;
 
-  for (int q = 0; q < n; q++)
-    longest = counts[q] > longest ? counts[q] : longest;
-  for (size_t lo = 0; lo < longest && st == HVD_OK; lo += cap) {
+  for (size_t lo = 0; lo < most && st == HVD_OK; lo += cap) {
     unsigned b = net_shm_next_round(s);
     char *mine = net_shm_buffer(s, r, b);
     size_t len = piece(counts[r], lo, cap);
@@ -158,14 +165,10 @@ hvd_status ops_shm_allgatherv(struct net_shm *s, void *out, const size_t *offset
   int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
   size_t cap = net_shm_buffer_bytes(s) / esize;
   const char *in = (char *)out + offsets[r] * esize;
-  size_t longest = 0;
+  size_t most = longest(counts, n);
   hvd_status st = HVD_OK;
 
-  /* Every rank knows every count, so all take the same number of rounds:
-   * as many as the longest block needs. */
-  for (int q = 0; q < n; q++)
-    longest = counts[q] > longest ? counts[q] : longest;
-  for (size_t lo = 0; lo < longest && st == HVD_OK; lo += cap) {
+  for (size_t lo = 0; lo < most && st == HVD_OK; lo += cap) {
     unsigned b = net_shm_next_round(s);
 
     memcpy(net_shm_buffer(s, r, b), in + lo * esize,
@@ -203,15 +206,15 @@ hvd_status ops_shm_alltoallv(struct net_shm *s, const void *in, const size_t *se
                              const size_t *recv_counts, size_t esize) {
   int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
   size_t cap = net_shm_buffer_bytes(s) / esize / (size_t)n; /* per destination and round */
-  size_t longest = 0, rounds = 1;
+  size_t most = 0, rounds = 1;
   hvd_status st = HVD_OK;
 
   /* Nobody knows every split: each rank posts its longest block in the
    * first round, and all take as many rounds as the longest needs. */
   for (int q = 0; q < n; q++) {
     if (q != r) {
-      longest = send_counts[q] > longest ? send_counts[q] : longest;
-      longest = recv_counts[q] > longest ? recv_counts[q] : longest;
+      most = send_counts[q] > most ? send_counts[q] : most;
+      most = recv_counts[q] > most ? recv_counts[q] : most;
     }
   }
   for (size_t k = 0; k < rounds && st == HVD_OK; k++) {
@@ -225,7 +228,7 @@ hvd_status ops_shm_alltoallv(struct net_shm *s, const void *in, const size_t *se
                piece(send_counts[q], lo, cap) * esize);
     }
     if (k == 0)
-      net_shm_post(s, b, longest);
+      net_shm_post(s, b, most);
     if ((st = net_shm_barrier(s)) != HVD_OK)
       break;
     if (k == 0) {
