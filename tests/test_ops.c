@@ -15,7 +15,12 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -752,6 +757,126 @@ START_TEST(absent_rank_times_out) {
 }
 END_TEST
 
+/* An ops context whose shared-memory allgathers and broadcasts of any
+ * size read the others' memory directly, where the host allows. */
+static struct ops_ctx *always_reads(void) {
+  struct ops_ctx *o = NULL;
+  setenv("HVD_SHM", "1", 1);
+  setenv("HVD_SHM_SINGLE_COPY", "always", 1);
+  setenv("HVD_SHM_SINGLE_COPY_BYTES", "1", 1);
+  if (ops_ctx_create(&o) != HVD_OK)
+    o = NULL;
+  unsetenv("HVD_SHM_SINGLE_COPY");
+  unsetenv("HVD_SHM_SINGLE_COPY_BYTES");
+  return o;
+}
+
+/* Allgathers (uneven, empty blocks, in place) and broadcasts from every
+ * root, every dtype's size, checked against the reference. */
+static int gather_and_broadcast(struct rank_env *e, struct ops_ctx *o) {
+  struct net_comm *c = e->w->global;
+  int n = net_comm_size(c), r = net_comm_rank(c);
+  static const hvd_dtype dts[] = {HVD_UINT8, HVD_FLOAT16, HVD_INT32, HVD_FLOAT64};
+  size_t sizes[8], bytes = 1 << 21;
+  char *in = malloc(bytes), *out = malloc(bytes), *ref = malloc(bytes);
+  int code = 0;
+
+  for (size_t d = 0; d < HVD_ARRAY_SIZE(dts) && code == 0; d++) {
+    hvd_dtype dt = dts[d];
+    size_t es = hvd_dtype_size(dt);
+    for (size_t k = 0; k < 4 && code == 0; k++) {
+      size_t total = 0, off = 0, own = 0;
+      for (int i = 0; i < n; i++) {
+        sizes[i] = (size_t)(i * 3 + (int)k) % 5 * (k >= 2 ? 30011 : 7);
+        own = i < r ? own + sizes[i] : own;
+        total += sizes[i];
+      }
+      memset(out, 0xcd, total * es + 8);
+      /* k == 3: in place, the block already where it goes. */
+      char *src = k == 3 ? out + own * es : in;
+      fill(src, sizes[r], dt, r, HVD_SUM, (int)k);
+      if (ops_allgatherv(o, c, src, out, sizes, dt) != HVD_OK) {
+        code = failed_call(e, "ops_allgatherv");
+        break;
+      }
+      for (int i = 0; i < n && code == 0; i++) {
+        fill(ref, sizes[i], dt, i, HVD_SUM, (int)k);
+        if (memcmp(out + off * es, ref, sizes[i] * es) != 0)
+          code = mismatch(e, "allgatherv %s case %zu: rank %d's block differs",
+                          hvd_dtype_name(dt), k, i);
+        off += sizes[i];
+      }
+      if (code == 0 && (unsigned char)out[total * es] != 0xcd)
+        code = mismatch(e, "allgatherv wrote past the end");
+    }
+    for (int root = 0; root < n && code == 0; root++) {
+      size_t count = (size_t)(root + 1) * 70001 / es;
+      fill(in, count, dt, r == root ? 100 : r, HVD_SUM, root);
+      if (ops_broadcast(o, c, in, count, dt, root) != HVD_OK) {
+        code = failed_call(e, "ops_broadcast");
+        break;
+      }
+      fill(ref, count, dt, 100, HVD_SUM, root);
+      if (memcmp(in, ref, count * es) != 0)
+        code = mismatch(e, "broadcast %s from %d differs", hvd_dtype_name(dt), root);
+    }
+  }
+  free(in);
+  free(out);
+  free(ref);
+  return code;
+}
+
+static int single_copy_fn(struct rank_env *e) {
+  struct ops_ctx *o = always_reads();
+  int code;
+
+  if (o == NULL)
+    return failed_call(e, "ops_ctx_create");
+  code = gather_and_broadcast(e, o);
+  ops_ctx_destroy(o);
+  if (code == 0 && (e->w->global->shm == NULL || e->w->global->shm->read_from != 1))
+    return mismatch(e, "the ranks did not agree on single-copy reads from 1 byte");
+  return code;
+}
+
+START_TEST(single_copy_reads_gather_and_broadcast) { run(3, single_copy_fn); }
+END_TEST
+
+/* Rank 1's process_vm_readv fails as a container's seccomp profile makes
+ * it fail: every rank copies through the segment instead, with the same
+ * results. */
+static int refuse_process_vm_readv(void) {
+  struct sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {.len = (unsigned short)HVD_ARRAY_SIZE(code), .filter = code};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    return -1;
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
+
+static int refused_reads_fn(struct rank_env *e) {
+  struct ops_ctx *o;
+  int code;
+
+  if (e->w->rank == 1 && refuse_process_vm_readv() != 0)
+    return mismatch(e, "seccomp: %s", strerror(errno));
+  if ((o = always_reads()) == NULL)
+    return failed_call(e, "ops_ctx_create");
+  code = gather_and_broadcast(e, o);
+  ops_ctx_destroy(o);
+  if (code == 0 && (e->w->global->shm == NULL || e->w->global->shm->read_from != 0))
+    return mismatch(e, "single-copy reads are on although rank 1 cannot read");
+  return code;
+}
+
+START_TEST(refused_single_copy_copies_through_the_segment) { run(3, refused_reads_fn); }
+END_TEST
+
 static void expect_env_error(const char *name, const char *value) {
   struct ops_ctx *o = NULL;
   setenv(name, value, 1);
@@ -764,6 +889,9 @@ START_TEST(bad_shm_variables) {
   expect_env_error("HVD_SHM", "maybe");
   expect_env_error("HVD_SHM_BUFFER_BYTES", "1000");
   expect_env_error("HVD_SHM_BUFFER_BYTES", "2G");
+  expect_env_error("HVD_SHM_SINGLE_COPY", "sometimes");
+  expect_env_error("HVD_SHM_SINGLE_COPY_BYTES", "0");
+  expect_env_error("HVD_SHM_SINGLE_COPY_BYTES", "-5");
 }
 END_TEST
 
@@ -775,6 +903,8 @@ static Suite *shm_suite(void) {
   tcase_add_test(tc, mixed_hosts_use_shm_locally);
   tcase_add_test(tc, refused_host_falls_back_to_tcp);
   tcase_add_test(tc, killed_rank_fails_the_others);
+  tcase_add_test(tc, single_copy_reads_gather_and_broadcast);
+  tcase_add_test(tc, refused_single_copy_copies_through_the_segment);
   tcase_add_test(tc, absent_rank_times_out);
   tcase_add_test(tc, bad_shm_variables);
   suite_add_tcase(s, tc);

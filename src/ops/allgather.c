@@ -34,11 +34,11 @@ hvd_status ops_allgatherv(struct ops_ctx *o, struct net_comm *c, const void *in,
     st = ops_shm_group(o, c, &shm);
   if (st != HVD_OK)
     return st;
+  if (shm != NULL)
+    return ops_shm_allgatherv(o, shm, in, out, sizes, sizes + n, esize);
   /* This rank's block goes to its place first (it may already be there). */
   if ((const char *)in != (char *)out + sizes[r] * esize && counts[r] > 0)
     memmove((char *)out + sizes[r] * esize, in, counts[r] * esize);
-  if (shm != NULL)
-    return ops_shm_allgatherv(shm, out, sizes, sizes + n, esize);
   if (n == 1 || total == 0)
     return HVD_OK;
   a.offsets = sizes;

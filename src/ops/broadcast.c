@@ -91,7 +91,7 @@ hvd_status ops_broadcast(struct ops_ctx *o, struct net_comm *c, void *buf, size_
   if ((st = ops_shm_group(o, c, &shm)) != HVD_OK)
     return st;
   if (shm != NULL)
-    return ops_shm_broadcast(shm, buf, bytes, root);
+    return ops_shm_broadcast(o, shm, buf, bytes, root);
   if (bytes < o->t.broadcast_small_bytes)
     return tree(c, buf, bytes, root);
   return chain(o, c, buf, bytes, root);

@@ -16,12 +16,14 @@ enum {
   DEFAULT_ALLREDUCE_RING_BYTES = 16 * 1024 * 1024,
   DEFAULT_BROADCAST_SMALL_BYTES = 64 * 1024,
   DEFAULT_SHM_BUFFER_BYTES = 1024 * 1024,
+  DEFAULT_SHM_SINGLE_COPY_BYTES = 16 * 1024,
 };
 
 hvd_status ops_ctx_create(struct ops_ctx **out) {
   struct ops_ctx *o = calloc(1, sizeof(*o));
-  int64_t seg, window, small, ring, bsmall, shm_buffer;
+  int64_t seg, window, small, ring, bsmall, shm_buffer, single_copy;
   const char *algo = hvd_env_str("HVD_ALLREDUCE_ALGORITHM");
+  const char *single = hvd_env_str("HVD_SHM_SINGLE_COPY");
   hvd_status st;
 
   if (o == NULL)
@@ -43,6 +45,20 @@ hvd_status ops_ctx_create(struct ops_ctx **out) {
   if (st == HVD_OK)
     st = hvd_env_int("HVD_SHM_BUFFER_BYTES", DEFAULT_SHM_BUFFER_BYTES, 64 * 1024, 1 << 30,
                      &shm_buffer);
+  if (st == HVD_OK)
+    st = hvd_env_int("HVD_SHM_SINGLE_COPY_BYTES", DEFAULT_SHM_SINGLE_COPY_BYTES, 1,
+                     INT64_C(1) << 40, &single_copy);
+  if (st == HVD_OK && single != NULL) {
+    if (strcmp(single, "auto") == 0)
+      o->t.shm_single_copy = OPS_SINGLE_COPY_AUTO;
+    else if (strcmp(single, "always") == 0)
+      o->t.shm_single_copy = OPS_SINGLE_COPY_ALWAYS;
+    else if (strcmp(single, "never") == 0)
+      o->t.shm_single_copy = OPS_SINGLE_COPY_NEVER;
+    else
+      st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "HVD_SHM_SINGLE_COPY='%.40s' is not one of auto, always, never", single);
+  }
   if (st == HVD_OK && algo != NULL) {
     if (strcmp(algo, "auto") == 0)
       o->t.allreduce_algorithm = OPS_ALGO_AUTO;
@@ -68,6 +84,7 @@ hvd_status ops_ctx_create(struct ops_ctx **out) {
   o->t.allreduce_ring_bytes = (size_t)ring;
   o->t.broadcast_small_bytes = (size_t)bsmall;
   o->t.shm_buffer_bytes = (size_t)shm_buffer;
+  o->t.shm_single_copy_bytes = (size_t)single_copy;
   *out = o;
   return HVD_OK;
 }
@@ -77,6 +94,8 @@ void ops_ctx_destroy(struct ops_ctx *o) {
     return;
   for (int i = 0; i < SCRATCH_COUNT; i++)
     free(o->scratch[i].p);
+  for (int i = 0; i < OPS_SHM_FIGURES; i++)
+    free(o->figures[i]);
   free(o->reqs);
   free(o->sizes);
   free(o);

@@ -81,7 +81,7 @@ static hvd_status local_ring(struct ops_ctx *o, struct net_comm *local, void *wo
     char *mine = (char *)work + sizes[r] * hvd_dtype_size(dtype);
     if (reduce)
       return ops_shm_reducescatterv(o, shm, in, mine, sizes, sizes + n, dtype, op);
-    return ops_shm_allgatherv(shm, work, sizes, sizes + n, hvd_dtype_size(dtype));
+    return ops_shm_allgatherv(o, shm, mine, work, sizes, sizes + n, hvd_dtype_size(dtype));
   }
   a.offsets = sizes;
   a.counts = sizes + n;

@@ -13,6 +13,9 @@ enum {
   SCRATCH_COUNT,
 };
 
+enum { OPS_SHM_FIGURES = 4 };
+struct ops_shm_figures;
+
 struct ops_ctx {
   struct ops_tunables t;
   struct {
@@ -24,6 +27,8 @@ struct ops_ctx {
   size_t *sizes; /* per-rank offsets and counts */
   size_t nsizes;
   bool warned_flat; /* said once that hierarchical fell back to flat */
+  struct ops_shm_figures *figures[OPS_SHM_FIGURES]; /* shm_choice.c, member 0's */
+  int next_figures;
 };
 
 /* A scratch buffer of at least `bytes` (64-byte aligned), or NULL with an error set. */
@@ -135,9 +140,33 @@ hvd_status ops_shm_allreduce(struct ops_ctx *o, struct net_shm *s, const void *i
 hvd_status ops_shm_reducescatterv(struct ops_ctx *o, struct net_shm *s, const void *in,
                                   void *out, const size_t *offsets, const size_t *counts,
                                   hvd_dtype dtype, hvd_reduce_op op);
-hvd_status ops_shm_allgatherv(struct net_shm *s, void *out, const size_t *offsets,
-                              const size_t *counts, size_t esize);
-hvd_status ops_shm_broadcast(struct net_shm *s, void *buf, size_t bytes, int root);
+hvd_status ops_shm_allgatherv(struct ops_ctx *o, struct net_shm *s, const void *in, void *out,
+                              const size_t *offsets, const size_t *counts, size_t esize);
+/*
+ * Copy through the segment or single-copy reads, for an allgather or a
+ * broadcast of `bytes` whose outputs take host_bytes on the host
+ * (shm_choice.c): ops_shm_choose says which (w->reads), the same on every
+ * member; ops_shm_chosen_done, after the operation, lets member 0 learn
+ * from how long it took.
+ */
+enum { OPS_SHM_ALLGATHER, OPS_SHM_BROADCAST, OPS_SHM_KINDS };
+struct ops_shm_way {
+  int kind, size_class;
+  size_t bytes;
+  bool timed; /* either way may run: member 0 times it */
+  bool reads;
+  int64_t start_ns;
+};
+hvd_status ops_shm_choose(struct ops_ctx *o, struct net_shm *s, struct ops_shm_way *w,
+                          int kind, size_t bytes, size_t host_bytes);
+void ops_shm_chosen_done(struct ops_ctx *o, struct net_shm *s, const struct ops_shm_way *w);
+/* A copy that bypasses the cache (stream.c), and whether copies into
+ * outputs that take host_bytes on this host in all (every local rank's)
+ * should use it: they do not fit in the cache. */
+void ops_copy_streaming(void *dst, const void *src, size_t bytes);
+bool ops_streams(size_t host_bytes);
+hvd_status ops_shm_broadcast(struct ops_ctx *o, struct net_shm *s, void *buf, size_t bytes,
+                             int root);
 hvd_status ops_shm_alltoallv(struct net_shm *s, const void *in, const size_t *send_offsets,
                              const size_t *send_counts, void *out, const size_t *recv_offsets,
                              const size_t *recv_counts, size_t esize);

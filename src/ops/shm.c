@@ -160,31 +160,112 @@ hvd_status ops_shm_reducescatterv(struct ops_ctx *o, struct net_shm *s, const vo
   return st;
 }
 
-hvd_status ops_shm_allgatherv(struct net_shm *s, void *out, const size_t *offsets,
-                              const size_t *counts, size_t esize) {
+/* Copies into an output: streaming when the outputs of the host's ranks
+ * together are larger than the cache would keep (ops_streams). */
+static void copy_out(bool stream, void *dst, const void *src, size_t bytes) {
+  if (stream)
+    ops_copy_streaming(dst, src, bytes);
+  else
+    memcpy(dst, src, bytes);
+}
+
+static bool overlap(const char *a, const char *b, size_t bytes) {
+  return a < b + bytes && b < a + bytes;
+}
+
+/* Every member posts where its data lies, the others read it from there,
+ * and a second barrier keeps it in place until all have. */
+static hvd_status post_address(struct net_shm *s, const void *at, unsigned *b) {
+  *b = net_shm_next_round(s);
+  net_shm_post(s, *b, (uint64_t)(uintptr_t)at);
+  return net_shm_barrier(s);
+}
+
+static hvd_status all_have_read(struct net_shm *s, hvd_status st) {
+  if (st != HVD_OK)
+    return net_shm_fail(s, st);
+  (void)net_shm_next_round(s);
+  return net_shm_barrier(s);
+}
+
+static hvd_status read_allgather(struct net_shm *s, const char *src, char *out,
+                                 const size_t *offsets, const size_t *counts, size_t esize) {
+  int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
+  char *own = out + offsets[r] * esize;
+  unsigned b;
+  hvd_status st;
+
+  if ((st = post_address(s, src, &b)) != HVD_OK)
+    return st;
+  if (src != own)
+    memcpy(own, src, counts[r] * esize);
+  for (int q = 0; q < n && st == HVD_OK; q++) {
+    if (q != r)
+      st = net_shm_read(s, q, out + offsets[q] * esize, net_shm_value(s, q, b), counts[q] * esize);
+  }
+  return all_have_read(s, st);
+}
+
+/* Each round: this rank's piece into its buffer and (read again from the
+ * cache) into its own block, then the others' pieces out. */
+static hvd_status copy_allgather(struct net_shm *s, const char *src, char *out,
+                                 const size_t *offsets, const size_t *counts, size_t esize,
+                                 bool stream) {
   int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
   size_t cap = net_shm_buffer_bytes(s) / esize;
-  const char *in = (char *)out + offsets[r] * esize;
   size_t most = longest(counts, n);
+  char *own = out + offsets[r] * esize;
   hvd_status st = HVD_OK;
 
   for (size_t lo = 0; lo < most && st == HVD_OK; lo += cap) {
     unsigned b = net_shm_next_round(s);
+    size_t len = piece(counts[r], lo, cap) * esize;
 
-    memcpy(net_shm_buffer(s, r, b), in + lo * esize,
-           piece(counts[r], lo, cap) * esize);
+    memcpy(net_shm_buffer(s, r, b), src + lo * esize, len);
+    if (src != own)
+      copy_out(stream, own + lo * esize, src + lo * esize, len);
     if ((st = net_shm_barrier(s)) != HVD_OK)
       break;
     for (int q = 0; q < n; q++) {
       if (q != r)
-        memcpy((char *)out + (offsets[q] + lo) * esize, net_shm_buffer(s, q, b),
-               piece(counts[q], lo, cap) * esize);
+        copy_out(stream, (char *)out + (offsets[q] + lo) * esize, net_shm_buffer(s, q, b),
+                 piece(counts[q], lo, cap) * esize);
     }
   }
   return st;
 }
 
-hvd_status ops_shm_broadcast(struct net_shm *s, void *buf, size_t bytes, int root) {
+hvd_status ops_shm_allgatherv(struct ops_ctx *o, struct net_shm *s, const void *in, void *out,
+                              const size_t *offsets, const size_t *counts, size_t esize) {
+  int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
+  size_t total = 0;
+  char *own = (char *)out + offsets[r] * esize;
+  const char *src = in;
+  struct ops_shm_way way;
+  bool stream;
+  hvd_status st;
+
+  for (int q = 0; q < n; q++)
+    total += counts[q];
+  stream = ops_streams((size_t)n * total * esize);
+  st = ops_shm_choose(o, s, &way, OPS_SHM_ALLGATHER, total * esize, (size_t)n * total * esize);
+  if (st != HVD_OK)
+    return st;
+  if (src != own && overlap(src, own, counts[r] * esize)) {
+    memmove(own, src, counts[r] * esize);
+    src = own;
+  }
+  if (way.reads)
+    st = read_allgather(s, src, out, offsets, counts, esize);
+  else
+    st = copy_allgather(s, src, out, offsets, counts, esize, stream);
+  if (st == HVD_OK)
+    ops_shm_chosen_done(o, s, &way);
+  return st;
+}
+
+static hvd_status copy_broadcast(struct net_shm *s, void *buf, size_t bytes, int root,
+                                 bool stream) {
   int r = net_comm_rank(net_shm_comm(s));
   size_t cap = net_shm_buffer_bytes(s);
   hvd_status st = HVD_OK;
@@ -196,8 +277,31 @@ hvd_status ops_shm_broadcast(struct net_shm *s, void *buf, size_t bytes, int roo
     if (r == root)
       memcpy(net_shm_buffer(s, root, b), (char *)buf + lo, len);
     if ((st = net_shm_barrier(s)) == HVD_OK && r != root)
-      memcpy((char *)buf + lo, net_shm_buffer(s, root, b), len);
+      copy_out(stream, (char *)buf + lo, net_shm_buffer(s, root, b), len);
   }
+  return st;
+}
+
+hvd_status ops_shm_broadcast(struct ops_ctx *o, struct net_shm *s, void *buf, size_t bytes,
+                             int root) {
+  int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
+  struct ops_shm_way way;
+  unsigned b;
+  hvd_status st = ops_shm_choose(o, s, &way, OPS_SHM_BROADCAST, bytes, (size_t)n * bytes);
+
+  if (st != HVD_OK)
+    return st;
+  if (way.reads) {
+    if ((st = post_address(s, buf, &b)) != HVD_OK)
+      return st;
+    if (r != root)
+      st = net_shm_read(s, root, buf, net_shm_value(s, root, b), bytes);
+    st = all_have_read(s, st);
+  } else {
+    st = copy_broadcast(s, buf, bytes, root, ops_streams((size_t)n * bytes));
+  }
+  if (st == HVD_OK)
+    ops_shm_chosen_done(o, s, &way);
   return st;
 }
 

@@ -181,9 +181,8 @@ static hvd_status sleep_until_arrived(struct net_shm *s, uint64_t k) {
   }
 }
 
-hvd_status net_shm_barrier(struct net_shm *s) {
+static hvd_status wait_barrier(struct net_shm *s, uint64_t k) {
   struct net_ctx *ctx = s->comm->ctx;
-  uint64_t k = ++s->barriers;
   int32_t who;
 
   if (s->comm->poison != HVD_OK)
@@ -192,6 +191,8 @@ hvd_status net_shm_barrier(struct net_shm *s) {
    * before it did: arriving late must fail, not complete the barrier. */
   if ((who = atomic_load(&s->hdr->failed)) != 0)
     return failed(s, who);
+  if (s->rank == 0) /* published by the release below */
+    s->hdr->hint[k & 1] = s->hint_next;
   atomic_store(&s->lines[s->rank].arrived, k);
   if (atomic_load(&s->hdr->sleepers) > 0)
     wake(s);
@@ -216,4 +217,27 @@ hvd_status net_shm_barrier(struct net_shm *s) {
     }
   }
   return sleep_until_arrived(s, k);
+}
+
+hvd_status net_shm_barrier(struct net_shm *s) {
+  uint64_t k = ++s->barriers;
+  hvd_status st = wait_barrier(s, k);
+
+  /* Member 0 writes this slot again only at barrier k + 2, which nobody
+   * enters before everybody has left barrier k. */
+  if (st == HVD_OK)
+    s->hint_seen = s->hdr->hint[k & 1];
+  return st;
+}
+
+void net_shm_hint(struct net_shm *s, uint64_t v) { s->hint_next = v; }
+
+uint64_t net_shm_hint_seen(const struct net_shm *s) { return s->hint_seen; }
+
+void net_shm_report(struct net_shm *s, uint64_t v) {
+  atomic_store_explicit(&s->lines[s->rank].report, v, memory_order_relaxed);
+}
+
+uint64_t net_shm_report_of(const struct net_shm *s, int r) {
+  return atomic_load_explicit(&s->lines[r].report, memory_order_relaxed);
 }

@@ -283,6 +283,30 @@ uint64_t net_shm_value(const struct net_shm *s, int r, unsigned b);
  * timeout fails it, on every member, with a message naming the member.
  */
 hvd_status net_shm_barrier(struct net_shm *s);
+/*
+ * A word from member 0 to every member, carried by the barriers: member 0
+ * sets it with net_shm_hint, each barrier publishes member 0's latest, and
+ * net_shm_hint_seen returns what the last barrier this member passed
+ * published: the same on every member between the same two barriers, so
+ * decisions taken from it agree without a message of their own.
+ */
+void net_shm_hint(struct net_shm *s, uint64_t v);
+uint64_t net_shm_hint_seen(const struct net_shm *s);
+/* A word each member leaves for the others to look at whenever they like,
+ * in no order with anything else (a figure, not a message). */
+void net_shm_report(struct net_shm *s, uint64_t v);
+uint64_t net_shm_report_of(const struct net_shm *s, int r);
+/*
+ * Single-copy reads (shm_read.c). net_shm_read_from agrees, on every
+ * member together (the same call at the same point of each), from which
+ * size the members read each other's memory directly: each passes the
+ * size it wants (0: never); the largest wins, and 0 when a member wants
+ * none or cannot read another's memory (the reason is logged). Later calls
+ * return the agreed size at once. net_shm_read copies bytes at addr (an
+ * address member r posted) in member r's process to dst.
+ */
+hvd_status net_shm_read_from(struct net_shm *s, size_t wanted, size_t *from);
+hvd_status net_shm_read(struct net_shm *s, int r, void *dst, uint64_t addr, size_t bytes);
 /* Marks the group failed with this thread's message and wakes everybody;
  * the communicator is poisoned too. Returns st. */
 hvd_status net_shm_fail(struct net_shm *s, hvd_status st);

@@ -208,6 +208,7 @@ struct net_shm_header {
   uint64_t buffer_bytes;
   _Alignas(NET_SHM_LINE) _Atomic uint32_t futex; /* bumped to wake sleepers */
   _Atomic uint32_t sleepers;
+  uint64_t hint[2]; /* member 0's word, per barrier parity (net_shm_hint) */
   /* 0 while healthy; NET_SHM_FAIL_WRITING while the first member to fail
    * writes the reason; then 1 + that member. */
   _Alignas(NET_SHM_LINE) _Atomic int32_t failed;
@@ -217,6 +218,7 @@ struct net_shm_header {
 struct net_shm_line {
   _Alignas(NET_SHM_LINE) _Atomic uint64_t arrived; /* barriers this member has entered */
   uint64_t value[2]; /* net_shm_post, per buffer */
+  _Atomic uint64_t report; /* net_shm_report */
 };
 
 /* A byte stream one way between two members: the writer advances head,
@@ -243,6 +245,9 @@ struct net_shm {
   uint64_t barriers; /* entered by this member */
   unsigned rounds;
   int *pidfds; /* per member, -1 for this one or where pidfd_open is missing */
+  uint64_t hint_next, hint_seen; /* net_shm_hint: to publish (member 0), last published */
+  int read_state;   /* 0 until net_shm_read_from agreed on read_from */
+  size_t read_from; /* single-copy reads from this size (0: never) */
   /* Links (shm_link.c): ring_bytes per ring (0: none); bells[r] is member
    * r's doorbell where this member holds it (its own, and member 0's or,
    * on member 0, everybody's), else -1. */
