@@ -10,6 +10,7 @@ enum {
   SCRATCH_WORK,         /* a whole-buffer work area (reducescatter, hierarchical) */
   SCRATCH_TMP,          /* recursive doubling's partner buffer */
   SCRATCH_GATHER,       /* hierarchical allgather's staging */
+  SCRATCH_READS,        /* blocks read from other ranks (shared-memory allreduce) */
   SCRATCH_COUNT,
 };
 
@@ -143,13 +144,13 @@ hvd_status ops_shm_reducescatterv(struct ops_ctx *o, struct net_shm *s, const vo
 hvd_status ops_shm_allgatherv(struct ops_ctx *o, struct net_shm *s, const void *in, void *out,
                               const size_t *offsets, const size_t *counts, size_t esize);
 /*
- * Copy through the segment or single-copy reads, for an allgather or a
- * broadcast of `bytes` whose outputs take host_bytes on the host
+ * Copy through the segment or single-copy reads, for an allgather, a
+ * broadcast or an out-of-place allreduce of `bytes` whose outputs take host_bytes on the host
  * (shm_choice.c): ops_shm_choose says which (w->reads), the same on every
  * member; ops_shm_chosen_done, after the operation, lets member 0 learn
  * from how long it took.
  */
-enum { OPS_SHM_ALLGATHER, OPS_SHM_BROADCAST, OPS_SHM_KINDS };
+enum { OPS_SHM_ALLGATHER, OPS_SHM_BROADCAST, OPS_SHM_ALLREDUCE, OPS_SHM_KINDS };
 struct ops_shm_way {
   int kind, size_class;
   size_t bytes;

@@ -28,7 +28,7 @@
  * up to SMALL_BYTES take one barrier: every rank reduces the whole buffer
  * from every rank's copy, in rank order (so all get the same bits), which
  * costs less than a second barrier. */
-enum { BLOCK_BYTES = 16 * 1024, SMALL_BYTES = 8 * 1024 };
+enum { BLOCK_BYTES = 16 * 1024, SMALL_BYTES = 8 * 1024, READ_BLOCK_BYTES = 256 * 1024 };
 
 hvd_status ops_shm_group(struct ops_ctx *o, struct net_comm *c, struct net_shm **out) {
   *out = NULL;
@@ -94,8 +94,82 @@ static hvd_status small_allreduce(struct ops_ctx *o, struct net_shm *s, const vo
   return HVD_OK;
 }
 
+static hvd_status copy_allreduce(struct ops_ctx *o, struct net_shm *s, const void *in, void *out,
+                                 size_t count, hvd_dtype dtype, hvd_reduce_op op);
+
+/* Every member posts where its input lies, the others read it from there,
+ * and a second barrier keeps it in place until all have. */
+static hvd_status post_address(struct net_shm *s, const void *at, unsigned *b) {
+  *b = net_shm_next_round(s);
+  net_shm_post(s, *b, (uint64_t)(uintptr_t)at);
+  return net_shm_barrier(s);
+}
+
+static hvd_status all_have_read(struct net_shm *s, hvd_status st) {
+  if (st != HVD_OK)
+    return net_shm_fail(s, st);
+  (void)net_shm_next_round(s);
+  return net_shm_barrier(s);
+}
+
+/* Out of place, with single-copy reads: every rank reads every other's
+ * input, a block at a time, and reduces the whole buffer in rank order (so
+ * all get the same bits). Nothing goes through the segment: where the
+ * inputs sit in their owners' caches, this reads each once. */
+static hvd_status read_allreduce(struct ops_ctx *o, struct net_shm *s, const char *in, char *out,
+                                 size_t count, hvd_dtype dtype, hvd_reduce_op op) {
+  int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
+  size_t esize = hvd_dtype_size(dtype), block = READ_BLOCK_BYTES / esize;
+  char *tmp = ops_scratch(o, SCRATCH_READS, 2 * READ_BLOCK_BYTES);
+  unsigned b;
+  hvd_status st;
+
+  if (tmp == NULL)
+    return net_shm_fail(s, hvd_error_status());
+  if ((st = post_address(s, in, &b)) != HVD_OK)
+    return st;
+  for (size_t lo = 0; lo < count && st == HVD_OK; lo += block) {
+    size_t len = min_size(block, count - lo), at = lo * esize;
+    const char *x[2];
+    for (int q = 0; q < n && st == HVD_OK; q++) {
+      const char *src = in + at;
+      if (q != r) {
+        src = tmp + (size_t)(q & 1) * READ_BLOCK_BYTES;
+        st = net_shm_read(s, q, (char *)src, net_shm_value(s, q, b) + at, len * esize);
+      }
+      if (q < 2)
+        x[q] = src;
+      if (st == HVD_OK && q == 1)
+        ops_reduce(out + at, x[0], x[1], len, dtype, op);
+      else if (st == HVD_OK && q > 1)
+        ops_reduce(out + at, out + at, src, len, dtype, op);
+    }
+  }
+  return all_have_read(s, st);
+}
+
 hvd_status ops_shm_allreduce(struct ops_ctx *o, struct net_shm *s, const void *in, void *out,
                              size_t count, hvd_dtype dtype, hvd_reduce_op op) {
+  int n = net_comm_size(net_shm_comm(s));
+  size_t bytes = count * hvd_dtype_size(dtype);
+  struct ops_shm_way way;
+  hvd_status st;
+
+  if (in == out || bytes <= SMALL_BYTES)
+    return copy_allreduce(o, s, in, out, count, dtype, op);
+  if ((st = ops_shm_choose(o, s, &way, OPS_SHM_ALLREDUCE, bytes, (size_t)n * bytes)) != HVD_OK)
+    return st;
+  if (way.reads)
+    st = read_allreduce(o, s, in, out, count, dtype, op);
+  else
+    st = copy_allreduce(o, s, in, out, count, dtype, op);
+  if (st == HVD_OK)
+    ops_shm_chosen_done(o, s, &way);
+  return st;
+}
+
+static hvd_status copy_allreduce(struct ops_ctx *o, struct net_shm *s, const void *in, void *out,
+                                 size_t count, hvd_dtype dtype, hvd_reduce_op op) {
   int n = net_comm_size(net_shm_comm(s)), r = net_comm_rank(net_shm_comm(s));
   size_t esize = hvd_dtype_size(dtype);
   size_t per_round = net_shm_buffer_bytes(s) / esize;
@@ -171,21 +245,6 @@ static void copy_out(bool stream, void *dst, const void *src, size_t bytes) {
 
 static bool overlap(const char *a, const char *b, size_t bytes) {
   return a < b + bytes && b < a + bytes;
-}
-
-/* Every member posts where its data lies, the others read it from there,
- * and a second barrier keeps it in place until all have. */
-static hvd_status post_address(struct net_shm *s, const void *at, unsigned *b) {
-  *b = net_shm_next_round(s);
-  net_shm_post(s, *b, (uint64_t)(uintptr_t)at);
-  return net_shm_barrier(s);
-}
-
-static hvd_status all_have_read(struct net_shm *s, hvd_status st) {
-  if (st != HVD_OK)
-    return net_shm_fail(s, st);
-  (void)net_shm_next_round(s);
-  return net_shm_barrier(s);
 }
 
 static hvd_status read_allgather(struct net_shm *s, const char *src, char *out,

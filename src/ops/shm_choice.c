@@ -25,7 +25,7 @@
 
 #include "ops_private.h"
 
-enum { CLASSES = 32 };
+enum { CLASSES = 21 }; /* 1 KiB ... 1 GiB and up: 3 kinds fit in 64 bits */
 /* A way not measured for EXPLORE_NS is tried again, for TRIAL operations:
  * the first after a change is not counted (it pays for the change: lines
  * in other caches, a waiter asleep). */
@@ -187,7 +187,10 @@ void ops_shm_chosen_done(struct ops_ctx *o, struct net_shm *s, const struct ops_
   if (reads != ((f->hint & bit) != 0))
     HVD_LOG_DEBUG("shared-memory %ss of about %zu bytes: %s next (copies %.3f ns/B, "
                   "single-copy reads %.3f ns/B)",
-                  w->kind == OPS_SHM_ALLGATHER ? "allgather" : "broadcast", w->bytes,
+                  w->kind == OPS_SHM_ALLGATHER   ? "allgather"
+                  : w->kind == OPS_SHM_BROADCAST ? "broadcast"
+                                                 : "allreduce",
+                  w->bytes,
                   reads ? "single-copy reads" : "copies",
                   figure(&c->way[0]), figure(&c->way[1]));
   f->hint = reads ? f->hint | bit : f->hint & ~bit;

@@ -94,8 +94,8 @@ hvd_status net_shm_read_from(struct net_shm *s, size_t wanted, size_t *from) {
                  "segment",
                  s->comm->scope, why);
   else if (refused_by >= 0 && s->rank == 0)
-    HVD_LOG_INFO("communicator %s: no single-copy reads (rank %d cannot read or set "
-                 "HVD_SHM_SINGLE_COPY_BYTES=0)",
+    HVD_LOG_INFO("communicator %s: no single-copy reads (rank %d cannot read the others' "
+                 "memory, or set HVD_SHM_SINGLE_COPY=never)",
                  s->comm->scope, refused_by);
   else if (s->read_from > 0 && s->rank == 0)
     HVD_LOG_INFO("communicator %s: single-copy reads from %zu bytes", s->comm->scope,
