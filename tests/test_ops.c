@@ -853,6 +853,7 @@ static bool host_allows_reads(struct rank_env *e) {
 
 static int single_copy_fn(struct rank_env *e) {
   struct ops_ctx *o = always_reads();
+  bool allowed = host_allows_reads(e); /* before the peers may end */
   int code;
 
   if (o == NULL)
@@ -862,7 +863,7 @@ static int single_copy_fn(struct rank_env *e) {
   if (code == 0 && e->w->global->shm == NULL)
     return mismatch(e, "the ranks do not share memory");
   /* Where the host forbids the reads (Yama, seccomp), the fallback ran. */
-  if (code == 0 && e->w->global->shm->read_from != (host_allows_reads(e) ? 1u : 0u))
+  if (code == 0 && e->w->global->shm->read_from != (allowed ? 1u : 0u))
     return mismatch(e, "the ranks agreed on single-copy reads from %zu bytes",
                     e->w->global->shm->read_from);
   return code;
