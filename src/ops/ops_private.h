@@ -11,6 +11,7 @@ enum {
   SCRATCH_TMP,          /* recursive doubling's partner buffer */
   SCRATCH_GATHER,       /* hierarchical allgather's staging */
   SCRATCH_READS,        /* blocks read from other ranks (shared-memory allreduce) */
+  SCRATCH_STASH,        /* an in-place input the others read (shared-memory allreduce) */
   SCRATCH_COUNT,
 };
 
@@ -145,7 +146,7 @@ hvd_status ops_shm_allgatherv(struct ops_ctx *o, struct net_shm *s, const void *
                               const size_t *offsets, const size_t *counts, size_t esize);
 /*
  * Copy through the segment or single-copy reads, for an allgather, a
- * broadcast or an out-of-place allreduce of `bytes` whose outputs take host_bytes on the host
+ * broadcast or an allreduce of `bytes` whose outputs take host_bytes on the host
  * (shm_choice.c): ops_shm_choose says which (w->reads), the same on every
  * member; ops_shm_chosen_done, after the operation, lets member 0 learn
  * from how long it took.

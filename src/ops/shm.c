@@ -17,7 +17,11 @@
  *   side by side; rank r reduces its piece from every buffer into its output.
  * - allgather, broadcast, alltoall: copies in, barrier, copies out.
  * Large buffers take several rounds of HVD_SHM_BUFFER_BYTES; the data of a
- * round stays in the cache between the write and the reads.
+ * round stays in the cache between the write and the reads, and copies
+ * into outputs larger than the cache stream past it (stream.c).
+ * Allgather, broadcast and an out-of-place allreduce may instead read the
+ * others' memory where it lies (single-copy reads): member 0 times both
+ * ways and every member takes its choice (shm_choice.c).
  */
 #include <string.h>
 
@@ -112,7 +116,7 @@ static hvd_status all_have_read(struct net_shm *s, hvd_status st) {
   return net_shm_barrier(s);
 }
 
-/* Out of place, with single-copy reads: every rank reads every other's
+/* With single-copy reads (in is not out): every rank reads every other's
  * input, a block at a time, and reduces the whole buffer in rank order (so
  * all get the same bits). Nothing goes through the segment: where the
  * inputs sit in their owners' caches, this reads each once. */
@@ -155,10 +159,18 @@ hvd_status ops_shm_allreduce(struct ops_ctx *o, struct net_shm *s, const void *i
   struct ops_shm_way way;
   hvd_status st;
 
-  if (in == out || bytes <= SMALL_BYTES)
+  if (bytes <= SMALL_BYTES)
     return copy_allreduce(o, s, in, out, count, dtype, op);
   if ((st = ops_shm_choose(o, s, &way, OPS_SHM_ALLREDUCE, bytes, (size_t)n * bytes)) != HVD_OK)
     return st;
+  /* In place, the others would read what this rank overwrites: they read
+   * a copy. (The way must not depend on it: ranks may differ there.) */
+  if (way.reads && in == out) {
+    void *copy = ops_scratch(o, SCRATCH_STASH, bytes);
+    if (copy == NULL)
+      return net_shm_fail(s, hvd_error_status());
+    in = memcpy(copy, in, bytes);
+  }
   if (way.reads)
     st = read_allreduce(o, s, in, out, count, dtype, op);
   else
