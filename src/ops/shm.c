@@ -19,7 +19,7 @@
  * Large buffers take several rounds of HVD_SHM_BUFFER_BYTES; the data of a
  * round stays in the cache between the write and the reads, and copies
  * into outputs larger than the cache stream past it (stream.c).
- * Allgather, broadcast and an out-of-place allreduce may instead read the
+ * Allgather, broadcast and allreduce may instead read the
  * others' memory where it lies (single-copy reads): member 0 times both
  * ways and every member takes its choice (shm_choice.c).
  */
