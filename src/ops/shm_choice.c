@@ -12,7 +12,9 @@
  * byte (the longest any member took, from what each reports with
  * net_shm_report, since a broadcast's root finishes long before its
  * readers; or, back to back, the time from one start to the next), and
- * the lower figure wins; a way not measured for EXPLORE_NS is tried again.
+ * the way chosen last stays unless the other's figure is below
+ * SWITCH_MARGIN times its own; a way not measured for EXPLORE_NS is tried
+ * again.
  * The choice reaches the others in the word member 0 publishes at every
  * barrier (net_shm_hint), one bit per kind and class, so every member takes
  * the same way without a message of its own. Sizes below the agreed
@@ -30,6 +32,7 @@ enum { CLASSES = 21 }; /* 1 KiB ... 1 GiB and up: 3 kinds fit in 64 bits */
  * the first after a change is not counted (it pays for the change: lines
  * in other caches, a waiter asleep). */
 #define EXPLORE_NS INT64_C(1000000000)
+#define SWITCH_MARGIN 0.9
 enum { TRIAL = 8 };
 
 struct way {
@@ -41,6 +44,7 @@ struct way {
 struct size_class {
   struct way way[2]; /* copies, single-copy reads */
   int last;          /* the way of the last operation */
+  int chosen;        /* the way the last comparison chose (0: copies) */
   int run;           /* operations in a row that took it */
   int64_t started;   /* when the last operation started (member 0's clock) */
 };
@@ -177,12 +181,15 @@ void ops_shm_chosen_done(struct ops_ctx *o, struct net_shm *s, const struct ops_
     c->run++;
   }
   c->started = w->start_ns;
-  if (c->run < TRIAL)
+  if (c->run < TRIAL) {
     reads = w->reads;
-  else if (other->count == 0 || now - other->when > EXPLORE_NS)
+  } else if (other->count == 0 || now - other->when > EXPLORE_NS) {
     reads = !w->reads;
-  else
-    reads = figure(&c->way[1]) < figure(&c->way[0]);
+  } else { /* the other way must be clearly faster: noise alone does not switch */
+    double copying = figure(&c->way[0]), reading = figure(&c->way[1]);
+    c->chosen = c->chosen ? copying > SWITCH_MARGIN * reading : reading < SWITCH_MARGIN * copying;
+    reads = c->chosen;
+  }
   bit = UINT64_C(1) << hint_bit(w->kind, w->size_class);
   if (reads != ((f->hint & bit) != 0))
     HVD_LOG_DEBUG("shared-memory %ss of about %zu bytes: %s next (copies %.3f ns/B, "
