@@ -192,7 +192,7 @@ static hvd_status wait_barrier(struct net_shm *s, uint64_t k) {
   if ((who = atomic_load(&s->hdr->failed)) != 0)
     return failed(s, who);
   if (s->rank == 0) /* published by the release below */
-    s->hdr->hint[k & 1] = s->hint_next;
+    s->lines[0].hint[k & 1] = s->hint_next;
   atomic_store(&s->lines[s->rank].arrived, k);
   if (atomic_load(&s->hdr->sleepers) > 0)
     wake(s);
@@ -226,7 +226,7 @@ hvd_status net_shm_barrier(struct net_shm *s) {
   /* Member 0 writes this slot again only at barrier k + 2, which nobody
    * enters before everybody has left barrier k. */
   if (st == HVD_OK)
-    s->hint_seen = s->hdr->hint[k & 1];
+    s->hint_seen = s->lines[0].hint[k & 1];
   return st;
 }
 

@@ -208,7 +208,6 @@ struct net_shm_header {
   uint64_t buffer_bytes;
   _Alignas(NET_SHM_LINE) _Atomic uint32_t futex; /* bumped to wake sleepers */
   _Atomic uint32_t sleepers;
-  uint64_t hint[2]; /* member 0's word, per barrier parity (net_shm_hint) */
   /* 0 while healthy; NET_SHM_FAIL_WRITING while the first member to fail
    * writes the reason; then 1 + that member. */
   _Alignas(NET_SHM_LINE) _Atomic int32_t failed;
@@ -219,6 +218,9 @@ struct net_shm_line {
   _Alignas(NET_SHM_LINE) _Atomic uint64_t arrived; /* barriers this member has entered */
   uint64_t value[2]; /* net_shm_post, per buffer */
   _Atomic uint64_t report; /* net_shm_report */
+  /* Member 0's word, per barrier parity (net_shm_hint): in the line the
+   * others read to see it arrive, so publishing it costs no extra line. */
+  uint64_t hint[2];
 };
 
 /* A byte stream one way between two members: the writer advances head,
