@@ -10,14 +10,14 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <stddef.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -758,8 +758,8 @@ START_TEST(absent_rank_times_out) {
 }
 END_TEST
 
-/* An ops context whose shared-memory allgathers and broadcasts of any
- * size read the others' memory directly, where the host allows. */
+/* An ops context whose shared-memory allgathers, broadcasts and allreduces
+ * (above 8 KiB) read the others' memory directly, where the host allows. */
 static struct ops_ctx *always_reads(void) {
   struct ops_ctx *o = NULL;
   setenv("HVD_SHM", "1", 1);
