@@ -74,12 +74,13 @@ struct ops_tunables {
   bool shm;                    /* HVD_SHM: ranks of one host meet in shared memory */
   size_t shm_buffer_bytes;     /* HVD_SHM_BUFFER_BYTES: each rank's buffer (two of them) */
   int shm_single_copy;          /* HVD_SHM_SINGLE_COPY: OPS_SINGLE_COPY_AUTO, _ALWAYS, _NEVER */
-  size_t shm_single_copy_bytes; /* HVD_SHM_SINGLE_COPY_BYTES: the smallest allgather or
-                                   broadcast that may read the others' memory directly */
+  size_t shm_single_copy_bytes; /* HVD_SHM_SINGLE_COPY_BYTES: the smallest allgather,
+                                   broadcast or allreduce that may read the others'
+                                   memory directly */
 };
 
-/* How shared-memory allgathers and broadcasts from HVD_SHM_SINGLE_COPY_BYTES
- * up move their bytes: the faster of copies through the segment and
+/* How shared-memory allgathers, broadcasts and allreduces from
+ * HVD_SHM_SINGLE_COPY_BYTES up move their bytes: the faster of copies through the segment and
  * single-copy reads, as timed; reads always (where the host allows); never. */
 enum { OPS_SINGLE_COPY_AUTO = 0, OPS_SINGLE_COPY_ALWAYS = 1, OPS_SINGLE_COPY_NEVER = 2 };
 

@@ -155,7 +155,8 @@ enum { OPS_SHM_ALLGATHER, OPS_SHM_BROADCAST, OPS_SHM_ALLREDUCE, OPS_SHM_KINDS };
 struct ops_shm_way {
   int kind, size_class;
   size_t bytes;
-  bool timed; /* either way may run: member 0 times it */
+  bool stream; /* the outputs outgrow the cache: copies into them stream (ops_streams) */
+  bool timed;  /* either way may run: member 0 times it */
   bool reads;
   int64_t start_ns;
 };

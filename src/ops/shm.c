@@ -313,12 +313,10 @@ hvd_status ops_shm_allgatherv(struct ops_ctx *o, struct net_shm *s, const void *
   char *own = (char *)out + offsets[r] * esize;
   const char *src = in;
   struct ops_shm_way way;
-  bool stream;
   hvd_status st;
 
   for (int q = 0; q < n; q++)
     total += counts[q];
-  stream = ops_streams((size_t)n * total * esize);
   st = ops_shm_choose(o, s, &way, OPS_SHM_ALLGATHER, total * esize, (size_t)n * total * esize);
   if (st != HVD_OK)
     return st;
@@ -329,7 +327,7 @@ hvd_status ops_shm_allgatherv(struct ops_ctx *o, struct net_shm *s, const void *
   if (way.reads)
     st = read_allgather(s, src, out, offsets, counts, esize);
   else
-    st = copy_allgather(s, src, out, offsets, counts, esize, stream);
+    st = copy_allgather(s, src, out, offsets, counts, esize, way.stream);
   if (st == HVD_OK)
     ops_shm_chosen_done(o, s, &way);
   return st;
@@ -369,7 +367,7 @@ hvd_status ops_shm_broadcast(struct ops_ctx *o, struct net_shm *s, void *buf, si
       st = net_shm_read(s, root, buf, net_shm_value(s, root, b), bytes);
     st = all_have_read(s, st);
   } else {
-    st = copy_broadcast(s, buf, bytes, root, ops_streams((size_t)n * bytes));
+    st = copy_broadcast(s, buf, bytes, root, way.stream);
   }
   if (st == HVD_OK)
     ops_shm_chosen_done(o, s, &way);

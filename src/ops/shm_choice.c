@@ -1,5 +1,5 @@
 /*
- * How a shared-memory allgather or broadcast moves its bytes: copied
+ * How a shared-memory allgather, broadcast or allreduce moves its bytes: copied
  * through the segment (the writer's copy in, every reader's copy out) or
  * read where they lie with single-copy reads (net_shm_read). Which is
  * faster is not fixed: a copy through the segment reads lines another core
@@ -105,7 +105,8 @@ hvd_status ops_shm_choose(struct ops_ctx *o, struct net_shm *s, struct ops_shm_w
    * here could, and only member 0 learns from it. */
   w->reads = from > 0 && bytes >= from &&
              (net_shm_hint_seen(s) >> hint_bit(kind, w->size_class) & 1) != 0;
-  w->timed = from > 0 && bytes >= from && !ops_streams(host_bytes);
+  w->stream = ops_streams(host_bytes);
+  w->timed = from > 0 && bytes >= from && !w->stream;
   if (w->timed)
     w->start_ns = hvd_now_ns();
   return HVD_OK;
