@@ -823,8 +823,11 @@ static int gather_and_broadcast(struct rank_env *e, struct ops_ctx *o) {
       if (memcmp(dst, ref, count * es) != 0)
         code = mismatch(e, "allreduce %s count %zu differs", hvd_dtype_name(dt), count);
     }
-    for (int root = 0; root < n && code == 0; root++) {
-      size_t count = (size_t)(root + 1) * 70001 / es;
+    /* The root writes a share into the others' buffers as they read the
+     * rest: shares of many lines, of a part of one, and none. */
+    for (int k = 0; k < 3 * n && code == 0; k++) {
+      int root = k % n;
+      size_t count = k < n ? (size_t)(root + 1) * 70001 / es : k < 2 * n ? 77 : 3;
       fill(in, count, dt, r == root ? 100 : r, HVD_SUM, root);
       if (ops_broadcast(o, c, in, count, dt, root) != HVD_OK) {
         code = failed_call(e, "ops_broadcast");
@@ -874,13 +877,15 @@ static int single_copy_fn(struct rank_env *e) {
 START_TEST(single_copy_reads_gather_and_broadcast) { run(3, single_copy_fn); }
 END_TEST
 
-/* Rank 1's process_vm_readv fails as a container's seccomp profile makes
- * it fail: every rank copies through the segment instead, with the same
- * results. */
-static int refuse_process_vm_readv(void) {
+/* Rank 1's process_vm_readv (or, in the second run, process_vm_writev)
+ * fails as a container's seccomp profile makes it fail: every rank copies
+ * through the segment instead, with the same results. */
+static int refused_call;
+
+static int refuse_single_copy(void) {
   struct sock_filter code[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)refused_call, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
@@ -894,18 +899,21 @@ static int refused_reads_fn(struct rank_env *e) {
   struct ops_ctx *o;
   int code;
 
-  if (e->w->rank == 1 && refuse_process_vm_readv() != 0)
+  if (e->w->rank == 1 && refuse_single_copy() != 0)
     return mismatch(e, "seccomp: %s", strerror(errno));
   if ((o = always_reads()) == NULL)
     return failed_call(e, "ops_ctx_create");
   code = gather_and_broadcast(e, o);
   ops_ctx_destroy(o);
   if (code == 0 && (e->w->global->shm == NULL || e->w->global->shm->read_from != 0))
-    return mismatch(e, "single-copy reads are on although rank 1 cannot read");
+    return mismatch(e, "single-copy transfers are on although rank 1 cannot make them");
   return code;
 }
 
-START_TEST(refused_single_copy_copies_through_the_segment) { run(3, refused_reads_fn); }
+START_TEST(refused_single_copy_copies_through_the_segment) {
+  refused_call = _i == 0 ? SYS_process_vm_readv : SYS_process_vm_writev;
+  run(3, refused_reads_fn);
+}
 END_TEST
 
 static void expect_env_error(const char *name, const char *value) {
@@ -935,7 +943,7 @@ static Suite *shm_suite(void) {
   tcase_add_test(tc, refused_host_falls_back_to_tcp);
   tcase_add_test(tc, killed_rank_fails_the_others);
   tcase_add_test(tc, single_copy_reads_gather_and_broadcast);
-  tcase_add_test(tc, refused_single_copy_copies_through_the_segment);
+  tcase_add_loop_test(tc, refused_single_copy_copies_through_the_segment, 0, 2);
   tcase_add_test(tc, absent_rank_times_out);
   tcase_add_test(tc, bad_shm_variables);
   suite_add_tcase(s, tc);

@@ -297,16 +297,18 @@ uint64_t net_shm_hint_seen(const struct net_shm *s);
 void net_shm_report(struct net_shm *s, uint64_t v);
 uint64_t net_shm_report_of(const struct net_shm *s, int r);
 /*
- * Single-copy reads (shm_read.c). net_shm_read_from agrees, on every
- * member together (the same call at the same point of each), from which
- * size the members read each other's memory directly: each passes the
- * size it wants (0: never); the largest wins, and 0 when a member wants
- * none or cannot read another's memory (the reason is logged). Later calls
- * return the agreed size at once. net_shm_read copies bytes at addr (an
- * address member r posted) in member r's process to dst.
+ * Single-copy reads and writes (shm_read.c). net_shm_read_from agrees, on
+ * every member together (the same call at the same point of each), from
+ * which size the members read and write each other's memory directly: each
+ * passes the size it wants (0: never); the largest wins, and 0 when a
+ * member wants none or can neither read nor write another's memory (the
+ * reason is logged). Later calls return the agreed size at once.
+ * net_shm_read copies bytes at addr (an address member r posted) in member
+ * r's process to dst; net_shm_write copies src there.
  */
 hvd_status net_shm_read_from(struct net_shm *s, size_t wanted, size_t *from);
 hvd_status net_shm_read(struct net_shm *s, int r, void *dst, uint64_t addr, size_t bytes);
+hvd_status net_shm_write(struct net_shm *s, int r, uint64_t addr, const void *src, size_t bytes);
 /* Marks the group failed with this thread's message and wakes everybody;
  * the communicator is poisoned too. Returns st. */
 hvd_status net_shm_fail(struct net_shm *s, hvd_status st);
