@@ -269,14 +269,17 @@ static hvd_status name_entry(struct coord_state *s, const struct call *c, const 
   if (t->name != NULL && strlen(t->name) > COORD_NAME_MAX)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: tensor names must have at most %d bytes",
                      c->what, COORD_NAME_MAX);
-  if (t->name != NULL)
-    snprintf(name, sizeof(name), "%s", t->name);
-  else if (c->n > 1)
-    snprintf(name, sizeof(name), "%s.%zu", c->group, i);
-  else
-    snprintf(name, sizeof(name), "%s.noname.%" PRIu64, c->what,
-             coord_name_number(s, c->tg.set, c->what));
-  if ((st = set_name(req, name)) != HVD_OK || c->n == 1)
+  if (t->name != NULL) {
+    st = set_name(req, t->name);
+  } else {
+    if (c->n > 1)
+      snprintf(name, sizeof(name), "%s.%zu", c->group, i);
+    else
+      snprintf(name, sizeof(name), "%s.noname.%" PRIu64, c->what,
+               coord_name_number(s, c->tg.set, c->what));
+    st = set_name(req, name);
+  }
+  if (st != HVD_OK || c->n == 1)
     return st;
   g = entries[0]->req.name;
   if ((req->group = hvd_strndup(g, strlen(g))) == NULL)

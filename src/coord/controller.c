@@ -377,6 +377,8 @@ static void retire_if_changed(struct coord_controller *c, const struct coord_req
 static void begin_negotiation(struct coord_timeline *t, const struct pending *p) {
   char phase[64];
 
+  if (!coord_timeline_active(t)) /* every operation passes here: no formatting for nothing */
+    return;
   snprintf(phase, sizeof(phase), "NEGOTIATE_%s", coord_type_name(p->first.type));
   for (char *q = phase; *q; q++)
     *q = (char)(*q >= 'a' && *q <= 'z' ? *q - 32 : *q);
@@ -455,7 +457,7 @@ static void record(struct coord_controller *c, struct pending *p, const struct c
   keep_inline(p, sub, srank, elements);
   if (p->elements != NULL)
     p->elements[srank] = elements;
-  if (c->s->timeline != NULL) {
+  if (coord_timeline_active(c->s->timeline)) {
     char what[32];
     snprintf(what, sizeof(what), "rank %d", sub->rank);
     coord_timeline_mark(c->s->timeline, p->first.name, what);

@@ -121,6 +121,19 @@ static bool is_peer(const struct net_comm *comm, int p) {
   return p >= 0 && p < comm->size && p != comm->rank;
 }
 
+static hvd_status send_once(struct net_comm *comm, struct net_conn *c, bool *moved);
+
+/* A message to a link with nothing queued ahead of it goes into the ring
+ * at once: a memory copy, no system call, and the peer sees it without
+ * waiting for this thread's next pass (the control channel's round trips
+ * are made of such messages). A ring that is full, or an error, is left
+ * to the passes, which report it as usual. */
+static void send_eagerly(struct net_comm *comm, struct net_conn *c) {
+  bool moved = true;
+  while (moved && c->send_head != NULL && send_once(comm, c, &moved) == HVD_OK)
+    ;
+}
+
 static hvd_status post(struct net_comm *comm, int peer, const struct iovec *iov, int iovcnt,
                        bool is_send, struct net_req *r) {
   struct net_conn *c;
@@ -165,6 +178,8 @@ static hvd_status post(struct net_comm *comm, int peer, const struct iovec *iov,
   if (is_send)
     net_conn_start_tx(comm, c);
   net_comm_activate(comm, c);
+  if (is_send && c->ring_tx != NULL && c->tx == TX_READY && c->send_head == r)
+    send_eagerly(comm, c);
   return HVD_OK;
 }
 

@@ -41,6 +41,7 @@ void net_shm_attach_links(struct net_shm *s) {
     c->ring_rx = net_shm_ring(s, p, comm->rank);
     c->bell = s->bells[p];
     c->ring_size = s->ring_bytes;
+    c->tx_tail_seen = atomic_load(&c->ring_tx->tail);
     c->tx = TX_READY;
   }
 }
@@ -83,8 +84,15 @@ ssize_t net_link_send(struct net_conn *c, const struct iovec *iov, size_t n) {
   struct net_shm_ring *r = c->ring_tx;
   size_t size = c->ring_size;
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-  size_t room = size - (size_t)(head - tail), want = iov_bytes(iov, n);
+  size_t want = iov_bytes(iov, n), room = size - (size_t)(head - c->tx_tail_seen);
+
+  /* The reader's tail is looked at only when the room last seen is short:
+   * its line then stays in the reader's cache, and neither side pays a
+   * transfer of it per message. */
+  if (room < want) {
+    c->tx_tail_seen = atomic_load_explicit(&r->tail, memory_order_acquire);
+    room = size - (size_t)(head - c->tx_tail_seen);
+  }
 
   /* Like a socket whose peer closed: what is written is lost, and the
    * receiving side reports the end (a worker's last acknowledgement after

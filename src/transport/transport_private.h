@@ -163,6 +163,7 @@ struct net_conn {
   /* A link through the shared segment (shm_link.c) instead of sockets:
    * both NULL for TCP. gone: the peer's process has ended. */
   struct net_shm_ring *ring_tx, *ring_rx;
+  uint64_t tx_tail_seen; /* ring_tx's tail when this side last looked (it only grows) */
   int bell; /* the peer's doorbell (borrowed from the segment's state) */
   size_t ring_size;
   bool gone;
