@@ -106,9 +106,9 @@ hvd_status net_shm_read_from(struct net_shm *s, size_t wanted, size_t *from) {
   s->read_from = refused_by < 0 ? (size_t)most : 0;
   s->read_state = 1;
   if (why[0] != 0)
-    HVD_LOG_WARN("communicator %s: single-copy reads and writes refused here (%s; allow ptrace between "
-                 "the ranks, e.g. kernel.yama.ptrace_scope=0): collectives copy through the "
-                 "segment",
+    HVD_LOG_WARN("communicator %s: single-copy reads and writes refused here (%s; allow "
+                 "ptrace between the ranks, e.g. kernel.yama.ptrace_scope=0): collectives copy "
+                 "through the segment",
                  s->comm->scope, why);
   else if (refused_by >= 0 && s->rank == 0)
     HVD_LOG_INFO("communicator %s: no single-copy reads (rank %d cannot reach the others' "

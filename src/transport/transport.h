@@ -301,7 +301,7 @@ uint64_t net_shm_report_of(const struct net_shm *s, int r);
  * every member together (the same call at the same point of each), from
  * which size the members read and write each other's memory directly: each
  * passes the size it wants (0: never); the largest wins, and 0 when a
- * member wants none or can neither read nor write another's memory (the
+ * member wants none or cannot both read and write another's memory (the
  * reason is logged). Later calls return the agreed size at once.
  * net_shm_read copies bytes at addr (an address member r posted) in member
  * r's process to dst; net_shm_write copies src there.
