@@ -844,16 +844,17 @@ static int gather_and_broadcast(struct rank_env *e, struct ops_ctx *o) {
   return code;
 }
 
-/* Whether this host lets a rank read another's memory: forked from one
- * test process, the ranks have this variable at the same address. */
-static const int readable_word = 42;
+/* Whether this host lets a rank read and write another's memory: forked
+ * from one test process, the ranks have this variable at the same address
+ * (written back with the value it holds). */
+static int reachable_word = 42;
 
 static bool host_allows_reads(struct rank_env *e) {
-  int peer = (e->w->rank + 1) % e->w->size, word = 0;
-  struct iovec here = {&word, sizeof word}, there = {(void *)&readable_word, sizeof word};
-  return process_vm_readv(e->w->global->records[peer].pid, &here, 1, &there, 1, 0) ==
-             (ssize_t)sizeof word &&
-         word == readable_word;
+  pid_t peer = e->w->global->records[(e->w->rank + 1) % e->w->size].pid;
+  int word = 0;
+  struct iovec here = {&word, sizeof word}, there = {&reachable_word, sizeof word};
+  return process_vm_readv(peer, &here, 1, &there, 1, 0) == (ssize_t)sizeof word &&
+         word == 42 && process_vm_writev(peer, &here, 1, &there, 1, 0) == (ssize_t)sizeof word;
 }
 
 static int single_copy_fn(struct rank_env *e) {
