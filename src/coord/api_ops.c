@@ -183,7 +183,7 @@ struct call {
   const hvd_options *o;
   size_t n;           /* tensors */
   struct target tg;   /* filled in by check_target */
-  char group[COORD_NAME_MAX + 64]; /* an unnamed group's generated prefix */
+  char group[96]; /* an unnamed group's generated prefix: grouped_<what>.noname.<n> */
 };
 
 /* What needs no state: the handle pointer, the count, the array. */

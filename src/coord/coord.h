@@ -217,7 +217,6 @@ struct coord_entry {
   int32_t *splits; /* alltoall: rows to each set rank (set size entries) */
   struct hvd_handle_s *handle;
   int part;                 /* this tensor's index in its handle (its group) */
-  int64_t enqueued_ns;
   struct coord_entry *next; /* in the queue */
 };
 

@@ -75,8 +75,11 @@ static hvd_status result(struct hvd_handle_s *h) {
 }
 
 hvd_status coord_handle_wait(struct hvd_handle_s *h, int64_t deadline_ns, int64_t spin_ns) {
-  int64_t spin_until = hvd_now_ns() + spin_ns;
+  int64_t spin_until;
 
+  if (atomic_load_explicit(&h->done, memory_order_acquire))
+    return result(h);
+  spin_until = hvd_now_ns() + spin_ns;
   while (!atomic_load_explicit(&h->done, memory_order_acquire)) {
     int64_t now = hvd_now_ns();
     if (now >= spin_until)

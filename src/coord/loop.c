@@ -465,20 +465,22 @@ static hvd_status apply(struct coord_loop *l, struct coord_response_list *list) 
   return HVD_OK;
 }
 
-/* apply, with the time it took credited to every peer's silence: a long
- * collective is not a silent peer. */
-static hvd_status timed_apply(struct coord_loop *l, struct coord_response_list *list) {
-  int64_t start = hvd_now_ns(), took;
+/* apply, begun at *now (the caller's clock reading), with the time it took
+ * credited to every peer's silence: a long collective is not a silent
+ * peer. *now becomes the time it ended. (The clock is read as little as
+ * this: every small operation passes here.) */
+static hvd_status timed_apply(struct coord_loop *l, struct coord_response_list *list,
+                              int64_t *now) {
+  int64_t start = *now;
   hvd_status st = apply(l, list);
-  took = hvd_now_ns() - start;
+  *now = hvd_now_ns();
   for (int i = 0; i < l->nrecv; i++)
-    l->heard[i] += took;
+    l->heard[i] += *now - start;
   return st;
 }
 
 /* Fails the job if a peer has been silent too long. */
-static hvd_status check_silence(struct coord_loop *l) {
-  int64_t now = hvd_now_ns();
+static hvd_status check_silence(struct coord_loop *l, int64_t now) {
   for (int i = 0; i < l->nrecv; i++) {
     if (now - l->heard[i] > l->s->cfg.timeout_ns)
       return hvd_error(HVD_ERR_TIMEOUT,
@@ -504,7 +506,7 @@ static struct coord_entry *drain(struct coord_state *s, bool *stop) {
 }
 
 /* Sends the list encoded in l->msg to every worker; returns once it has gone out. */
-static hvd_status send_to_workers(struct coord_loop *l) {
+static hvd_status send_to_workers(struct coord_loop *l, int64_t now) {
   unsigned char hdr[FRAME];
   int n = 0;
   hvd_status st = HVD_OK;
@@ -514,7 +516,7 @@ static hvd_status send_to_workers(struct coord_loop *l) {
     st = post_send(l, w, hdr, l->msg.data, l->msg.len, &n);
   if (st == HVD_OK)
     st = wait_sends(l, n);
-  l->sent = hvd_now_ns();
+  l->sent = now;
   return st;
 }
 
@@ -527,7 +529,7 @@ static hvd_status coordinator_heartbeat(struct coord_loop *l) {
   hb.flags = COORD_FLAG_HEARTBEAT;
   hvd_buf_reset(&l->msg);
   st = coord_encode_responses(&hb, &l->msg);
-  return st == HVD_OK ? send_to_workers(l) : st;
+  return st == HVD_OK ? send_to_workers(l, hvd_now_ns()) : st;
 }
 
 /* Rank 0's own queued requests go straight to the controller, which takes
@@ -550,13 +552,13 @@ static hvd_status submit_own(struct coord_loop *l, bool *worked) {
 }
 
 /* Worker i + 1's request list, arrived in receive i, into the controller. */
-static hvd_status take_requests(struct coord_loop *l, int i) {
+static hvd_status take_requests(struct coord_loop *l, int i, int64_t now) {
   struct coord_request_list in;
   const void *data;
   size_t len;
   hvd_status st;
 
-  l->heard[i] = hvd_now_ns();
+  l->heard[i] = now;
   if (l->recvs[i].status != HVD_OK) /* the worker is gone (the message names it) */
     return net_req_result(l->ctl, &l->recvs[i]);
   st = take_message(l, i, &data, &len);
@@ -570,22 +572,25 @@ static hvd_status take_requests(struct coord_loop *l, int i) {
 }
 
 /* Sends every response list that is due to the workers, then runs it here. */
-static hvd_status send_responses(struct coord_loop *l, bool *worked) {
+static hvd_status send_responses(struct coord_loop *l, bool *worked, int64_t now) {
   struct coord_state *s = l->s;
   struct coord_response_list list;
   int64_t due;
 
-  while (!stopped(s) && coord_controller_next(s->controller, hvd_now_ns(), &list, &due)) {
+  while (!stopped(s) && coord_controller_next(s->controller, now, &list, &due)) {
     hvd_status st;
     *worked = true;
     coord_timeline_cycle(s->timeline);
     coord_autotune_attach(s, &list);
-    hvd_buf_reset(&l->msg);
-    st = coord_encode_responses(&list, &l->msg);
+    st = HVD_OK;
+    if (s->size > 1) { /* alone, nobody reads the list */
+      hvd_buf_reset(&l->msg);
+      st = coord_encode_responses(&list, &l->msg);
+      if (st == HVD_OK)
+        st = send_to_workers(l, now);
+    }
     if (st == HVD_OK)
-      st = send_to_workers(l);
-    if (st == HVD_OK)
-      st = timed_apply(l, &list);
+      st = timed_apply(l, &list, &now);
     if (st == HVD_OK)
       coord_autotune_record(s, &list);
     coord_response_list_fini(&list);
@@ -598,18 +603,20 @@ static hvd_status send_responses(struct coord_loop *l, bool *worked) {
 static hvd_status coordinator_turn(struct coord_loop *l, bool *worked) {
   struct coord_state *s = l->s;
   hvd_status st = submit_own(l, worked);
+  int64_t now = hvd_now_ns();
 
   for (int i = 0; i < l->nrecv && st == HVD_OK; i++) {
     if (l->recvs[i].done) {
       *worked = true;
-      st = take_requests(l, i);
+      st = take_requests(l, i, now);
     }
   }
   if (st == HVD_OK)
-    st = coord_controller_check_stalls(s->controller, hvd_now_ns());
+    st = coord_controller_check_stalls(s->controller, now);
+  /* A list sent from here on moves l->sent past now: no heartbeat then. */
   if (st == HVD_OK)
-    st = send_responses(l, worked);
-  if (st == HVD_OK && !stopped(s) && hvd_now_ns() - l->sent >= l->beat_ns)
+    st = send_responses(l, worked, now);
+  if (st == HVD_OK && !stopped(s) && now - l->sent >= l->beat_ns)
     st = coordinator_heartbeat(l);
   return st;
 }
@@ -709,12 +716,13 @@ static hvd_status receive_responses(struct coord_loop *l, bool *worked) {
   struct coord_response_list list;
   const void *data;
   size_t len;
+  int64_t now;
   hvd_status st;
 
   if (l->nrecv == 0 || !l->recvs[0].done)
     return HVD_OK;
   *worked = true;
-  l->heard[0] = hvd_now_ns();
+  l->heard[0] = now = hvd_now_ns();
   if (l->recvs[0].status != HVD_OK)
     return net_req_result(l->ctl, &l->recvs[0]);
   st = take_message(l, 0, &data, &len);
@@ -723,7 +731,7 @@ static hvd_status receive_responses(struct coord_loop *l, bool *worked) {
   if (st != HVD_OK)
     return hvd_error_prefix("from rank 0");
   if (!(list.flags & COORD_FLAG_HEARTBEAT))
-    st = timed_apply(l, &list);
+    st = timed_apply(l, &list, &now);
   coord_response_list_fini(&list);
   if (st == HVD_OK && !stopped(l->s))
     st = post_recv(l, 0);
@@ -792,14 +800,16 @@ static hvd_status idle_wait(struct coord_loop *l, struct hvd_handle_s *h, int64_
 static bool step(struct coord_loop *l, struct hvd_handle_s *h, int64_t until) {
   struct coord_state *s = l->s;
   bool worked = false;
+  int64_t now;
   hvd_status st;
 
   if (atomic_load(&l->finished))
     return false;
   st = l->coordinator ? coordinator_turn(l, &worked) : worker_turn(l, &worked);
+  now = hvd_now_ns();
   if (st == HVD_OK)
-    st = check_silence(l);
-  if (st == HVD_OK && !stopped(s) && l->stop_sent && hvd_now_ns() >= l->stop_deadline)
+    st = check_silence(l, now);
+  if (st == HVD_OK && !stopped(s) && l->stop_sent && now >= l->stop_deadline)
     st = hvd_error(HVD_ERR_TIMEOUT,
                    "shutting down: rank 0 did not answer within HOROVOD_GLOO_TIMEOUT_SECONDS");
   if (st == HVD_OK && !stopped(s) && !worked)
@@ -860,7 +870,7 @@ int coord_loop_drivers(const struct coord_state *s) {
 
 void coord_loop_drive(struct coord_state *s, struct hvd_handle_s *h, int64_t deadline_ns) {
   struct coord_loop *l = s->loop;
-  int64_t give_up = hvd_now_ns() + s->cfg.spin_ns;
+  int64_t give_up = 0, now; /* give_up: set when another thread is first found driving */
   bool wake_bg = false;
 
   /* A pinned background thread (HOROVOD_THREAD_AFFINITY) keeps all work. */
@@ -871,7 +881,8 @@ void coord_loop_drive(struct coord_state *s, struct hvd_handle_s *h, int64_t dea
   while (!atomic_load(&h->done) && !atomic_load(&l->finished) && !atomic_load(&s->closing)) {
     if (pthread_mutex_trylock(&l->drive) == 0) {
       t_driving = true;
-      while (!atomic_load(&h->done) && !atomic_load(&s->closing) && hvd_now_ns() < deadline_ns &&
+      while (!atomic_load(&h->done) && !atomic_load(&s->closing) &&
+             (deadline_ns == HVD_NO_DEADLINE || hvd_now_ns() < deadline_ns) &&
              step(l, h, deadline_ns))
         ;
       t_driving = false;
@@ -883,7 +894,10 @@ void coord_loop_drive(struct coord_state *s, struct hvd_handle_s *h, int64_t dea
     /* Another user thread drives (and may drive for long, waiting on an
      * operation of its own): wait on the handle instead, and have the
      * background thread take over when that thread stops. */
-    if (hvd_now_ns() >= give_up || hvd_now_ns() >= deadline_ns) {
+    now = hvd_now_ns();
+    if (give_up == 0)
+      give_up = now + s->cfg.spin_ns;
+    if (now >= give_up || now >= deadline_ns) {
       atomic_store(&l->contended, true);
       break;
     }

@@ -48,7 +48,6 @@ hvd_status coord_enqueue(struct coord_state *s, struct coord_entry **entries, si
   }
   for (size_t i = 0; i < n; i++) {
     entries[i]->next = NULL;
-    entries[i]->enqueued_ns = hvd_now_ns();
     if (s->queue_tail != NULL)
       s->queue_tail->next = entries[i];
     else
