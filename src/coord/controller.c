@@ -95,7 +95,8 @@ void coord_ctl_pending_destroy(struct pending *p) {
   if (p == NULL)
     return;
   coord_request_fini(&p->first);
-  free(p->submitted);
+  if (p->submitted != p->submitted_here)
+    free(p->submitted);
   free(p->elements);
   free(p->error);
   free(p->inline_vals);
@@ -391,7 +392,11 @@ static struct pending *open_pending(struct coord_controller *c, struct coord_req
                                     const struct ctl_set *set, const char *key, size_t klen) {
   struct pending *p = calloc(1, sizeof(*p));
 
-  if (p == NULL || (p->submitted = calloc((size_t)set->size / 8 + 1, 1)) == NULL ||
+  if (p != NULL) /* a set of up to 511 ranks needs no allocation of its own */
+    p->submitted = (size_t)set->size / 8 + 1 <= sizeof(p->submitted_here)
+                       ? p->submitted_here
+                       : calloc((size_t)set->size / 8 + 1, 1);
+  if (p == NULL || p->submitted == NULL ||
       (req->type == COORD_ALLGATHER &&
        (p->elements = calloc((size_t)set->size, sizeof(*p->elements))) == NULL)) {
     coord_ctl_pending_destroy(p);

@@ -8,7 +8,8 @@
 struct pending {
   struct coord_request first; /* the first submission; owns the name */
   int set_size;
-  unsigned char *submitted;   /* bit per set rank */
+  unsigned char *submitted;   /* bit per set rank: submitted_here, or allocated for large sets */
+  unsigned char submitted_here[64];
   int count;
   int64_t *elements;          /* ALLGATHER: elements per set rank */
   char *error;                /* the first disagreement, "<op> '<name>': ..." */

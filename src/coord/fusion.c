@@ -80,10 +80,16 @@ static hvd_status build(struct coord_response *in, const size_t *idx, size_t m,
   return HVD_OK;
 }
 
+/* Lists up to this long keep their scratch on the stack (a list a step is
+ * the common case, and every small operation passes here). */
+enum { SMALL_LIST = 32 };
+
 hvd_status coord_fuse(struct coord_response *in, const size_t *bytes, size_t n, size_t threshold,
                       struct coord_response **out, size_t *nout) {
-  bool *taken = calloc(n ? n : 1, sizeof(*taken));
-  size_t *idx = malloc((n ? n : 1) * sizeof(*idx));
+  bool small = n <= SMALL_LIST, taken_here[SMALL_LIST] = {false};
+  size_t idx_here[SMALL_LIST];
+  bool *taken = small ? taken_here : calloc(n, sizeof(*taken));
+  size_t *idx = small ? idx_here : malloc(n * sizeof(*idx));
   struct coord_response *res = calloc(n ? n : 1, sizeof(*res));
   size_t count = 0;
   hvd_status st = HVD_OK;
@@ -115,8 +121,10 @@ hvd_status coord_fuse(struct coord_response *in, const size_t *bytes, size_t n, 
 out:
   for (size_t i = 0; i < n; i++)
     coord_response_fini(&in[i]);
-  free(taken);
-  free(idx);
+  if (!small) {
+    free(taken);
+    free(idx);
+  }
   if (st != HVD_OK) {
     for (size_t i = 0; i < count; i++)
       coord_response_fini(&res[i]);
