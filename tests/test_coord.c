@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "coord_harness.h"
+#include "transport/transport_private.h" /* the control connections */
 
 Suite *coord_units_suite(void);
 
@@ -1288,6 +1289,55 @@ END_TEST
 START_TEST(init_after_shutdown) { run_ok(_i, reinit, NULL); }
 END_TEST
 
+/* Whether this rank's control connection to rank r goes through a ring. */
+static bool control_ring_to(int r) {
+  struct coord_state *s = coord_acquire();
+  bool ring = s != NULL && s->control->conns[r].ring_rx != NULL;
+  if (s != NULL)
+    coord_release();
+  return ring;
+}
+
+/* Ranks 0-2 on host "a", rank 3 on "b": rank 0's control messages to 1 and
+ * 2 go through rings, to 3 over TCP (or all over TCP with HVD_SHM=0), and
+ * small and large operations agree either way. */
+static int control_on_two_hosts(int rank, int size, void *arg) {
+  bool shm = *(const bool *)arg;
+  float in[300], out[300];
+  int64_t shape[1] = {300};
+
+  for (int r = 0; r < size; r++) {
+    bool want = shm && r != rank && r < 3 && rank < 3 && (rank == 0 || r == 0);
+    EXPECT(control_ring_to(r) == want, "control to rank %d: ring %d, want %d", r,
+           control_ring_to(r), want);
+  }
+  for (int k = 0; k < 200; k++) {
+    char name[32];
+    int64_t n = k % 2 == 0 ? 1 : 300;
+    hvd_tensor t = {name, HVD_FLOAT32, 1, shape, in, out};
+    shape[0] = n;
+    snprintf(name, sizeof(name), "two_hosts.%d", k % 5);
+    for (int64_t i = 0; i < n; i++)
+      in[i] = (float)(rank + k + i);
+    CALL(hvd_allreduce(&t, NULL));
+    for (int64_t i = 0; i < n; i++)
+      EXPECT(out[i] == (float)(size * (k + i) + size * (size - 1) / 2), "op %d: element %lld is %g",
+             k, (long long)i, out[i]);
+  }
+  return 0;
+}
+
+START_TEST(control_rings_on_rank0_host) {
+  static const char *layout[4] = {"a", "a", "a", "b"};
+  bool shm = _i == 0;
+  for (int r = 0; r < 4; r++)
+    job.hosts[r] = layout[r];
+  if (!shm)
+    job.env[0] = "HVD_SHM=0";
+  run_ok(4, control_on_two_hosts, &shm);
+}
+END_TEST
+
 /* Shuts hvd down once the other thread waits in hvd_handle_wait, driving
  * the loop (it announces itself before it drives). */
 static void *shutdown_later(void *arg) {
@@ -1773,6 +1823,7 @@ static Suite *lifecycle_suite(void) {
   TCase *tc = mp_case(s, "lifecycle", 120);
   tcase_add_loop_test(tc, init_after_shutdown, 1, 4);
   tcase_add_loop_test(tc, homogeneous_hosts, 0, 3);
+  tcase_add_loop_test(tc, control_rings_on_rank0_host, 0, 2);
   tcase_add_loop_test(tc, shutdown_aborts_pending, 2, 4);
   tcase_add_loop_test(tc, shutdown_while_waiting, 2, 3);
   tcase_add_loop_test(tc, wait_in_a_callback_is_refused, 2, 3);

@@ -455,6 +455,9 @@ struct coord_state {
   struct rdzv_client *store;
   struct net_world *world;
   struct net_comm *control;
+  /* A job on several hosts: rank 0 and the ranks of its host, whose
+   * segment lends control its rings (NULL elsewhere, and on one host). */
+  struct net_comm *control_host;
   int rank, size;
   bool homogeneous; /* every host runs as many ranks (rank 0 learns it in the handshake) */
   pthread_t thread;

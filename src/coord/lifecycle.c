@@ -91,6 +91,7 @@ static void state_destroy(struct coord_state *s) {
   coord_sets_fini(&s->sets);
   ops_ctx_destroy(s->ops);
   net_comm_destroy(s->control);
+  net_comm_destroy(s->control_host); /* after the links it lent control */
   net_world_destroy(s->world);
   rdzv_client_destroy(s->store);
   if (s->wake_fd >= 0)
@@ -118,6 +119,34 @@ enum {
 /* The control channel's segment: no collectives run on it (the smallest
  * data buffers), and rings that hold a long response list. */
 enum { CONTROL_SHM_BUFFER = 64 * 1024, CONTROL_SHM_RING = 256 * 1024 };
+
+/* On several hosts, rank 0's control messages to the ranks of its own host
+ * go through rings all the same: those ranks make a communicator of their
+ * own, whose segment lends control its rings. A host that cannot share
+ * memory leaves them on TCP, as net_shm_get says. */
+static hvd_status control_rings_on_host(struct coord_state *s) {
+  const char *host0 = net_comm_hostname(s->control, 0);
+  int *members, n = 0;
+  struct net_shm *shm;
+  hvd_status st;
+
+  if (strcmp(net_comm_hostname(s->control, s->rank), host0) != 0)
+    return HVD_OK;
+  if ((members = malloc((size_t)s->size * sizeof(*members))) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot list the ranks of rank 0's host");
+  for (int r = 0; r < s->size; r++) {
+    if (strcmp(net_comm_hostname(s->control, r), host0) == 0)
+      members[n++] = r;
+  }
+  st = n < 2 ? HVD_OK
+             : net_comm_derive(s->control, NET_COMM_CONTROL_HOST, members, n, &s->control_host);
+  if (st == HVD_OK && s->control_host != NULL)
+    st = net_shm_get(s->control_host, CONTROL_SHM_BUFFER, CONTROL_SHM_RING, &shm);
+  if (st == HVD_OK && s->control_host != NULL && shm != NULL)
+    net_shm_lend_links(shm, s->control, members);
+  free(members);
+  return st;
+}
 
 static void put_settings(const struct coord_config *c, unsigned char *out) {
   hvd_put_le64(out, c->cache_capacity);
@@ -286,6 +315,8 @@ static hvd_status state_create(const struct coord_start *how, uint64_t nth, int 
   if (st == HVD_OK && ops_ctx_tunables(s->ops)->shm) {
     struct net_shm *shm;
     st = net_shm_get(s->control, CONTROL_SHM_BUFFER, CONTROL_SHM_RING, &shm);
+    if (st == HVD_OK && shm == NULL)
+      st = control_rings_on_host(s);
   }
   if (st == HVD_OK)
     st = coord_sets_init(&s->sets, s->world->global, s->size);

@@ -509,7 +509,7 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_
   for (int k = 0; k < comm->nactive; k++) {
     struct net_conn *c = &comm->conns[comm->active[k]];
     if (c->ring_rx != NULL) {
-      if (!net_link_prepare_sleep(comm, c, comm->pfds, &n, &bell_added))
+      if (!net_link_prepare_sleep(c, comm->pfds, &n, &bell_added))
         timeout_ms = 0;
       continue;
     }

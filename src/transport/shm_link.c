@@ -30,20 +30,27 @@ struct net_shm_ring *net_shm_ring(const struct net_shm *s, int from, int to) {
   return (struct net_shm_ring *)(s->rings + i * stride);
 }
 
-void net_shm_attach_links(struct net_shm *s) {
-  struct net_comm *comm = s->comm;
-
-  for (int p = 0; p < comm->size; p++) {
-    struct net_conn *c = &comm->conns[p];
-    if (p == comm->rank || (p != 0 && comm->rank != 0) || s->bells[p] < 0)
+/* Member m's connection in `comm` is conns[ranks ? ranks[m] : m]. */
+static void attach(struct net_shm *s, struct net_comm *comm, const int *ranks) {
+  for (int p = 0; p < s->size; p++) {
+    struct net_conn *c = &comm->conns[ranks != NULL ? ranks[p] : p];
+    if (p == s->rank || (p != 0 && s->rank != 0) || s->bells[p] < 0)
       continue;
-    c->ring_tx = net_shm_ring(s, comm->rank, p);
-    c->ring_rx = net_shm_ring(s, p, comm->rank);
+    c->ring_tx = net_shm_ring(s, s->rank, p);
+    c->ring_rx = net_shm_ring(s, p, s->rank);
     c->bell = s->bells[p];
     c->ring_size = s->ring_bytes;
     c->tx_tail_seen = atomic_load(&c->ring_tx->tail);
+    c->link_shm = s;
+    c->link_peer = p;
     c->tx = TX_READY;
   }
+}
+
+void net_shm_attach_links(struct net_shm *s) { attach(s, s->comm, NULL); }
+
+void net_shm_lend_links(struct net_shm *s, struct net_comm *to, const int *to_ranks) {
+  attach(s, to, to_ranks);
 }
 
 static void ring_bell(int fd) {
@@ -130,9 +137,8 @@ ssize_t net_link_recv(struct net_conn *c, const struct iovec *iov, size_t n) {
   return (ssize_t)len;
 }
 
-bool net_link_prepare_sleep(struct net_comm *comm, struct net_conn *c, struct pollfd *fds,
-                            size_t *n, bool *bell_added) {
-  struct net_shm *s = comm->shm;
+bool net_link_prepare_sleep(struct net_conn *c, struct pollfd *fds, size_t *n, bool *bell_added) {
+  struct net_shm *s = c->link_shm;
   bool ready = false;
 
   if (c->recv_head != NULL) {
@@ -146,17 +152,17 @@ bool net_link_prepare_sleep(struct net_comm *comm, struct net_conn *c, struct po
                          c->ring_size ||
             atomic_load(&c->ring_tx->closed);
   }
-  if (!*bell_added) {
-    fds[(*n)++] = (struct pollfd){.fd = s->bells[comm->rank], .events = POLLIN};
+  if (!*bell_added) { /* a communicator's links all live in one segment */
+    fds[(*n)++] = (struct pollfd){.fd = s->bells[s->rank], .events = POLLIN};
     *bell_added = true;
   }
-  if (s->pidfds[c->peer] >= 0)
-    fds[(*n)++] = (struct pollfd){.fd = s->pidfds[c->peer], .events = POLLIN};
+  if (s->pidfds[c->link_peer] >= 0)
+    fds[(*n)++] = (struct pollfd){.fd = s->pidfds[c->link_peer], .events = POLLIN};
   return !ready && !c->gone;
 }
 
 void net_link_after_sleep(struct net_comm *comm, const struct pollfd *fds, size_t n) {
-  struct net_shm *s = comm->shm;
+  struct net_shm *s = NULL;
 
   /* Awake again: writers need not ring (this thread looks at the rings
    * before it sleeps again). */
@@ -165,20 +171,22 @@ void net_link_after_sleep(struct net_comm *comm, const struct pollfd *fds, size_
     if (c->ring_rx != NULL) {
       atomic_store(&c->ring_rx->reader_sleeps, 0);
       atomic_store(&c->ring_tx->writer_sleeps, 0);
+      s = c->link_shm;
     }
   }
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n && s != NULL; i++) {
     if (fds[i].revents == 0)
       continue;
-    if (fds[i].fd == s->bells[comm->rank]) {
+    if (fds[i].fd == s->bells[s->rank]) {
       uint64_t v;
       ssize_t got = read(fds[i].fd, &v, sizeof(v)); /* non-blocking: empty is fine */
       (void)got;
       continue;
     }
     for (int p = 0; p < comm->size; p++) {
-      if (p != comm->rank && s->pidfds[p] == fds[i].fd && comm->conns[p].ring_rx != NULL)
-        comm->conns[p].gone = true;
+      struct net_conn *c = &comm->conns[p];
+      if (p != comm->rank && c->ring_rx != NULL && s->pidfds[c->link_peer] == fds[i].fd)
+        c->gone = true;
     }
   }
 }

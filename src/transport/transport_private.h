@@ -166,6 +166,10 @@ struct net_conn {
   uint64_t tx_tail_seen; /* ring_tx's tail when this side last looked (it only grows) */
   int bell; /* the peer's doorbell (borrowed from the segment's state) */
   size_t ring_size;
+  /* The segment that holds the rings (this communicator's, or one lent by a
+   * communicator of this host's ranks) and the peer's member index there. */
+  struct net_shm *link_shm;
+  int link_peer;
   bool gone;
   hvd_status failed; /* isolated failure of this peer (HVD_OK: none) */
   char *fail_msg;
@@ -280,8 +284,7 @@ void net_shm_attach_links(struct net_shm *s);
  * peers whose process ended. */
 ssize_t net_link_send(struct net_conn *c, const struct iovec *iov, size_t n);
 ssize_t net_link_recv(struct net_conn *c, const struct iovec *iov, size_t n);
-bool net_link_prepare_sleep(struct net_comm *comm, struct net_conn *c, struct pollfd *fds,
-                            size_t *n, bool *bell_added);
+bool net_link_prepare_sleep(struct net_conn *c, struct pollfd *fds, size_t *n, bool *bell_added);
 void net_link_after_sleep(struct net_comm *comm, const struct pollfd *fds, size_t n);
 /* Tells the peer this side is done with the link (what it waits for fails)
  * and detaches the connection from it. */
