@@ -127,7 +127,7 @@ enum { CONTROL_SHM_BUFFER = 64 * 1024, CONTROL_SHM_RING = 256 * 1024 };
 static hvd_status control_rings_on_host(struct coord_state *s) {
   const char *host0 = net_comm_hostname(s->control, 0);
   int *members, n = 0;
-  struct net_shm *shm;
+  struct net_shm *shm = NULL;
   hvd_status st;
 
   if (strcmp(net_comm_hostname(s->control, s->rank), host0) != 0)
@@ -142,7 +142,7 @@ static hvd_status control_rings_on_host(struct coord_state *s) {
              : net_comm_derive(s->control, NET_COMM_CONTROL_HOST, members, n, &s->control_host);
   if (st == HVD_OK && s->control_host != NULL)
     st = net_shm_get(s->control_host, CONTROL_SHM_BUFFER, CONTROL_SHM_RING, &shm);
-  if (st == HVD_OK && s->control_host != NULL && shm != NULL)
+  if (st == HVD_OK && shm != NULL)
     net_shm_lend_links(shm, s->control, members);
   free(members);
   return st;
