@@ -38,8 +38,6 @@ static void attach(struct net_shm *s, struct net_comm *comm, const int *ranks) {
       continue;
     c->ring_tx = net_shm_ring(s, s->rank, p);
     c->ring_rx = net_shm_ring(s, p, s->rank);
-    c->bell = s->bells[p];
-    c->ring_size = s->ring_bytes;
     c->tx_tail_seen = atomic_load(&c->ring_tx->tail);
     c->link_shm = s;
     c->link_peer = p;
@@ -53,10 +51,11 @@ void net_shm_lend_links(struct net_shm *s, struct net_comm *to, const int *to_ra
   attach(s, to, to_ranks);
 }
 
-static void ring_bell(int fd) {
+/* Wakes the peer of a linked connection. */
+static void ring_bell(const struct net_conn *c) {
   uint64_t one = 1;
-  ssize_t n = write(fd, &one, sizeof(one)); /* a full counter still wakes the reader */
-  (void)n;
+  ssize_t n = write(c->link_shm->bells[c->link_peer], &one, sizeof(one));
+  (void)n; /* a full counter still wakes the reader */
 }
 
 /* Copies between iovecs and the ring's bytes [pos, pos + len), wrapping. */
@@ -89,7 +88,7 @@ static size_t iov_bytes(const struct iovec *iov, size_t n) {
 
 ssize_t net_link_send(struct net_conn *c, const struct iovec *iov, size_t n) {
   struct net_shm_ring *r = c->ring_tx;
-  size_t size = c->ring_size;
+  size_t size = c->link_shm->ring_bytes;
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
   size_t want = iov_bytes(iov, n), room = size - (size_t)(head - c->tx_tail_seen);
 
@@ -113,13 +112,13 @@ ssize_t net_link_send(struct net_conn *c, const struct iovec *iov, size_t n) {
   size_t len = copy_ring(r, size, head, iov, n, want < room ? want : room, true);
   atomic_store(&r->head, head + len);
   if (atomic_load(&r->reader_sleeps) && atomic_exchange(&r->reader_sleeps, 0))
-    ring_bell(c->bell);
+    ring_bell(c);
   return (ssize_t)len;
 }
 
 ssize_t net_link_recv(struct net_conn *c, const struct iovec *iov, size_t n) {
   struct net_shm_ring *r = c->ring_rx;
-  size_t size = c->ring_size;
+  size_t size = c->link_shm->ring_bytes;
   uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
   uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
   size_t have = (size_t)(head - tail), want = iov_bytes(iov, n);
@@ -133,7 +132,7 @@ ssize_t net_link_recv(struct net_conn *c, const struct iovec *iov, size_t n) {
   size_t len = copy_ring(r, size, tail, iov, n, want < have ? want : have, false);
   atomic_store(&r->tail, tail + len);
   if (atomic_load(&r->writer_sleeps) && atomic_exchange(&r->writer_sleeps, 0))
-    ring_bell(c->bell);
+    ring_bell(c);
   return (ssize_t)len;
 }
 
@@ -149,7 +148,7 @@ bool net_link_prepare_sleep(struct net_conn *c, struct pollfd *fds, size_t *n, b
   if (c->send_head != NULL) {
     atomic_store(&c->ring_tx->writer_sleeps, 1);
     ready = ready || atomic_load(&c->ring_tx->head) - atomic_load(&c->ring_tx->tail) <
-                         c->ring_size ||
+                         s->ring_bytes ||
             atomic_load(&c->ring_tx->closed);
   }
   if (!*bell_added) { /* a communicator's links all live in one segment */
@@ -196,7 +195,7 @@ void net_link_close(struct net_conn *c) {
     return;
   atomic_store(&c->ring_tx->closed, 1);
   atomic_store(&c->ring_rx->closed, 1);
-  ring_bell(c->bell);
+  ring_bell(c);
   c->ring_tx = c->ring_rx = NULL;
   c->gone = true;
 }

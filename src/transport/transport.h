@@ -264,6 +264,14 @@ struct net_shm;
  */
 hvd_status net_shm_get(struct net_comm *comm, size_t buffer_bytes, size_t ring_bytes,
                        struct net_shm **out);
+/* Lends the segment's rings to another communicator `to` of the same
+ * ranks or more: member m of the segment is rank to_ranks[m] there, and
+ * the connections between `to`'s rank of member 0 and of each other member
+ * move their messages through the rings (the control channel of a job on
+ * several hosts, between rank 0 and the ranks of its host). The segment's
+ * communicator must outlive `to`'s connections; nothing may have moved on
+ * them yet. */
+void net_shm_lend_links(struct net_shm *s, struct net_comm *to, const int *to_ranks);
 /* Member r's data buffer b (0 or 1), buffer_bytes long, 64-byte aligned. */
 void *net_shm_buffer(const struct net_shm *s, int r, unsigned b);
 struct net_comm *net_shm_comm(const struct net_shm *s);
@@ -308,14 +316,6 @@ uint64_t net_shm_report_of(const struct net_shm *s, int r);
  * r's process to dst; net_shm_write copies src there.
  */
 hvd_status net_shm_read_from(struct net_shm *s, size_t wanted, size_t *from);
-/* Lends the segment's rings to another communicator `to` of the same
- * ranks or more: member m of the segment is rank to_ranks[m] there, and
- * the connections between `to`'s rank of member 0 and of each other member
- * move their messages through the rings (the control channel of a job on
- * several hosts, between rank 0 and the ranks of its host). The segment's
- * communicator must outlive `to`'s connections; nothing may have moved on
- * them yet. */
-void net_shm_lend_links(struct net_shm *s, struct net_comm *to, const int *to_ranks);
 hvd_status net_shm_read(struct net_shm *s, int r, void *dst, uint64_t addr, size_t bytes);
 hvd_status net_shm_write(struct net_shm *s, int r, uint64_t addr, const void *src, size_t bytes);
 /* Marks the group failed with this thread's message and wakes everybody;

@@ -164,10 +164,9 @@ struct net_conn {
    * both NULL for TCP. gone: the peer's process has ended. */
   struct net_shm_ring *ring_tx, *ring_rx;
   uint64_t tx_tail_seen; /* ring_tx's tail when this side last looked (it only grows) */
-  int bell; /* the peer's doorbell (borrowed from the segment's state) */
-  size_t ring_size;
   /* The segment that holds the rings (this communicator's, or one lent by a
-   * communicator of this host's ranks) and the peer's member index there. */
+   * communicator of this host's ranks; its size, the peer's doorbell and
+   * pidfd) and the peer's member index there. */
   struct net_shm *link_shm;
   int link_peer;
   bool gone;
