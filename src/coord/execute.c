@@ -421,7 +421,8 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
   count_joined_calls(s, r, entries);
   switch (r->type) {
   case COORD_ERROR:
-    finish_all(s, r, entries, (hvd_status)r->status, r->error);
+    finish_all(s, r, entries, (hvd_status)r->status,
+               r->error != NULL ? r->error : "rank 0 failed the operation (no message)");
     goto out;
   case COORD_SET_ADD:
     st = coord_sets_add(&s->sets, s->world->global, r->new_set, r->ranks, r->nranks);

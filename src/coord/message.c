@@ -140,9 +140,20 @@ struct writer {
   hvd_status st;
 };
 
-static void put(struct writer *w, const void *p, size_t n) {
-  if (w->st == HVD_OK)
-    w->st = hvd_buf_append(w->b, p, n);
+/* Most fields land in a buffer with room: they are copied in place, and
+ * only a buffer that must grow goes through hvd_buf_append (a message is
+ * a dozen or more fields, and each call there costs more than the copy). */
+static inline void put(struct writer *w, const void *p, size_t n) {
+  struct hvd_buf *b = w->b;
+
+  if (w->st == HVD_OK && b->data != NULL && n < b->cap - b->len &&
+      (b->max == 0 || n <= b->max - b->len)) {
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+  } else if (w->st == HVD_OK) {
+    w->st = hvd_buf_append(b, p, n);
+  }
 }
 
 static void put_u8(struct writer *w, uint8_t v) { put(w, &v, 1); }
@@ -378,6 +389,19 @@ static char *get_str(struct reader *r, uint32_t max, uint32_t *len, const char *
   return s;
 }
 
+/* An optional string (a group, an abort message, an error): NULL when
+ * empty, so that the common case allocates nothing. */
+static char *get_opt_str(struct reader *r, uint32_t max, uint32_t *len, const char *field) {
+  if (r->bad == NULL && r->left >= 4 && hvd_get_le32(r->p) == 0) {
+    r->p += 4;
+    r->left -= 4;
+    if (len != NULL)
+      *len = 0;
+    return NULL;
+  }
+  return get_str(r, max, len, field);
+}
+
 static void *get_array(struct reader *r, uint32_t n, size_t size, const char *field) {
   void *a;
   if (r->bad != NULL || n == 0)
@@ -454,12 +478,8 @@ static void get_request(struct reader *r, struct coord_request *q) {
   for (uint32_t i = 0; i < q->nranks && r->bad == NULL; i++)
     q->ranks[i] = (int32_t)get_u32(r, "ranks");
   q->name = get_str(r, COORD_NAME_MAX, &q->name_len, "name");
-  q->group = get_str(r, COORD_NAME_MAX, &q->group_len, "group");
+  q->group = get_opt_str(r, COORD_NAME_MAX, &q->group_len, "group");
   q->inline_len = get_inline(r, q->inline_data, "inline input");
-  if (r->bad == NULL && q->group_len == 0) {
-    free(q->group);
-    q->group = NULL;
-  }
   if (r->bad == NULL && (q->group == NULL) != (q->group_size == 0))
     r->bad = "group";
   if (r->bad == NULL && (q->type >= COORD_ERROR))
@@ -483,7 +503,7 @@ hvd_status coord_decode_requests(const void *data, size_t len, struct coord_requ
   l.ack = get_u64(&r, "ack");
   l.flags = get_u8(&r, "flags");
   l.abort_status = get_u8(&r, "abort status");
-  l.abort_message = get_str(&r, HVD_ERROR_MESSAGE_MAX, NULL, "abort message");
+  l.abort_message = get_opt_str(&r, HVD_ERROR_MESSAGE_MAX, NULL, "abort message");
   l.hits_bytes = get_count(&r, 1, UINT32_MAX, "hits");
   l.hits = get_array(&r, l.hits_bytes, 1, "hits");
   if (l.hits != NULL) {
@@ -574,7 +594,7 @@ static void get_response(struct reader *r, struct coord_response *p) {
   p->ranks = get_array(r, p->nranks, sizeof(*p->ranks), "ranks");
   for (uint32_t i = 0; i < p->nranks && r->bad == NULL; i++)
     p->ranks[i] = (int32_t)get_u32(r, "ranks");
-  p->error = get_str(r, HVD_ERROR_MESSAGE_MAX * 4, NULL, "error");
+  p->error = get_opt_str(r, HVD_ERROR_MESSAGE_MAX * 4, NULL, "error");
   get_data(r, p);
   if (r->bad == NULL && p->data_len > 0 && (p->type != COORD_ALLREDUCE || p->ntensors != 1))
     r->bad = "inline result";
@@ -595,7 +615,7 @@ hvd_status coord_decode_responses(const void *data, size_t len, struct coord_res
   l.seq = get_u64(&r, "sequence");
   l.flags = get_u8(&r, "flags");
   l.abort_status = get_u8(&r, "abort status");
-  l.abort_message = get_str(&r, HVD_ERROR_MESSAGE_MAX, NULL, "abort message");
+  l.abort_message = get_opt_str(&r, HVD_ERROR_MESSAGE_MAX, NULL, "abort message");
   if ((l.flags & COORD_FLAG_TUNE) && need(&r, sizeof(l.tune), "tuning setting")) {
     struct coord_tune_setting t;
     memcpy(l.tune, r.p, sizeof(l.tune));
