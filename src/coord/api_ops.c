@@ -123,7 +123,7 @@ static unsigned char no_bytes[1];
 
 static struct coord_entry *entry_new(int type, const hvd_tensor *t, const hvd_options *o,
                                      struct hvd_handle_s *h) {
-  struct coord_entry *e = calloc(1, sizeof(*e));
+  struct coord_entry *e = coord_entry_alloc();
   if (e == NULL)
     return NULL;
   e->req.type = (uint8_t)type;

@@ -341,23 +341,25 @@ static void submit_join(struct coord_controller *c, struct coord_request *req) {
 }
 
 /* req's set as the coordinator knows it, and req's rank in it (*srank);
- * NULL, with req failed at once, when there is no such set or the rank is
- * not in it. */
-static const struct ctl_set *member_set(struct coord_controller *c, struct coord_request *req,
-                                        int *srank) {
+ * NULL when there is no such set or the rank is not in it. */
+static const struct ctl_set *find_member(const struct coord_controller *c,
+                                         const struct coord_request *req, int *srank) {
+  if (req->set < 0 || req->set >= c->nsets || !c->sets[req->set].used)
+    return NULL;
+  if ((*srank = coord_ctl_set_rank(&c->sets[req->set], req->rank)) < 0)
+    return NULL;
+  return &c->sets[req->set];
+}
+
+/* Fails req at once: its set does not exist, or its rank is not in it. */
+static void fail_not_member(struct coord_controller *c, struct coord_request *req) {
   char msg[128];
 
-  if (req->set < 0 || req->set >= c->nsets || !c->sets[req->set].used) {
+  if (req->set < 0 || req->set >= c->nsets || !c->sets[req->set].used)
     snprintf(msg, sizeof(msg), "process set %d does not exist", req->set);
-    fail_now(c, req, HVD_ERR_INVALID_ARGUMENT, msg);
-    return NULL;
-  }
-  if ((*srank = coord_ctl_set_rank(&c->sets[req->set], req->rank)) < 0) {
+  else
     snprintf(msg, sizeof(msg), "rank %d is not in process set %d", req->rank, req->set);
-    fail_now(c, req, HVD_ERR_INVALID_ARGUMENT, msg);
-    return NULL;
-  }
-  return &c->sets[req->set];
+  fail_now(c, req, HVD_ERR_INVALID_ARGUMENT, msg);
 }
 
 /* A cached operation submitted with other parameters leaves the cache. */
@@ -469,23 +471,47 @@ static void record(struct coord_controller *c, struct pending *p, const struct c
   }
 }
 
-void coord_controller_submit(struct coord_controller *c, struct coord_request *req) {
+/* Submits req. owned: req's allocations are the table's to keep (req is
+ * left empty); otherwise they are borrowed, and copied only when the table
+ * must keep them (the first submission of an operation, or a failure),
+ * which spares the later submissions an allocation each. from_cache: req
+ * is a cache entry's own request, so it cannot retire that entry. */
+static void submit(struct coord_controller *c, struct coord_request *req, bool owned,
+                   bool from_cache) {
+  struct coord_request copy;
   char key[COORD_KEY_MAX];
   size_t klen;
   struct pending *p;
-  const struct ctl_set *set;
-  int srank;
+  const struct ctl_set *set = NULL;
+  int srank = -1;
 
-  if (req->type == COORD_JOIN) {
-    submit_join(c, req);
+  if (req->type == COORD_JOIN || (set = find_member(c, req, &srank)) == NULL) {
+    if (!owned) {
+      if (coord_request_copy(&copy, req) != HVD_OK) {
+        HVD_LOG_ERROR("out of memory in the coordinator: dropping '%s'", req->name);
+        return;
+      }
+      req = &copy;
+    }
+    if (req->type == COORD_JOIN)
+      submit_join(c, req);
+    else
+      fail_not_member(c, req);
     return;
   }
-  if ((set = member_set(c, req, &srank)) == NULL)
-    return;
-  retire_if_changed(c, req);
+  if (!from_cache)
+    retire_if_changed(c, req);
   klen = coord_key(key, sizeof(key), req->set, req->name, req->name_len);
   p = hvd_map_get(&c->table, key, klen);
   if (p == NULL) {
+    if (!owned) {
+      if (coord_request_copy(&copy, req) != HVD_OK) {
+        HVD_LOG_ERROR("out of memory in the coordinator: dropping '%s'", req->name);
+        return;
+      }
+      req = &copy;
+      owned = true;
+    }
     if ((p = open_pending(c, req, set, key, klen)) != NULL)
       record(c, p, &p->first, srank);
   } else if (check_again(p, req, srank)) {
@@ -493,9 +519,19 @@ void coord_controller_submit(struct coord_controller *c, struct coord_request *r
   } else {
     p = NULL; /* a second submission, dropped */
   }
-  coord_request_fini(req);
+  if (owned)
+    coord_request_fini(req);
   if (p != NULL && coord_ctl_is_ready(c, p))
     make_ready(c, p);
+}
+
+void coord_controller_submit(struct coord_controller *c, struct coord_request *req) {
+  submit(c, req, true, false);
+}
+
+void coord_controller_submit_borrowed(struct coord_controller *c, const struct coord_request *req) {
+  struct coord_request view = *req;
+  submit(c, &view, false, false);
 }
 
 /* A worker's cache bit, turned back into its request (with the inline
@@ -516,8 +552,7 @@ static hvd_status submit_hit(struct coord_controller *c, int rank, uint64_t ack,
   if (in != NULL && e->req.type != COORD_ALLREDUCE)
     return hvd_error(HVD_ERR_PROTOCOL, "rank %d sent an inline input with cache bit %d (a %s)",
                      rank, bit, coord_type_name(e->req.type));
-  if (coord_request_copy(&req, &e->req) != HVD_OK)
-    return hvd_error_status();
+  req = e->req; /* borrowed: the entry outlives the submission */
   req.rank = rank;
   if (in != NULL) {
     req.inline_len = in->len;
@@ -528,15 +563,13 @@ static hvd_status submit_hit(struct coord_controller *c, int rank, uint64_t ack,
     int srank = req.set < c->nsets && set->used ? coord_ctl_set_rank(set, rank) : -1;
     int64_t row = 1;
     hvd_shape_elements(req.shape + 1, req.ndims - 1, &row);
-    if (srank < 0 || (uint32_t)srank >= e->resp.ncounts || row <= 0) {
-      coord_request_fini(&req);
+    if (srank < 0 || (uint32_t)srank >= e->resp.ncounts || row <= 0)
       return hvd_error(HVD_ERR_PROTOCOL, "rank %d sent cache bit %d of a set it is not in", rank,
                        bit);
-    }
     req.shape[0] = e->resp.counts[srank] / row;
   }
   coord_cache_touch(cache, bit);
-  coord_controller_submit(c, &req);
+  submit(c, &req, false, true);
   return HVD_OK;
 }
 

@@ -220,6 +220,8 @@ struct coord_entry {
   struct coord_entry *next; /* in the queue */
 };
 
+/* A zeroed entry (NULL when out of memory); coord_entry_destroy releases it. */
+struct coord_entry *coord_entry_alloc(void);
 void coord_entry_destroy(struct coord_entry *e);
 /* The output slot of the entry's tensor in its handle (allgather, alltoall). */
 static inline struct coord_output *coord_entry_output(const struct coord_entry *e) {
@@ -326,6 +328,9 @@ void coord_controller_destroy(struct coord_controller *c);
 /* A request from rank (its own or a worker's); the controller takes ownership
  * of req's allocations. */
 void coord_controller_submit(struct coord_controller *c, struct coord_request *req);
+/* The same for a request the caller keeps (copied only if the table must
+ * keep it). */
+void coord_controller_submit_borrowed(struct coord_controller *c, const struct coord_request *req);
 /* A worker's list: acknowledgement, cached bits and requests. */
 hvd_status coord_controller_receive(struct coord_controller *c, int rank,
                                     struct coord_request_list *l);

@@ -16,33 +16,91 @@
 
 #include "coord.h"
 
-struct hvd_handle_s *coord_handle_create(int parts, bool outputs, hvd_callback cb, void *arg) {
-  struct hvd_handle_s *h = calloc(1, sizeof(*h));
+/* Released handles and entries are kept for the next operations (up to
+ * SPARES of each): a new handle costs an allocation and a mutex and
+ * condition variable set up and torn down, an entry a zeroed allocation,
+ * together more than all the rest of enqueueing a small operation. */
+enum { SPARES = 16 };
+struct spares {
+  pthread_mutex_t mu;
+  void *items[SPARES];
+  int n;
+};
+static struct spares handle_spares = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static struct spares entry_spares = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *take_spare(struct spares *sp) {
+  void *item = NULL;
+
+  pthread_mutex_lock(&sp->mu);
+  if (sp->n > 0)
+    item = sp->items[--sp->n];
+  pthread_mutex_unlock(&sp->mu);
+  return item;
+}
+
+/* Whether the pool kept item (else it is the caller's to free). */
+static bool keep_spare(struct spares *sp, void *item) {
+  bool kept = false;
+
+  pthread_mutex_lock(&sp->mu);
+  if (sp->n < SPARES) {
+    sp->items[sp->n++] = item;
+    kept = true;
+  }
+  pthread_mutex_unlock(&sp->mu);
+  return kept;
+}
+
+/* Keeps h (its mutex and condition variable ready) or frees it. */
+static void give_back(struct hvd_handle_s *h) {
+  if (!keep_spare(&handle_spares, h)) {
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+  }
+}
+
+static struct hvd_handle_s *new_handle(void) {
+  struct hvd_handle_s *h = malloc(sizeof(*h));
 
   if (h == NULL)
     return NULL;
-  if (outputs && (h->outputs = calloc((size_t)parts, sizeof(*h->outputs))) == NULL) {
-    free(h);
-    return NULL;
-  }
-  h->noutputs = outputs ? parts : 0;
   if (pthread_mutex_init(&h->mu, NULL) != 0) {
-    free(h->outputs);
     free(h);
     return NULL;
   }
   if (hvd_cond_init(&h->cv) != 0) {
     pthread_mutex_destroy(&h->mu);
-    free(h->outputs);
     free(h);
     return NULL;
   }
   atomic_init(&h->done, false);
+  return h;
+}
+
+struct hvd_handle_s *coord_handle_create(int parts, bool outputs, hvd_callback cb, void *arg) {
+  struct hvd_handle_s *h = take_spare(&handle_spares);
+
+  if (h == NULL && (h = new_handle()) == NULL)
+    return NULL;
+  h->outputs = NULL;
+  if (outputs && (h->outputs = calloc((size_t)parts, sizeof(*h->outputs))) == NULL) {
+    give_back(h);
+    return NULL;
+  }
+  atomic_store_explicit(&h->done, false, memory_order_relaxed);
+  h->noutputs = outputs ? parts : 0;
   h->parts = parts;
+  h->waiters = 0;
   h->status = HVD_OK;
+  h->message = NULL;
   h->callback = cb;
   h->callback_arg = arg;
+  h->recv_splits = NULL;
+  h->nsplits = 0;
   h->value = -1;
+  h->spin_ns = 0;
   return h;
 }
 
@@ -124,9 +182,16 @@ void coord_handle_destroy(struct hvd_handle_s *h) {
   free(h->outputs);
   free(h->recv_splits);
   free(h->message);
-  pthread_cond_destroy(&h->cv);
-  pthread_mutex_destroy(&h->mu);
-  free(h);
+  give_back(h);
+}
+
+struct coord_entry *coord_entry_alloc(void) {
+  struct coord_entry *e = take_spare(&entry_spares);
+
+  if (e == NULL)
+    return calloc(1, sizeof(*e));
+  memset(e, 0, sizeof(*e));
+  return e;
 }
 
 void coord_entry_destroy(struct coord_entry *e) {
@@ -134,5 +199,6 @@ void coord_entry_destroy(struct coord_entry *e) {
     return;
   coord_request_fini(&e->req);
   free(e->splits);
-  free(e);
+  if (!keep_spare(&entry_spares, e))
+    free(e);
 }

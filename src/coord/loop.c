@@ -539,12 +539,10 @@ static hvd_status submit_own(struct coord_loop *l, bool *worked) {
   bool stop;
 
   for (struct coord_entry *e = drain(l->s, &stop); e != NULL; e = e->next) {
-    struct coord_request req;
+    struct coord_request req = e->req;
     *worked = true;
-    if (coord_request_copy(&req, &e->req) != HVD_OK)
-      return hvd_error_status();
     req.rank = 0;
-    coord_controller_submit(c, &req);
+    coord_controller_submit_borrowed(c, &req);
   }
   if (stop)
     coord_controller_request_shutdown(c);
