@@ -1,5 +1,5 @@
 /*
- * String-keyed hash map: open addressing, linear probing, FNV-1a hashes.
+ * String-keyed hash map: open addressing, linear probing, word-wise hashes.
  * Removal leaves a tombstone; tombstones are dropped when the table is
  * rebuilt, which happens once live entries plus tombstones pass 3/4 of it.
  */
@@ -18,12 +18,28 @@ struct hvd_map_slot {
 static char tombstone_marker;
 #define TOMBSTONE (&tombstone_marker)
 
+/* Eight bytes a step, each folded in with a multiply, then a final mix
+ * so that the low bits (the slot) depend on every byte. Keys are tensor
+ * names, often 30-100 bytes, hashed several times per operation: a byte
+ * a step cost more than the rest of a look-up. */
 static uint64_t hash_bytes(const char *key, size_t len) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < len; i++) {
-    h ^= (unsigned char)key[i];
-    h *= 1099511628211ull;
+  const uint64_t m = 0xff51afd7ed558ccdull;
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ len, w;
+  size_t i = 0;
+
+  for (; i + 8 <= len; i += 8) {
+    memcpy(&w, key + i, 8);
+    h = (h ^ w) * m;
+    h ^= h >> 32;
   }
+  if (i < len) {
+    w = 0;
+    memcpy(&w, key + i, len - i);
+    h = (h ^ w) * m;
+  }
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
   return h;
 }
 

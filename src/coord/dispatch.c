@@ -84,7 +84,8 @@ static hvd_status reduce_inline(const struct pending *p, struct coord_response *
   return HVD_OK;
 }
 
-/* A response's fields from its request, for one tensor, with no cache bit. */
+/* A response's fields from its request, for one tensor, with no cache bit.
+ * The name is q's own (no copy): take_ready hands it over to the response. */
 static hvd_status start_response(const struct coord_request *q, struct coord_response *r) {
   memset(r, 0, sizeof(*r));
   r->type = q->type;
@@ -100,11 +101,14 @@ static hvd_status start_response(const struct coord_request *q, struct coord_res
   r->last_joined = -1;
   r->new_set = -1;
   r->ntensors = 1;
-  r->names = calloc(1, sizeof(*r->names));
+  r->names = malloc(sizeof(*r->names));
   r->bits = malloc(sizeof(*r->bits));
-  if (r->names == NULL || r->bits == NULL ||
-      (r->names[0] = hvd_strndup(q->name, q->name_len)) == NULL)
+  if (r->names == NULL || r->bits == NULL) {
+    free(r->names);
+    r->names = NULL;
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
+  }
+  r->names[0] = q->name;
   r->bits[0] = -1;
   return HVD_OK;
 }
@@ -360,7 +364,12 @@ static hvd_status take_ready(struct coord_controller *c, size_t *n) {
     c->single_bytes[*n] = coord_ctl_pending_bytes(p);
     st = build_single(c, p, &c->singles[*n]);
     if (st == HVD_OK)
-      assign_bit(c, p, &c->singles[(*n)++]);
+      assign_bit(c, p, &c->singles[*n]);
+    /* The response owns the name it shares with p from here on. */
+    if (c->singles[*n].names != NULL && c->singles[*n].names[0] == p->first.name)
+      p->first.name = NULL;
+    if (st == HVD_OK)
+      (*n)++;
     else
       coord_response_fini(&c->singles[*n]);
     coord_ctl_pending_destroy(p);

@@ -29,15 +29,17 @@ hvd_status coord_enqueue(struct coord_state *s, struct coord_entry **entries, si
   for (; added < n; added++) {
     struct coord_entry *e = entries[added];
     size_t len = entry_key(e, key, sizeof(key));
-    if (hvd_map_get(&s->inflight, key, len) != NULL) {
+    void *old = NULL;
+    if ((st = hvd_map_put(&s->inflight, key, len, e, &old)) != HVD_OK)
+      break;
+    if (old != NULL) { /* one look-up for the common case; the rare one puts old back */
+      (void)hvd_map_put(&s->inflight, key, len, old, NULL);
       st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "%s: a tensor named '%s' is already in flight on this rank (names must be "
                      "unique among the operations in flight)",
                      coord_type_name(e->req.type), e->req.name);
       break;
     }
-    if ((st = hvd_map_put(&s->inflight, key, len, e, NULL)) != HVD_OK)
-      break;
   }
   if (st != HVD_OK) {
     while (added > 0) {
