@@ -32,9 +32,10 @@ static uint64_t hash_bytes(const char *key, size_t len) {
     h = (h ^ w) * m;
     h ^= h >> 32;
   }
-  if (i < len) {
+  if (i < len) { /* the last 1-7 bytes, without a variable-length memcpy call */
     w = 0;
-    memcpy(&w, key + i, len - i);
+    for (unsigned shift = 0; i < len; i++, shift += 8)
+      w |= (uint64_t)(unsigned char)key[i] << shift;
     h = (h ^ w) * m;
   }
   h ^= h >> 33;

@@ -474,7 +474,7 @@ struct coord_state {
   struct hvd_map inflight;    /* "<set>:<name>" -> entry, from enqueue to completion */
   struct hvd_map noname;      /* "<set>:<kind>" -> calls so far, for generated names */
   bool stop_requested;        /* hvd_shutdown asked */
-  enum coord_phase phase;
+  _Atomic enum coord_phase phase; /* written under lock; the loop looks without it */
   hvd_status failure;         /* COORD_STOPPED: why */
   char failure_msg[HVD_ERROR_MESSAGE_MAX];
   atomic_bool queued;         /* the queue is not empty, or stop was requested */

@@ -114,6 +114,13 @@ void coord_handle_finish(struct hvd_handle_s *h, hvd_status st, const char *mess
     h->message = hvd_strndup(m, strlen(m));
   }
   last = --h->parts == 0;
+  if (last && h->callback == NULL) { /* the common case: done under the same hold */
+    atomic_store_explicit(&h->done, true, memory_order_release);
+    if (h->waiters > 0)
+      pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    return;
+  }
   pthread_mutex_unlock(&h->mu);
   if (!last)
     return;

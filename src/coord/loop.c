@@ -285,12 +285,9 @@ static hvd_status wait_sends(struct coord_loop *l, int n) {
 
 /* ==== the job's end ===================================================================== */
 
+/* A look at every turn, several times: no lock (phase is atomic). */
 static bool stopped(struct coord_state *s) {
-  bool r;
-  pthread_mutex_lock(&s->lock);
-  r = s->phase != COORD_RUNNING;
-  pthread_mutex_unlock(&s->lock);
-  return r;
+  return atomic_load_explicit(&s->phase, memory_order_acquire) != COORD_RUNNING;
 }
 
 /* This rank failed (st, with this thread's message): stop, and tell the
@@ -496,6 +493,13 @@ static hvd_status check_silence(struct coord_loop *l, int64_t now) {
 /* Takes what user threads queued; *stop says whether shutdown was asked. */
 static struct coord_entry *drain(struct coord_state *s, bool *stop) {
   struct coord_entry *head;
+
+  /* Nothing queued (queued is set after every enqueue and stop request,
+   * and the caller acts on a stop the first time it is told). */
+  if (!atomic_load(&s->queued)) {
+    *stop = false;
+    return NULL;
+  }
   pthread_mutex_lock(&s->lock);
   head = s->queue_head;
   s->queue_head = s->queue_tail = NULL;
