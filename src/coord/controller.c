@@ -91,16 +91,58 @@ hvd_status coord_controller_create(struct coord_state *s, struct coord_controlle
   return HVD_OK;
 }
 
-void coord_ctl_pending_destroy(struct pending *p) {
-  if (p == NULL)
-    return;
+/* What p holds, not p itself. */
+static void destroy_contents(struct pending *p) {
   coord_request_fini(&p->first);
   if (p->submitted != p->submitted_here)
     free(p->submitted);
   free(p->elements);
   free(p->error);
   free(p->inline_vals);
+}
+
+void coord_ctl_pending_destroy(struct pending *p) {
+  if (p == NULL)
+    return;
+  destroy_contents(p);
   free(p);
+}
+
+enum { PENDING_SPARES = 16 };
+
+struct pending *coord_ctl_pending_new(struct coord_controller *c) {
+  struct pending *p = c->spares;
+  unsigned char *vals;
+  size_t cap;
+
+  if (p == NULL)
+    return calloc(1, sizeof(*p));
+  c->spares = p->next;
+  c->nspares--;
+  vals = p->inline_vals;
+  cap = p->inline_cap;
+  memset(p, 0, sizeof(*p));
+  p->inline_vals = vals; /* set_size x inline_len of them are written before they are read */
+  p->inline_cap = cap;
+  return p;
+}
+
+void coord_ctl_pending_release(struct coord_controller *c, struct pending *p) {
+  unsigned char *vals;
+
+  if (p == NULL)
+    return;
+  if (c->nspares >= PENDING_SPARES) {
+    coord_ctl_pending_destroy(p);
+    return;
+  }
+  vals = p->inline_vals;
+  p->inline_vals = NULL;
+  destroy_contents(p);
+  p->inline_vals = vals;
+  p->next = c->spares;
+  c->spares = p;
+  c->nspares++;
 }
 
 void coord_controller_destroy(struct coord_controller *c) {
@@ -138,6 +180,12 @@ void coord_controller_destroy(struct coord_controller *c) {
   free(c->retired);
   free(c->singles);
   free(c->single_bytes);
+  while (c->spares != NULL) {
+    struct pending *p = c->spares;
+    c->spares = p->next;
+    free(p->inline_vals);
+    free(p);
+  }
   free(c);
 }
 
@@ -275,17 +323,22 @@ static void keep_inline(struct pending *p, const struct coord_request *req, int 
   if (p->inline_broken)
     return;
   if (req->type != COORD_ALLREDUCE || req->inline_len == 0 || req->inline_len != want ||
-      (p->inline_vals != NULL && req->inline_len != p->inline_len)) {
+      (p->inline_len != 0 && req->inline_len != p->inline_len)) {
     p->inline_broken = true;
     return;
   }
-  if (p->inline_vals == NULL) {
-    p->inline_vals = calloc((size_t)p->set_size, req->inline_len);
-    p->inline_len = req->inline_len;
-    if (p->inline_vals == NULL) {
-      p->inline_broken = true;
-      return;
+  if (p->inline_len == 0) { /* the first input: room for every set rank's */
+    size_t need = (size_t)p->set_size * req->inline_len;
+    if (need > p->inline_cap) {
+      unsigned char *grown = realloc(p->inline_vals, need);
+      if (grown == NULL) {
+        p->inline_broken = true;
+        return;
+      }
+      p->inline_vals = grown;
+      p->inline_cap = need;
     }
+    p->inline_len = req->inline_len;
   }
   memcpy(p->inline_vals + (size_t)srank * p->inline_len, req->inline_data, req->inline_len);
 }
@@ -392,7 +445,7 @@ static void begin_negotiation(struct coord_timeline *t, const struct pending *p)
  * takes from req; NULL (req dropped) when out of memory. */
 static struct pending *open_pending(struct coord_controller *c, struct coord_request *req,
                                     const struct ctl_set *set, const char *key, size_t klen) {
-  struct pending *p = calloc(1, sizeof(*p));
+  struct pending *p = coord_ctl_pending_new(c);
 
   if (p != NULL) /* a set of up to 511 ranks needs no allocation of its own */
     p->submitted = (size_t)set->size / 8 + 1 <= sizeof(p->submitted_here)

@@ -22,6 +22,7 @@ struct pending {
   /* ALLREDUCE inline: each set rank's input (set_size x inline_len); unusable
    * once a submission came without it (then the collective runs). */
   unsigned char *inline_vals;
+  size_t inline_cap; /* bytes inline_vals holds (it is kept across reuses) */
   uint32_t inline_len;
   bool inline_broken;
 };
@@ -77,6 +78,12 @@ struct coord_controller {
   char abort_msg[HVD_ERROR_MESSAGE_MAX];
 
   int64_t next_stall_check;
+
+  /* Finished entries kept for the next operations (linked by next): an
+   * operation's entry is a zeroed allocation of half a kilobyte, and its
+   * inline inputs another. */
+  struct pending *spares;
+  int nspares;
 };
 
 /* Sizes a pending response moves, for fusion. */
@@ -91,7 +98,11 @@ bool coord_ctl_is_ready(const struct coord_controller *c, const struct pending *
 void coord_ctl_push_ready(struct coord_controller *c, struct pending *p);
 /* Removes p from the table (not from the ready list). */
 void coord_ctl_unlink(struct coord_controller *c, struct pending *p);
+/* A new, empty entry (NULL when out of memory). */
+struct pending *coord_ctl_pending_new(struct coord_controller *c);
 void coord_ctl_pending_destroy(struct pending *p);
+/* Destroys p's contents and keeps p for coord_ctl_pending_new. */
+void coord_ctl_pending_release(struct coord_controller *c, struct pending *p);
 /* The coordinator's copy of the registry, changed as responses are built. */
 hvd_status coord_ctl_set_added(struct coord_controller *c, int id, const int32_t *ranks, int n);
 void coord_ctl_set_removed(struct coord_controller *c, int id);

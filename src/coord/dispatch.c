@@ -130,7 +130,7 @@ static hvd_status count_response(const struct pending *p, struct coord_response 
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
   r->counts[0] = elements;
   r->ncounts = 1;
-  if (q->type == COORD_ALLREDUCE && p->inline_vals != NULL && !p->inline_broken &&
+  if (q->type == COORD_ALLREDUCE && p->inline_len != 0 && !p->inline_broken &&
       q->device == HVD_DEVICE_CPU)
     return reduce_inline(p, r);
   return HVD_OK;
@@ -372,7 +372,7 @@ static hvd_status take_ready(struct coord_controller *c, size_t *n) {
       (*n)++;
     else
       coord_response_fini(&c->singles[*n]);
-    coord_ctl_pending_destroy(p);
+    coord_ctl_pending_release(c, p);
   }
   if (st != HVD_OK) {
     for (size_t i = 0; i < *n; i++)
