@@ -115,15 +115,19 @@ struct pending *coord_ctl_pending_new(struct coord_controller *c) {
   unsigned char *vals;
   size_t cap;
 
-  if (p == NULL)
-    return calloc(1, sizeof(*p));
-  c->spares = p->next;
-  c->nspares--;
-  vals = p->inline_vals;
-  cap = p->inline_cap;
-  memset(p, 0, sizeof(*p));
-  p->inline_vals = vals; /* set_size x inline_len of them are written before they are read */
-  p->inline_cap = cap;
+  if (p == NULL) {
+    p = calloc(1, sizeof(*p));
+  } else {
+    c->spares = p->next;
+    c->nspares--;
+    vals = p->inline_vals;
+    cap = p->inline_cap;
+    memset(p, 0, sizeof(*p));
+    p->inline_vals = vals; /* set_size x inline_len of them are written before they are read */
+    p->inline_cap = cap;
+  }
+  if (p != NULL)
+    p->bit = -1;
   return p;
 }
 
@@ -294,7 +298,7 @@ bool coord_ctl_is_ready(const struct coord_controller *c, const struct pending *
 /* An operation that fails at once (an unknown set): ready with its error. */
 static void fail_now(struct coord_controller *c, struct coord_request *req, uint8_t status,
                      const char *why) {
-  struct pending *p = calloc(1, sizeof(*p));
+  struct pending *p = coord_ctl_pending_new(c);
   char msg[HVD_ERROR_MESSAGE_MAX];
 
   if (p == NULL) {
@@ -415,18 +419,23 @@ static void fail_not_member(struct coord_controller *c, struct coord_request *re
   fail_now(c, req, HVD_ERR_INVALID_ARGUMENT, msg);
 }
 
-/* A cached operation submitted with other parameters leaves the cache. */
-static void retire_if_changed(struct coord_controller *c, const struct coord_request *req) {
+/* A cached operation submitted with other parameters leaves the cache.
+ * Returns the bit of the operation's active cache entry, or -1. */
+static int retire_if_changed(struct coord_controller *c, const struct coord_request *req) {
   struct coord_cache *cache = &c->s->cache;
   int bit;
   const struct coord_cache_entry *e;
 
   if (cache->capacity == 0)
-    return;
+    return -1;
   bit = coord_cache_find(cache, req->set, req->name, req->name_len);
   e = coord_cache_entry(cache, bit);
-  if (e != NULL && e->state == COORD_CACHE_ACTIVE && e->have_req && !same_params(&e->req, req))
-    coord_ctl_retire(c, bit);
+  if (e == NULL || e->state != COORD_CACHE_ACTIVE || !e->have_req)
+    return -1;
+  if (same_params(&e->req, req))
+    return bit;
+  coord_ctl_retire(c, bit);
+  return -1;
 }
 
 /* The timeline's negotiation phase: NEGOTIATE_ALLREDUCE, ... */
@@ -527,10 +536,9 @@ static void record(struct coord_controller *c, struct pending *p, const struct c
 /* Submits req. owned: req's allocations are the table's to keep (req is
  * left empty); otherwise they are borrowed, and copied only when the table
  * must keep them (the first submission of an operation, or a failure),
- * which spares the later submissions an allocation each. from_cache: req
- * is a cache entry's own request, so it cannot retire that entry. */
-static void submit(struct coord_controller *c, struct coord_request *req, bool owned,
-                   bool from_cache) {
+ * which spares the later submissions an allocation each. hit: req is the
+ * request of active cache entry `hit` (so it cannot retire it), or -1. */
+static void submit(struct coord_controller *c, struct coord_request *req, bool owned, int hit) {
   struct coord_request copy;
   char key[COORD_KEY_MAX];
   size_t klen;
@@ -552,8 +560,8 @@ static void submit(struct coord_controller *c, struct coord_request *req, bool o
       fail_not_member(c, req);
     return;
   }
-  if (!from_cache)
-    retire_if_changed(c, req);
+  if (hit < 0)
+    hit = retire_if_changed(c, req);
   klen = coord_key(key, sizeof(key), req->set, req->name, req->name_len);
   p = hvd_map_get(&c->table, key, klen);
   if (p == NULL) {
@@ -565,8 +573,10 @@ static void submit(struct coord_controller *c, struct coord_request *req, bool o
       req = &copy;
       owned = true;
     }
-    if ((p = open_pending(c, req, set, key, klen)) != NULL)
+    if ((p = open_pending(c, req, set, key, klen)) != NULL) {
+      p->bit = hit;
       record(c, p, &p->first, srank);
+    }
   } else if (check_again(p, req, srank)) {
     record(c, p, req, srank);
   } else {
@@ -579,12 +589,12 @@ static void submit(struct coord_controller *c, struct coord_request *req, bool o
 }
 
 void coord_controller_submit(struct coord_controller *c, struct coord_request *req) {
-  submit(c, req, true, false);
+  submit(c, req, true, -1);
 }
 
 void coord_controller_submit_borrowed(struct coord_controller *c, const struct coord_request *req) {
   struct coord_request view = *req;
-  submit(c, &view, false, false);
+  submit(c, &view, false, -1);
 }
 
 /* A worker's cache bit, turned back into its request (with the inline
@@ -622,7 +632,7 @@ static hvd_status submit_hit(struct coord_controller *c, int rank, uint64_t ack,
     req.shape[0] = e->resp.counts[srank] / row;
   }
   coord_cache_touch(cache, bit);
-  submit(c, &req, false, true);
+  submit(c, &req, false, e->state == COORD_CACHE_ACTIVE ? bit : -1);
   return HVD_OK;
 }
 

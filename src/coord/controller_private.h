@@ -18,6 +18,7 @@ struct pending {
   struct pending *prev, *next; /* the table's list, in arrival order */
   struct pending *next_ready;
   bool in_table;
+  int bit; /* the cache bit its name had when it opened, or -1 (a hint: checked before use) */
   bool prepared; /* SET_REMOVE: the set's operations were failed already */
   /* ALLREDUCE inline: each set rank's input (set_size x inline_len); unusable
    * once a submission came without it (then the collective runs). */

@@ -243,8 +243,15 @@ static void assign_bit(struct coord_controller *c, const struct pending *p,
   if (cache->capacity == 0 || c->cache_paused || r->type == COORD_ERROR ||
       !coord_cache_eligible(&p->first))
     return;
-  bit = coord_cache_find(cache, r->set, r->names[0], strlen(r->names[0]));
+  /* The bit the operation's name had when it opened, if it still has it:
+   * no look-up by name. */
+  bit = p->bit;
   e = coord_cache_entry(cache, bit);
+  if (e == NULL || e->state != COORD_CACHE_ACTIVE || e->resp.set != r->set ||
+      strcmp(e->resp.names[0], r->names[0]) != 0) {
+    bit = coord_cache_find(cache, r->set, r->names[0], strlen(r->names[0]));
+    e = coord_cache_entry(cache, bit);
+  }
   if (e != NULL && e->state == COORD_CACHE_ACTIVE) {
     if (same_response(&e->resp, r)) {
       coord_cache_touch(cache, bit);
