@@ -152,11 +152,16 @@ hvd_status hvd_array_reserve(void *array, size_t *cap, size_t need, size_t size,
  * map; values are caller pointers. Not thread-safe.
  */
 struct hvd_map_slot;
+enum { HVD_MAP_SPARE_KEYS = 8 };
 struct hvd_map {
   struct hvd_map_slot *slots;
   size_t cap; /* a power of two, or 0 */
   size_t count;
   size_t tombstones;
+  /* Blocks of removed short keys, for the next ones: a map of operations in
+   * flight gains and loses a key per operation. */
+  char *spare_keys[HVD_MAP_SPARE_KEYS];
+  int nspare_keys;
 };
 
 struct hvd_map_iter {
@@ -217,6 +222,10 @@ bool hvd_shape_elements(const int64_t *shape, int ndims, int64_t *out);
 /* ---- small helpers (util.c) ----------------------------------------------- */
 /* Copies exactly len bytes (NULs included) and adds a terminating NUL. */
 char *hvd_strndup(const char *s, size_t len);
+/* Zeroed memory for n items, like calloc, but through malloc: glibc's
+ * calloc bypasses the per-thread cache, which makes it several times
+ * slower for the small blocks every operation allocates. */
+void *hvd_zalloc(size_t n, size_t size);
 /* Constant-time comparison for secrets. */
 bool hvd_secure_equal(const void *a, size_t a_len, const void *b, size_t b_len);
 /* Raises the soft open-file limit to the hard one (a flood of connections

@@ -44,6 +44,31 @@ static uint64_t hash_bytes(const char *key, size_t len) {
   return h;
 }
 
+/* Keys shorter than KEY_BLOCK bytes live in blocks of that size, which
+ * removed keys leave for new ones; longer keys get their own allocation. */
+enum { KEY_BLOCK = 64 };
+
+static char *copy_key(struct hvd_map *m, const char *key, size_t len) {
+  char *copy;
+
+  if (len < KEY_BLOCK)
+    copy = m->nspare_keys > 0 ? m->spare_keys[--m->nspare_keys] : malloc(KEY_BLOCK);
+  else
+    copy = malloc(len + 1);
+  if (copy != NULL) {
+    memcpy(copy, key, len);
+    copy[len] = '\0';
+  }
+  return copy;
+}
+
+static void free_key(struct hvd_map *m, char *key, size_t len) {
+  if (len < KEY_BLOCK && m->nspare_keys < HVD_MAP_SPARE_KEYS)
+    m->spare_keys[m->nspare_keys++] = key;
+  else
+    free(key);
+}
+
 static bool slot_live(const struct hvd_map_slot *s) { return s->key != NULL && s->key != TOMBSTONE; }
 
 void hvd_map_init(struct hvd_map *m) { memset(m, 0, sizeof(*m)); }
@@ -53,6 +78,8 @@ void hvd_map_fini(struct hvd_map *m) {
     if (slot_live(&m->slots[i]))
       free(m->slots[i].key);
   }
+  for (int i = 0; i < m->nspare_keys; i++)
+    free(m->spare_keys[i]);
   free(m->slots);
   memset(m, 0, sizeof(*m));
 }
@@ -117,7 +144,7 @@ hvd_status hvd_map_put(struct hvd_map *m, const char *key, size_t key_len, void 
     if (rebuild(m, cap) != HVD_OK)
       return HVD_ERR_NO_MEMORY;
   }
-  copy = hvd_strndup(key, key_len);
+  copy = copy_key(m, key, key_len);
   if (copy == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot copy a map key of %zu bytes", key_len);
   for (i = hash & (m->cap - 1); slot_live(&m->slots[i]); i = (i + 1) & (m->cap - 1)) {
@@ -137,7 +164,7 @@ hvd_status hvd_map_put(struct hvd_map *m, const char *key, size_t key_len, void 
 
 static void *remove_slot(struct hvd_map *m, struct hvd_map_slot *s) {
   void *value = s->value;
-  free(s->key);
+  free_key(m, s->key, s->key_len);
   s->key = TOMBSTONE;
   s->value = NULL;
   m->count--;

@@ -14,6 +14,16 @@ char *hvd_strndup(const char *s, size_t len) {
   return copy;
 }
 
+void *hvd_zalloc(size_t n, size_t size) {
+  void *p;
+
+  if (size != 0 && n > SIZE_MAX / size)
+    return NULL;
+  if ((p = malloc(n * size != 0 ? n * size : 1)) != NULL)
+    memset(p, 0, n * size);
+  return p;
+}
+
 bool hvd_secure_equal(const void *a, size_t a_len, const void *b, size_t b_len) {
   const unsigned char *x = a;
   const unsigned char *y = b;

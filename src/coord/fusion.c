@@ -90,7 +90,7 @@ hvd_status coord_fuse(struct coord_response *in, const size_t *bytes, size_t n, 
   size_t idx_here[SMALL_LIST];
   bool *taken = small ? taken_here : calloc(n, sizeof(*taken));
   size_t *idx = small ? idx_here : malloc(n * sizeof(*idx));
-  struct coord_response *res = calloc(n ? n : 1, sizeof(*res));
+  struct coord_response *res = hvd_zalloc(n ? n : 1, sizeof(*res));
   size_t count = 0;
   hvd_status st = HVD_OK;
 

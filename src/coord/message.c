@@ -406,7 +406,7 @@ static void *get_array(struct reader *r, uint32_t n, size_t size, const char *fi
   void *a;
   if (r->bad != NULL || n == 0)
     return NULL;
-  if ((a = calloc(n, size)) == NULL)
+  if ((a = hvd_zalloc(n, size)) == NULL)
     r->bad = "memory";
   (void)field;
   return a;
