@@ -146,6 +146,8 @@ struct writer {
 static inline void put(struct writer *w, const void *p, size_t n) {
   struct hvd_buf *b = w->b;
 
+  if (n == 0) /* an empty array may have no address */
+    return;
   if (w->st == HVD_OK && b->data != NULL && n < b->cap - b->len &&
       (b->max == 0 || n <= b->max - b->len)) {
     memcpy(b->data + b->len, p, n);
