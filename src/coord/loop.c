@@ -74,6 +74,12 @@ struct coord_loop {
    * cache, which nothing changes while the response runs). */
   struct coord_request_list requests;
   size_t reqs_cap, inline_cap, hits_cap;
+  /* A worker's last list from rank 0, run but not yet freed, and whether
+   * its receive is still to be posted again: both wait until this rank has
+   * sent its next requests, so that a thread whose operation the list
+   * finished returns to its caller first (see tidy_received). */
+  struct coord_response_list received;
+  bool repost;
   char **cached_names;
   int32_t *cached_bits;
   int64_t *cached_counts;
@@ -734,10 +740,22 @@ static hvd_status receive_responses(struct coord_loop *l, bool *worked) {
     return hvd_error_prefix("from rank 0");
   if (!(list.flags & COORD_FLAG_HEARTBEAT))
     st = timed_apply(l, &list, &now);
-  coord_response_list_fini(&list);
-  if (st == HVD_OK && !stopped(l->s))
-    st = post_recv(l, 0);
+  l->received = list;
+  l->repost = st == HVD_OK && !stopped(l->s);
   return st;
+}
+
+/* Frees the last list from rank 0 and posts its receive again. Deferred
+ * from receive_responses to the next turn, after that turn's requests went
+ * out: a blocking call returns as soon as the list finished its operation,
+ * and the next one's request leaves without this work before it (rank 0's
+ * answer takes longer than it). */
+static hvd_status tidy_received(struct coord_loop *l) {
+  bool repost = l->repost;
+
+  coord_response_list_fini(&l->received);
+  l->repost = false;
+  return repost && !stopped(l->s) ? post_recv(l, 0) : HVD_OK;
 }
 
 static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
@@ -746,6 +764,8 @@ static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
 
   if (st == HVD_OK && !in_flight)
     st = send_requests(l, worked);
+  if (st == HVD_OK)
+    st = tidy_received(l);
   return st == HVD_OK ? receive_responses(l, worked) : st;
 }
 
@@ -923,6 +943,7 @@ static void loop_destroy(struct coord_loop *l) {
   free(l->send_ptrs);
   free(l->heard);
   /* Only the arrays: the requests and names in them are borrowed. */
+  coord_response_list_fini(&l->received);
   free(l->requests.reqs);
   free(l->requests.inline_hits);
   free(l->requests.hits);
