@@ -254,12 +254,14 @@ static hvd_status check_header(struct net_comm *comm, struct net_req *r) {
 
   r->header_checked = true;
   if (magic == NET_MSG_MAGIC && seq == r->seq && r->up_to && len <= r->payload) {
-    /* Exactly the header has been read (see recv_once): shrink to the message. */
+    /* The header has been read, and from a ring maybe some of the message
+     * after it, never more (see recv_once): shrink to the message. */
+    size_t past = r->offset - NET_HEADER_BYTES;
     r->payload = (size_t)len;
     r->total = NET_HEADER_BYTES + r->payload;
-    r->iovcnt = r->iov_pos + (len > 0 ? 1 : 0);
-    if (len > 0)
-      r->iov[r->iov_pos].iov_len = (size_t)len;
+    r->iovcnt = r->iov_pos + (r->offset < r->total ? 1 : 0);
+    if (r->offset < r->total)
+      r->iov[r->iov_pos].iov_len = (size_t)len - past;
     return HVD_OK;
   }
   if (magic == NET_MSG_MAGIC && seq == r->seq && len == r->payload)
@@ -317,11 +319,18 @@ static hvd_status recv_once(struct net_comm *comm, struct net_conn *c, bool *mov
   struct net_req *r = c->recv_head;
   struct iovec iov[NET_MAX_IOV + 1];
   /* A receive of unknown length reads its header alone: what follows may
-   * belong to the next message. */
+   * belong to the next message. A ring shows the header before it is read,
+   * so a message that fits is read whole, in one go. */
   size_t limit = r->up_to && !r->header_checked ? NET_HEADER_BYTES - r->offset : comm->ctx->io_chunk;
-  struct msghdr msg = {.msg_iov = iov, .msg_iovlen = clip(r, limit, iov)};
+  struct msghdr msg;
   ssize_t n;
 
+  if (c->ring_rx != NULL && r->up_to && r->offset == 0) {
+    unsigned char h[NET_HEADER_BYTES];
+    if (net_link_peek(c, h, sizeof(h)) == sizeof(h) && hvd_get_le64(h + 8) <= r->payload)
+      limit = NET_HEADER_BYTES + (size_t)hvd_get_le64(h + 8);
+  }
+  msg = (struct msghdr){.msg_iov = iov, .msg_iovlen = clip(r, limit, iov)};
   *moved = false;
   do {
     n = c->ring_rx != NULL ? net_link_recv(c, iov, msg.msg_iovlen)

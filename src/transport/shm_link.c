@@ -136,6 +136,17 @@ ssize_t net_link_recv(struct net_conn *c, const struct iovec *iov, size_t n) {
   return (ssize_t)len;
 }
 
+size_t net_link_peek(struct net_conn *c, void *buf, size_t n) {
+  struct net_shm_ring *r = c->ring_rx;
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  struct iovec v = {.iov_base = buf, .iov_len = n};
+
+  if (head - tail < n)
+    return 0;
+  return copy_ring(r, c->link_shm->ring_bytes, tail, &v, 1, n, false);
+}
+
 bool net_link_prepare_sleep(struct net_conn *c, struct pollfd *fds, size_t *n, bool *bell_added) {
   struct net_shm *s = c->link_shm;
   bool ready = false;

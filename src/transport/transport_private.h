@@ -283,6 +283,8 @@ void net_shm_attach_links(struct net_shm *s);
  * peers whose process ended. */
 ssize_t net_link_send(struct net_conn *c, const struct iovec *iov, size_t n);
 ssize_t net_link_recv(struct net_conn *c, const struct iovec *iov, size_t n);
+/* Copies the next n bytes without taking them; 0 when fewer are there. */
+size_t net_link_peek(struct net_conn *c, void *buf, size_t n);
 bool net_link_prepare_sleep(struct net_conn *c, struct pollfd *fds, size_t *n, bool *bell_added);
 void net_link_after_sleep(struct net_comm *comm, const struct pollfd *fds, size_t n);
 /* Tells the peer this side is done with the link (what it waits for fails)
