@@ -84,8 +84,8 @@ static hvd_status build(struct coord_response *in, const size_t *idx, size_t m,
  * the common case, and every small operation passes here). */
 enum { SMALL_LIST = 32 };
 
-hvd_status coord_fuse(struct coord_response *in, const size_t *bytes, size_t n, size_t threshold,
-                      struct coord_response **out, size_t *nout) {
+static hvd_status fuse_many(struct coord_response *in, const size_t *bytes, size_t n,
+                            size_t threshold, struct coord_response **out, size_t *nout) {
   bool small = n <= SMALL_LIST, taken_here[SMALL_LIST] = {false};
   size_t idx_here[SMALL_LIST];
   bool *taken = small ? taken_here : calloc(n, sizeof(*taken));
@@ -133,5 +133,20 @@ out:
   }
   *out = res;
   *nout = count;
+  return HVD_OK;
+}
+
+hvd_status coord_fuse(struct coord_response *in, const size_t *bytes, size_t n, size_t threshold,
+                      struct coord_response **out, size_t *nout) {
+  if (n != 1)
+    return fuse_many(in, bytes, n, threshold, out, nout);
+  /* A lone operation (a small one is sent the moment it is ready): as it is. */
+  if ((*out = malloc(sizeof(**out))) == NULL) {
+    coord_response_fini(&in[0]);
+    return hvd_error(HVD_ERR_NO_MEMORY, "cannot fuse 1 response");
+  }
+  **out = in[0];
+  memset(&in[0], 0, sizeof(in[0]));
+  *nout = 1;
   return HVD_OK;
 }
