@@ -841,6 +841,46 @@ static int mismatches(int rank, int size, void *arg) {
 START_TEST(mismatch_reported_everywhere) { run_ok(_i, mismatches, NULL); }
 END_TEST
 
+/* A cached operation one rank submits with another shape, after the others
+ * submitted it as cache hits (the last rank waits first, so theirs are in):
+ * rank 0 moves their submissions out of the bit it retires, and every rank
+ * fails with the mismatch instead of waiting for each other. Then the name
+ * runs again with the new shape everywhere. */
+static int changed_after_cached(int rank, int size, void *arg) {
+  int odd = size - 1;
+  (void)arg;
+
+  for (int step = 0; step < 4; step++) {
+    float in[8], out[8];
+    int64_t shape[1] = {step == 2 && rank == odd ? 8 : step == 3 ? 8 : 4};
+    hvd_tensor t = {"cached.then.changed", HVD_FLOAT32, 1, shape, in, out};
+    hvd_handle h;
+    hvd_status st;
+
+    for (int i = 0; i < 8; i++)
+      in[i] = (float)(rank + i);
+    if (step == 2 && rank == odd)
+      usleep(50000);
+    CALL(hvd_allreduce_async(&t, NULL, &h));
+    st = hvd_handle_wait(h);
+    if (step == 2) {
+      EXPECT(st == HVD_ERR_MISMATCH && strstr(hvd_last_error_message(), "mismatched shapes"),
+             "step 2: status %s (%s), want a mismatch", hvd_strerror(st),
+             hvd_last_error_message());
+    } else {
+      EXPECT(st == HVD_OK, "step %d: %s", step, hvd_last_error_message());
+      for (int i = 0; i < (int)shape[0]; i++)
+        EXPECT(out[i] == (float)(size * i + size * (size - 1) / 2), "step %d element %d: %g",
+               step, i, out[i]);
+    }
+    hvd_handle_release(h);
+  }
+  return 0;
+}
+
+START_TEST(cached_then_changed_fails_everywhere) { run_ok(_i, changed_after_cached, NULL); }
+END_TEST
+
 static int duplicates(int rank, int size, void *arg) {
   int64_t shape[1] = {3};
   float in[3] = {1, 2, 3}, out[3], out2[3];
@@ -1792,6 +1832,7 @@ static Suite *errors_suite(void) {
   Suite *s = suite_create("errors");
   TCase *tc = mp_case(s, "errors", 120);
   tcase_add_loop_test(tc, mismatch_reported_everywhere, 2, 4);
+  tcase_add_loop_test(tc, cached_then_changed_fails_everywhere, 2, 4);
   tcase_add_test(tc, duplicate_name_rejected);
   tcase_add_loop_test(tc, bad_arguments_rejected, 1, 4);
   TCase *alone = tcase_create("alone");

@@ -184,6 +184,7 @@ void coord_controller_destroy(struct coord_controller *c) {
   free(c->retired);
   free(c->singles);
   free(c->single_bytes);
+  free(c->by_bit);
   while (c->spares != NULL) {
     struct pending *p = c->spares;
     c->spares = p->next;
@@ -204,7 +205,10 @@ void coord_ctl_unlink(struct coord_controller *c, struct pending *p) {
 
   if (!p->in_table)
     return;
-  hvd_map_remove(&c->table, key, pending_key(p, key, sizeof(key)));
+  if (p->bit >= 0)
+    c->by_bit[p->bit] = NULL;
+  else
+    hvd_map_remove(&c->table, key, pending_key(p, key, sizeof(key)));
   if (p->prev != NULL)
     p->prev->next = p->next;
   else
@@ -364,7 +368,24 @@ static bool same_params(const struct coord_request *a, const struct coord_reques
   return true;
 }
 
+/* The pending entry kept under a bit that retires moves to the table,
+ * where the name's later submissions (no longer cache hits) look. */
+static void move_to_table(struct coord_controller *c, int bit) {
+  struct pending *p = c->by_bit != NULL ? c->by_bit[bit] : NULL;
+  char key[COORD_KEY_MAX];
+
+  if (p == NULL)
+    return;
+  if (hvd_map_put(&c->table, key, pending_key(p, key, sizeof(key)), p, NULL) != HVD_OK) {
+    HVD_LOG_ERROR("out of memory in the coordinator: '%s' may never complete", p->first.name);
+    return;
+  }
+  c->by_bit[bit] = NULL;
+  p->bit = -1;
+}
+
 void coord_ctl_retire(struct coord_controller *c, int bit) {
+  move_to_table(c, bit);
   if (c->nretired == c->retired_cap) {
     uint32_t cap = c->retired_cap ? 2 * c->retired_cap : 16;
     int32_t *grown = realloc(c->retired, cap * sizeof(*grown));
@@ -453,8 +474,9 @@ static void begin_negotiation(struct coord_timeline *t, const struct pending *p)
 /* A new table entry for the first submission of an operation, which it
  * takes from req; NULL (req dropped) when out of memory. */
 static struct pending *open_pending(struct coord_controller *c, struct coord_request *req,
-                                    const struct ctl_set *set, const char *key, size_t klen) {
+                                    const struct ctl_set *set, int hit) {
   struct pending *p = coord_ctl_pending_new(c);
+  char key[COORD_KEY_MAX];
 
   if (p != NULL) /* a set of up to 511 ranks needs no allocation of its own */
     p->submitted = (size_t)set->size / 8 + 1 <= sizeof(p->submitted_here)
@@ -472,7 +494,10 @@ static struct pending *open_pending(struct coord_controller *c, struct coord_req
   memset(req, 0, sizeof(*req));
   p->set_size = set->size;
   p->first_ns = hvd_now_ns();
-  if (hvd_map_put(&c->table, key, klen, p, NULL) != HVD_OK) {
+  if (hit >= 0) {
+    c->by_bit[hit] = p;
+    p->bit = hit;
+  } else if (hvd_map_put(&c->table, key, pending_key(p, key, sizeof(key)), p, NULL) != HVD_OK) {
     coord_ctl_pending_destroy(p);
     HVD_LOG_ERROR("out of memory in the coordinator: dropping an operation");
     return NULL;
@@ -541,7 +566,6 @@ static void record(struct coord_controller *c, struct pending *p, const struct c
 static void submit(struct coord_controller *c, struct coord_request *req, bool owned, int hit) {
   struct coord_request copy;
   char key[COORD_KEY_MAX];
-  size_t klen;
   struct pending *p;
   const struct ctl_set *set = NULL;
   int srank = -1;
@@ -562,8 +586,13 @@ static void submit(struct coord_controller *c, struct coord_request *req, bool o
   }
   if (hit < 0)
     hit = retire_if_changed(c, req);
-  klen = coord_key(key, sizeof(key), req->set, req->name, req->name_len);
-  p = hvd_map_get(&c->table, key, klen);
+  if (hit >= 0 && c->by_bit == NULL &&
+      (c->by_bit = calloc(c->s->cache.capacity, sizeof(*c->by_bit))) == NULL)
+    hit = -1; /* out of memory: the table serves */
+  if (hit >= 0)
+    p = c->by_bit[hit];
+  else
+    p = hvd_map_get(&c->table, key, coord_key(key, sizeof(key), req->set, req->name, req->name_len));
   if (p == NULL) {
     if (!owned) {
       if (coord_request_copy(&copy, req) != HVD_OK) {
@@ -573,10 +602,8 @@ static void submit(struct coord_controller *c, struct coord_request *req, bool o
       req = &copy;
       owned = true;
     }
-    if ((p = open_pending(c, req, set, key, klen)) != NULL) {
-      p->bit = hit;
+    if ((p = open_pending(c, req, set, hit)) != NULL)
       record(c, p, &p->first, srank);
-    }
   } else if (check_again(p, req, srank)) {
     record(c, p, req, srank);
   } else {

@@ -18,7 +18,8 @@ struct pending {
   struct pending *prev, *next; /* the table's list, in arrival order */
   struct pending *next_ready;
   bool in_table;
-  int bit; /* the cache bit its name had when it opened, or -1 (a hint: checked before use) */
+  int bit; /* kept in by_bit[bit] while in the table (in `table` when -1); once out, the bit it
+           * had: a hint for its response (checked before use) */
   bool prepared; /* SET_REMOVE: the set's operations were failed already */
   /* ALLREDUCE inline: each set rank's input (set_size x inline_len); unusable
    * once a submission came without it (then the collective runs). */
@@ -45,7 +46,11 @@ struct coord_controller {
   struct coord_state *s;
   int size; /* ranks in the job */
 
-  struct hvd_map table;        /* "<set>:<name>" -> pending */
+  struct hvd_map table;        /* "<set>:<name>" -> pending, for names without an active cache bit */
+  /* Active cache bit -> its operation's pending entry: the table for names
+   * the cache knows, looked up without a key (NULL until first used). A
+   * retired bit's entry moves to `table` (coord_ctl_retire). */
+  struct pending **by_bit;
   struct pending *head, *tail; /* every pending in the table */
   size_t npending;
   struct pending *ready_head, *ready_tail;
