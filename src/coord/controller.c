@@ -11,6 +11,11 @@
  * and the job goes on. An operation is ready when every member of its set
  * that has not joined has submitted it. Ready operations wait in a FIFO
  * (grouped ones until their whole group is ready) for dispatch.c.
+ * An operation whose name has an active cache bit is kept under that bit
+ * (by_bit) rather than its name: every submission of it is then found
+ * without a key, and a bit that retires hands its operation to the name
+ * table first, where later submissions (no longer hits) look. Finished
+ * entries are kept for reuse (PENDING_SPARES).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -592,7 +597,8 @@ static void submit(struct coord_controller *c, struct coord_request *req, bool o
   if (hit >= 0)
     p = c->by_bit[hit];
   else
-    p = hvd_map_get(&c->table, key, coord_key(key, sizeof(key), req->set, req->name, req->name_len));
+    p = hvd_map_get(&c->table, key,
+                    coord_key(key, sizeof(key), req->set, req->name, req->name_len));
   if (p == NULL) {
     if (!owned) {
       if (coord_request_copy(&copy, req) != HVD_OK) {

@@ -46,7 +46,7 @@ struct coord_controller {
   struct coord_state *s;
   int size; /* ranks in the job */
 
-  struct hvd_map table;        /* "<set>:<name>" -> pending, for names without an active cache bit */
+  struct hvd_map table; /* "<set>:<name>" -> pending, for names without an active cache bit */
   /* Active cache bit -> its operation's pending entry: the table for names
    * the cache knows, looked up without a key (NULL until first used). A
    * retired bit's entry moves to `table` (coord_ctl_retire). */

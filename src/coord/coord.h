@@ -7,8 +7,9 @@
  * them and tells every rank the order to run them in; then each rank runs
  * them on its process set's communicator (see docs/coordinator-protocol.md).
  *
- * Lock order: coord_state.lock, then a handle's mu. coord_state.sets_lock
- * and the timeline's lock are leaves. No lock is held across socket I/O or
+ * Lock order: coord_state.lock, then a handle's mu. coord_state.sets_lock,
+ * the timeline's lock and the spare handles' and entries' locks (handle.c)
+ * are leaves. No lock is held across socket I/O or
  * a user callback except the loop's (drive) and, on a user thread that
  * drives, its read hold on the published state; docs/architecture.md has
  * the whole table.
