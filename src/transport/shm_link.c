@@ -61,7 +61,19 @@ static void ring_bell(const struct net_conn *c) {
 /* Copies between iovecs and the ring's bytes [pos, pos + len), wrapping. */
 static size_t copy_ring(struct net_shm_ring *r, size_t size, uint64_t pos, const struct iovec *iov,
                         size_t n, size_t len, bool to_ring) {
-  size_t done = 0;
+  size_t done = 0, start = (size_t)(pos & (size - 1));
+
+  if (start + len <= size) { /* no wrap (nearly every control message): one copy per iovec */
+    for (size_t i = 0; i < n && done < len; i++) {
+      size_t take = iov[i].iov_len < len - done ? iov[i].iov_len : len - done;
+      if (to_ring)
+        memcpy(r->data + start + done, iov[i].iov_base, take);
+      else
+        memcpy(iov[i].iov_base, r->data + start + done, take);
+      done += take;
+    }
+    return done;
+  }
 
   for (size_t i = 0; i < n && done < len; i++) {
     size_t take = iov[i].iov_len < len - done ? iov[i].iov_len : len - done;
