@@ -58,33 +58,27 @@ static void ring_bell(const struct net_conn *c) {
   (void)n; /* a full counter still wakes the reader */
 }
 
-/* Copies between iovecs and the ring's bytes [pos, pos + len), wrapping. */
+/* Copies between iovecs and the ring's bytes [pos, pos + len), wrapping:
+ * each iovec's piece is one copy, or two where it crosses the ring's end
+ * (len is at most the ring's size, so a piece crosses it at most once). */
 static size_t copy_ring(struct net_shm_ring *r, size_t size, uint64_t pos, const struct iovec *iov,
                         size_t n, size_t len, bool to_ring) {
-  size_t done = 0, start = (size_t)(pos & (size - 1));
-
-  if (start + len <= size) { /* no wrap (nearly every control message): one copy per iovec */
-    for (size_t i = 0; i < n && done < len; i++) {
-      size_t take = iov[i].iov_len < len - done ? iov[i].iov_len : len - done;
-      if (to_ring)
-        memcpy(r->data + start + done, iov[i].iov_base, take);
-      else
-        memcpy(iov[i].iov_base, r->data + start + done, take);
-      done += take;
-    }
-    return done;
-  }
+  size_t done = 0;
 
   for (size_t i = 0; i < n && done < len; i++) {
     size_t take = iov[i].iov_len < len - done ? iov[i].iov_len : len - done;
-    for (size_t k = 0; k < take;) {
-      size_t at = (size_t)((pos + done + k) & (size - 1));
-      size_t run = size - at < take - k ? size - at : take - k;
-      if (to_ring)
-        memcpy(r->data + at, (const char *)iov[i].iov_base + k, run);
-      else
-        memcpy((char *)iov[i].iov_base + k, r->data + at, run);
-      k += run;
+    size_t at = (size_t)((pos + done) & (size - 1));
+    size_t first = take < size - at ? take : size - at;
+    char *mem = iov[i].iov_base;
+
+    if (to_ring) {
+      memcpy(r->data + at, mem, first);
+      if (take > first)
+        memcpy(r->data, mem + first, take - first);
+    } else {
+      memcpy(mem, r->data + at, first);
+      if (take > first)
+        memcpy(mem + first, r->data, take - first);
     }
     done += take;
   }
