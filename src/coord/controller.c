@@ -563,6 +563,16 @@ static void record(struct coord_controller *c, struct pending *p, const struct c
   }
 }
 
+/* A borrowed request copied into *copy for the table to keep; NULL (the
+ * operation dropped, logged) when out of memory. */
+static struct coord_request *copy_to_keep(const struct coord_request *req,
+                                          struct coord_request *copy) {
+  if (coord_request_copy(copy, req) == HVD_OK)
+    return copy;
+  HVD_LOG_ERROR("out of memory in the coordinator: dropping '%s'", req->name);
+  return NULL;
+}
+
 /* Submits req. owned: req's allocations are the table's to keep (req is
  * left empty); otherwise they are borrowed, and copied only when the table
  * must keep them (the first submission of an operation, or a failure),
@@ -576,13 +586,8 @@ static void submit(struct coord_controller *c, struct coord_request *req, bool o
   int srank = -1;
 
   if (req->type == COORD_JOIN || (set = find_member(c, req, &srank)) == NULL) {
-    if (!owned) {
-      if (coord_request_copy(&copy, req) != HVD_OK) {
-        HVD_LOG_ERROR("out of memory in the coordinator: dropping '%s'", req->name);
-        return;
-      }
-      req = &copy;
-    }
+    if (!owned && (req = copy_to_keep(req, &copy)) == NULL)
+      return;
     if (req->type == COORD_JOIN)
       submit_join(c, req);
     else
@@ -600,14 +605,9 @@ static void submit(struct coord_controller *c, struct coord_request *req, bool o
     p = hvd_map_get(&c->table, key,
                     coord_key(key, sizeof(key), req->set, req->name, req->name_len));
   if (p == NULL) {
-    if (!owned) {
-      if (coord_request_copy(&copy, req) != HVD_OK) {
-        HVD_LOG_ERROR("out of memory in the coordinator: dropping '%s'", req->name);
-        return;
-      }
-      req = &copy;
-      owned = true;
-    }
+    if (!owned && (req = copy_to_keep(req, &copy)) == NULL)
+      return;
+    owned = true;
     if ((p = open_pending(c, req, set, hit)) != NULL)
       record(c, p, &p->first, srank);
   } else if (check_again(p, req, srank)) {
