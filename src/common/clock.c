@@ -10,6 +10,12 @@ int64_t hvd_now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+int64_t hvd_coarse_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 int64_t hvd_deadline_after_ms(int64_t ms) {
   int64_t now = hvd_now_ns();
   if (ms < 0 || ms > (HVD_NO_DEADLINE - now) / 1000000)

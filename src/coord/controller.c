@@ -498,7 +498,7 @@ static struct pending *open_pending(struct coord_controller *c, struct coord_req
   p->first = *req;
   memset(req, 0, sizeof(*req));
   p->set_size = set->size;
-  p->first_ns = hvd_now_ns();
+  p->first_ns = hvd_coarse_now_ns(); /* for stall warnings, seconds later */
   if (hit >= 0) {
     c->by_bit[hit] = p;
     p->bit = hit;

@@ -608,10 +608,9 @@ static hvd_status send_responses(struct coord_loop *l, bool *worked, int64_t now
   return HVD_OK;
 }
 
-static hvd_status coordinator_turn(struct coord_loop *l, bool *worked) {
+static hvd_status coordinator_turn(struct coord_loop *l, bool *worked, int64_t now) {
   struct coord_state *s = l->s;
   hvd_status st = submit_own(l, worked);
-  int64_t now = hvd_now_ns();
 
   for (int i = 0; i < l->nrecv && st == HVD_OK; i++) {
     if (l->recvs[i].done) {
@@ -689,7 +688,7 @@ static hvd_status add_request(struct coord_loop *l, const struct coord_entry *e)
 
 /* Sends rank 0 what user threads queued and a shutdown asked for; an empty
  * list when this rank has been quiet is the heartbeat (and carries the ack). */
-static hvd_status send_requests(struct coord_loop *l, bool *worked) {
+static hvd_status send_requests(struct coord_loop *l, bool *worked, int64_t now) {
   struct coord_state *s = l->s;
   struct coord_request_list *out = &l->requests;
   bool stop, any = false;
@@ -704,12 +703,12 @@ static hvd_status send_requests(struct coord_loop *l, bool *worked) {
   if (stop && !l->stop_sent) {
     out->flags |= COORD_FLAG_SHUTDOWN;
     l->stop_sent = true;
-    l->stop_deadline = hvd_now_ns() + s->cfg.timeout_ns;
+    l->stop_deadline = now + s->cfg.timeout_ns;
   }
-  if (st != HVD_OK || !(any || out->flags != 0 || hvd_now_ns() - l->sent >= l->beat_ns))
+  if (st != HVD_OK || !(any || out->flags != 0 || now - l->sent >= l->beat_ns))
     return st;
   *worked = true;
-  l->sent = hvd_now_ns();
+  l->sent = now;
   out->ack = s->applied_seq;
   hvd_buf_reset(&l->msg);
   st = coord_encode_requests(out, &l->msg);
@@ -719,18 +718,18 @@ static hvd_status send_requests(struct coord_loop *l, bool *worked) {
   return st;
 }
 
-/* Runs the response list rank 0 sent, if one has arrived. */
-static hvd_status receive_responses(struct coord_loop *l, bool *worked) {
+/* Runs the response list rank 0 sent, if one has arrived; *now moves to
+ * the end of what it ran. */
+static hvd_status receive_responses(struct coord_loop *l, bool *worked, int64_t *now) {
   struct coord_response_list list;
   const void *data;
   size_t len;
-  int64_t now;
   hvd_status st;
 
   if (l->nrecv == 0 || !l->recvs[0].done)
     return HVD_OK;
   *worked = true;
-  l->heard[0] = now = hvd_now_ns();
+  l->heard[0] = *now;
   if (l->recvs[0].status != HVD_OK)
     return net_req_result(l->ctl, &l->recvs[0]);
   st = take_message(l, 0, &data, &len);
@@ -739,7 +738,7 @@ static hvd_status receive_responses(struct coord_loop *l, bool *worked) {
   if (st != HVD_OK)
     return hvd_error_prefix("from rank 0");
   if (!(list.flags & COORD_FLAG_HEARTBEAT))
-    st = timed_apply(l, &list, &now);
+    st = timed_apply(l, &list, now);
   l->received = list;
   l->repost = st == HVD_OK && !stopped(l->s);
   return st;
@@ -758,15 +757,15 @@ static hvd_status tidy_received(struct coord_loop *l) {
   return repost && !stopped(l->s) ? post_recv(l, 0) : HVD_OK;
 }
 
-static hvd_status worker_turn(struct coord_loop *l, bool *worked) {
+static hvd_status worker_turn(struct coord_loop *l, bool *worked, int64_t *now) {
   bool in_flight;
   hvd_status st = settle_send(l, worked, &in_flight);
 
   if (st == HVD_OK && !in_flight)
-    st = send_requests(l, worked);
+    st = send_requests(l, worked, *now);
   if (st == HVD_OK)
     st = tidy_received(l);
-  return st == HVD_OK ? receive_responses(l, worked) : st;
+  return st == HVD_OK ? receive_responses(l, worked, now) : st;
 }
 
 /* How long the loop may sleep. */
@@ -827,8 +826,11 @@ static bool step(struct coord_loop *l, struct hvd_handle_s *h, int64_t until) {
 
   if (atomic_load(&l->finished))
     return false;
-  st = l->coordinator ? coordinator_turn(l, &worked) : worker_turn(l, &worked);
+  /* One clock reading for the turn (tens of ns in a virtual machine, and
+   * every small operation takes a few turns): what the turn does with it
+   * is timers of milliseconds and more; running a list moves it on. */
   now = hvd_now_ns();
+  st = l->coordinator ? coordinator_turn(l, &worked, now) : worker_turn(l, &worked, &now);
   if (st == HVD_OK)
     st = check_silence(l, now);
   if (st == HVD_OK && !stopped(s) && l->stop_sent && now >= l->stop_deadline)

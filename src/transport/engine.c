@@ -548,18 +548,21 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_
 hvd_status net_engine_run(struct net_comm *comm, bool (*done)(void *arg), void *arg,
                       const struct engine_limits *limits) {
   struct net_ctx *ctx = comm->ctx;
-  int64_t spin_until = hvd_now_ns() + ctx->spin_ns;
   int wake_fd = limits != NULL ? limits->wake_fd : -1;
   int64_t until = limits != NULL ? limits->deadline_ns : HVD_NO_DEADLINE;
   bool idle = limits != NULL && limits->idle;
   bool ready = true; /* whether a socket may have something for us */
   bool woken = false;
+  /* The clock (tens of ns in a virtual machine) is read once a turn, and
+   * not at all when the first pass finishes the wait: a spin turn's
+   * reading after its yield or poll serves the next turn. */
+  int64_t now = 0, spin_until = 0;
+  bool started = false, have_now = false;
 
-  comm->last_progress_ns = hvd_now_ns();
   for (;;) {
     bool progressed = false;
     hvd_status st;
-    int64_t now, deadline;
+    int64_t deadline;
 
     if (comm->poison != HVD_OK)
       return poisoned(comm);
@@ -572,7 +575,14 @@ hvd_status net_engine_run(struct net_comm *comm, bool (*done)(void *arg), void *
     }
     if (woken)
       return HVD_OK;
-    now = hvd_now_ns();
+    if (!have_now)
+      now = hvd_now_ns();
+    have_now = false;
+    if (!started) {
+      started = true;
+      comm->last_progress_ns = now;
+      spin_until = now + ctx->spin_ns;
+    }
     if (progressed) {
       comm->last_progress_ns = now;
       spin_until = now + ctx->spin_ns;
@@ -630,6 +640,8 @@ hvd_status net_engine_run(struct net_comm *comm, bool (*done)(void *arg), void *
         HVD_LOG_DEBUG("spinning lost the core for %.1f ms: sleeping in poll() instead for %d ms",
                       (double)(after - now) / 1e6, (int)(SPIN_BACKOFF_NS / 1000000));
       }
+      now = after;
+      have_now = true;
       ready = ready || done(arg);
       continue;
     }
