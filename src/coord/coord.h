@@ -539,6 +539,13 @@ hvd_status coord_enqueue(struct coord_state *s, struct coord_entry **entries, si
  * map and finishes their handle part. */
 void coord_finish_entry(struct coord_state *s, struct coord_entry *e, hvd_status st,
                         const char *message);
+/* The same for an entry already out of the map (coord_take_entries). */
+void coord_complete_entry(struct coord_entry *e, hvd_status st, const char *message);
+/* Takes the entries of set `set` named names[0 .. n) out of the in-flight
+ * map, under one hold of the lock (NULL where this rank has none): the
+ * caller completes each (background thread). */
+void coord_take_entries(struct coord_state *s, int set, char *const *names, uint32_t n,
+                        struct coord_entry **out);
 /* Looks an entry up by set and name (background thread). */
 struct coord_entry *coord_find_entry(struct coord_state *s, int set, const char *name);
 /* Fails every in-flight entry and stops the job (background thread). */

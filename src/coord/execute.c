@@ -42,16 +42,6 @@ static void *grow(void **buf, size_t *cap, size_t bytes) {
   return *buf;
 }
 
-/* The entries a response names on this rank (NULL where it has none). */
-static void find_entries(struct coord_state *s, const struct coord_response *r,
-                         struct coord_entry **out) {
-  char key[COORD_KEY_MAX];
-  pthread_mutex_lock(&s->lock);
-  for (uint32_t i = 0; i < r->ntensors; i++)
-    out[i] = hvd_map_get(&s->inflight, key,
-                         coord_key(key, sizeof(key), r->set, r->names[i], strlen(r->names[i])));
-  pthread_mutex_unlock(&s->lock);
-}
 
 /* A rank in hvd_join runs the others' operations without entries of its
  * own; their generated names still count as its calls (see names.c). */
@@ -71,11 +61,12 @@ static void count_joined_calls(struct coord_state *s, const struct coord_respons
   }
 }
 
-static void finish_all(struct coord_state *s, const struct coord_response *r,
-                       struct coord_entry **entries, hvd_status st, const char *message) {
+/* Completes every entry the response took (they are out of the in-flight map). */
+static void finish_all(const struct coord_response *r, struct coord_entry **entries,
+                       hvd_status st, const char *message) {
   for (uint32_t i = 0; i < r->ntensors; i++) {
     if (entries[i] != NULL)
-      coord_finish_entry(s, entries[i], st, message);
+      coord_complete_entry(entries[i], st, message);
   }
 }
 
@@ -417,11 +408,13 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
   if (entries == NULL && (entries = calloc(r->ntensors, sizeof(*entries))) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot run a response of %u tensors", r->ntensors);
   one[0] = NULL;
-  find_entries(s, r, entries);
+  /* Taken out of the in-flight map now: each is completed below, on every
+   * path, and the same name may be submitted again from here on. */
+  coord_take_entries(s, r->set, r->names, r->ntensors, entries);
   count_joined_calls(s, r, entries);
   switch (r->type) {
   case COORD_ERROR:
-    finish_all(s, r, entries, (hvd_status)r->status,
+    finish_all(r, entries, (hvd_status)r->status,
                r->error != NULL ? r->error : "rank 0 failed the operation (no message)");
     goto out;
   case COORD_SET_ADD:
@@ -444,8 +437,10 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
                                coord_type_name(r->type), r->names[0], r->set);
       break;
     }
-    if (set->rank < 0) /* not a member */
+    if (set->rank < 0) { /* not a member (it cannot have submitted one) */
+      finish_all(r, entries, HVD_ERR_INTERNAL, "this rank is not in the operation's process set");
       goto out;
+    }
     if (r->device != HVD_DEVICE_CPU)
       st = execute_gpu(s, set, r, entries);
     else
@@ -455,7 +450,7 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
       failure = st;
     break;
   }
-  finish_all(s, r, entries, st, NULL);
+  finish_all(r, entries, st, NULL);
 out:
   coord_execute_phase(s, r, NULL);
   if (entries != one)

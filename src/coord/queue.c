@@ -73,14 +73,28 @@ struct coord_entry *coord_find_entry(struct coord_state *s, int set, const char 
   return e;
 }
 
+void coord_take_entries(struct coord_state *s, int set, char *const *names, uint32_t n,
+                        struct coord_entry **out) {
+  char key[COORD_KEY_MAX];
+  pthread_mutex_lock(&s->lock);
+  for (uint32_t i = 0; i < n; i++)
+    out[i] = hvd_map_remove(&s->inflight, key,
+                            coord_key(key, sizeof(key), set, names[i], strlen(names[i])));
+  pthread_mutex_unlock(&s->lock);
+}
+
+void coord_complete_entry(struct coord_entry *e, hvd_status st, const char *message) {
+  coord_handle_finish(e->handle, st, message);
+  coord_entry_destroy(e);
+}
+
 void coord_finish_entry(struct coord_state *s, struct coord_entry *e, hvd_status st,
                         const char *message) {
   char key[COORD_KEY_MAX];
   pthread_mutex_lock(&s->lock);
   hvd_map_remove(&s->inflight, key, entry_key(e, key, sizeof(key)));
   pthread_mutex_unlock(&s->lock);
-  coord_handle_finish(e->handle, st, message);
-  coord_entry_destroy(e);
+  coord_complete_entry(e, st, message);
 }
 
 void coord_stop(struct coord_state *s, hvd_status st, const char *message) {
