@@ -189,6 +189,9 @@ void coord_controller_destroy(struct coord_controller *c) {
   free(c->retired);
   free(c->singles);
   free(c->single_bytes);
+  free(c->light);
+  free(c->light_bits);
+  free(c->light_data);
   free(c->by_bit);
   while (c->spares != NULL) {
     struct pending *p = c->spares;

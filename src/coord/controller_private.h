@@ -76,6 +76,12 @@ struct coord_controller {
   struct coord_response *singles;
   size_t *single_bytes;
   size_t singles_cap, single_bytes_cap;
+  /* dispatch.c's lists of cached inline results (light_list): the arrays
+   * the list borrows, kept across lists */
+  struct coord_response *light;
+  int32_t *light_bits;
+  unsigned char *light_data; /* COORD_INLINE_MAX a response */
+  size_t light_cap, light_bits_cap, light_data_cap;
 
   bool shutdown;      /* a rank asked to shut down */
   bool aborting;      /* a rank reported a failure */

@@ -134,6 +134,10 @@ struct coord_response_list {
   uint32_t nretired;
   struct coord_response *resps;
   uint32_t n;
+  /* resps, and each response's bits and data, belong to whoever built the
+   * list (a list of cached results made without allocating): fini leaves
+   * them. */
+  bool borrowed;
   unsigned char tune[COORD_TUNE_SETTING_BYTES]; /* COORD_FLAG_TUNE: applied before resps */
 };
 

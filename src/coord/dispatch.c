@@ -47,12 +47,13 @@ static bool anyone_joined(const struct coord_controller *c, int set_id, char *li
   return any;
 }
 
-/* An inline allreduce's result: the inputs reduced in set-rank order (one
- * order, so every rank gets the same bits), scaled as ops_allreduce scales.
- * A rank that joined contributes the identity, which changes nothing. */
-static hvd_status reduce_inline(const struct pending *p, struct coord_response *r) {
+/* An inline allreduce's result into acc (p->inline_len bytes): the inputs
+ * reduced in set-rank order (one order, so every rank gets the same bits),
+ * scaled as ops_allreduce scales. A rank that joined contributes the
+ * identity, which changes nothing. */
+static void inline_result(const struct pending *p, unsigned char *acc) {
   const struct coord_request *q = &p->first;
-  unsigned char acc[COORD_INLINE_MAX], scaled[COORD_INLINE_MAX];
+  unsigned char scaled[COORD_INLINE_MAX];
   size_t esize = hvd_dtype_size(q->dtype), count = p->inline_len / esize;
   double post = q->postscale;
   bool any = false;
@@ -77,16 +78,18 @@ static hvd_status reduce_inline(const struct pending *p, struct coord_response *
     post /= p->set_size;
   if (post != 1.0)
     ops_scale(acc, acc, count, q->dtype, post);
+}
+
+static hvd_status reduce_inline(const struct pending *p, struct coord_response *r) {
   if ((r->data = malloc(p->inline_len)) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
-  memcpy(r->data, acc, p->inline_len);
+  inline_result(p, r->data);
   r->data_len = p->inline_len;
   return HVD_OK;
 }
 
-/* A response's fields from its request, for one tensor, with no cache bit.
- * The name is q's own (no copy): take_ready hands it over to the response. */
-static hvd_status start_response(const struct coord_request *q, struct coord_response *r) {
+/* A response's scalar fields from its request (no arrays). */
+static void response_fields(const struct coord_request *q, struct coord_response *r) {
   memset(r, 0, sizeof(*r));
   r->type = q->type;
   r->dtype = q->dtype;
@@ -100,6 +103,12 @@ static hvd_status start_response(const struct coord_request *q, struct coord_res
   r->postscale = q->postscale;
   r->last_joined = -1;
   r->new_set = -1;
+}
+
+/* A response's fields from its request, for one tensor, with no cache bit.
+ * The name is q's own (no copy): take_ready hands it over to the response. */
+static hvd_status start_response(const struct coord_request *q, struct coord_response *r) {
+  response_fields(q, r);
   r->ntensors = 1;
   r->names = malloc(sizeof(*r->names));
   r->bits = malloc(sizeof(*r->bits));
@@ -437,6 +446,81 @@ static hvd_status assemble(struct coord_controller *c, struct coord_response *fu
   return HVD_OK;
 }
 
+/* Whether p's response is the one its cache bit already stands for, with
+ * a result reduced here: a cached inline allreduce, the steady state of a
+ * training loop's small tensors. (What assign_bit and known_bits would
+ * find, decided before anything is built.) */
+static bool cached_inline(const struct coord_controller *c, const struct pending *p) {
+  const struct coord_request *q = &p->first;
+  const struct coord_cache *cache = &c->s->cache;
+  const struct coord_cache_entry *e;
+  struct coord_response r;
+  int64_t elements = 0;
+
+  if (q->type != COORD_ALLREDUCE || q->device != HVD_DEVICE_CPU || p->error != NULL ||
+      p->inline_len == 0 || p->inline_broken || cache->capacity == 0 || c->cache_paused ||
+      !coord_cache_eligible(q))
+    return false;
+  e = coord_cache_entry(cache, p->bit);
+  if (e == NULL || e->state != COORD_CACHE_ACTIVE || e->assigned_seq >= c->next_seq ||
+      e->resp.set != q->set || strcmp(e->resp.names[0], q->name) != 0)
+    return false;
+  response_fields(q, &r);
+  hvd_shape_elements(q->shape, q->ndims, &elements);
+  r.ncounts = 1;
+  r.counts = &elements;
+  return same_response(&e->resp, &r);
+}
+
+/* When every ready operation is a cached inline allreduce, the list of
+ * their bits and results, in arrays the controller keeps (out->borrowed):
+ * no allocation, no fusion (inline results travel one a response). False,
+ * with nothing taken, when not (or when the arrays cannot grow). */
+static bool light_list(struct coord_controller *c, struct coord_response_list *out) {
+  size_t n = 0;
+
+  /* Lists that carry more than responses take the general way. */
+  if (c->join_due || c->nretired > 0 || c->shutdown || c->s->tuner != NULL)
+    return false;
+  for (const struct pending *p = c->ready_head; p != NULL; p = p->next_ready) {
+    if (!cached_inline(c, p))
+      return false;
+    n++;
+  }
+  if (n == 0 ||
+      hvd_array_reserve(&c->light, &c->light_cap, n, sizeof(*c->light), 16) != HVD_OK ||
+      hvd_array_reserve(&c->light_bits, &c->light_bits_cap, n, sizeof(*c->light_bits), 16) !=
+          HVD_OK ||
+      hvd_array_reserve(&c->light_data, &c->light_data_cap, n * COORD_INLINE_MAX, 1,
+                        16 * COORD_INLINE_MAX) != HVD_OK) {
+    hvd_error_clear();
+    return false;
+  }
+  for (size_t i = 0; i < n; i++) {
+    struct pending *p = pop_ready(c);
+    struct coord_response *r = &c->light[i];
+
+    memset(r, 0, sizeof(*r));
+    r->cached = true;
+    r->ntensors = 1;
+    r->bits = &c->light_bits[i];
+    r->bits[0] = p->bit;
+    r->data = c->light_data + i * COORD_INLINE_MAX;
+    r->data_len = p->inline_len;
+    r->last_joined = -1;
+    r->new_set = -1;
+    inline_result(p, r->data);
+    coord_cache_touch(&c->s->cache, p->bit);
+    coord_ctl_pending_release(c, p);
+  }
+  c->ready_bytes = 0;
+  out->seq = c->next_seq++;
+  out->resps = c->light;
+  out->n = (uint32_t)n;
+  out->borrowed = true;
+  return true;
+}
+
 bool coord_controller_next(struct coord_controller *c, int64_t now, struct coord_response_list *out,
                            int64_t *due) {
   struct coord_response *fused = NULL;
@@ -451,6 +535,8 @@ bool coord_controller_next(struct coord_controller *c, int64_t now, struct coord
   }
   if (!due_now(c, now, due))
     return false;
+  if (light_list(c, out))
+    return true;
   st = take_ready(c, &n);
   if (st == HVD_OK) /* consumes the singles, leaving the array */
     st = coord_fuse(c->singles, c->single_bytes, n, c->s->cfg.fusion_threshold, &fused, &nfused);

@@ -437,9 +437,13 @@ static hvd_status apply(struct coord_loop *l, struct coord_response_list *list) 
     return st;
   for (uint32_t i = 0; i < list->n && st == HVD_OK; i++) {
     struct coord_response *r = &list->resps[i];
-    if (l->coordinator) {
+    /* Bits only: from rank 0's wire, or rank 0's own list of cached
+     * inline results (dispatch.c's light_list); rank 0's other responses
+     * carry every field. */
+    bool bits_only = r->cached && r->names == NULL;
+    if (l->coordinator && !bits_only) {
       st = coord_execute(s, r);
-    } else if (r->cached) {
+    } else if (bits_only) {
       struct coord_response full; /* a view: nothing to free */
       st = expand(l, r, &full);
       if (st == HVD_OK) {

@@ -125,9 +125,10 @@ void coord_request_list_fini(struct coord_request_list *l) {
 }
 
 void coord_response_list_fini(struct coord_response_list *l) {
-  for (uint32_t i = 0; i < l->n; i++)
+  for (uint32_t i = 0; i < l->n && !l->borrowed; i++)
     coord_response_fini(&l->resps[i]);
-  free(l->resps);
+  if (!l->borrowed)
+    free(l->resps);
   free(l->retired);
   free(l->abort_message);
   memset(l, 0, sizeof(*l));
