@@ -155,6 +155,20 @@ hvd_status coord_encode_requests(const struct coord_request_list *l, struct hvd_
 hvd_status coord_decode_requests(const void *data, size_t len, struct coord_request_list *out);
 hvd_status coord_encode_responses(const struct coord_response_list *l, struct hvd_buf *out);
 hvd_status coord_decode_responses(const void *data, size_t len, struct coord_response_list *out);
+/* Arrays a worker keeps for decoding lists of cached responses (bits and
+ * inline results only: a training loop's steady state) without allocating. */
+struct coord_response_space {
+  struct coord_response *resps;
+  int32_t *bits;
+  unsigned char *data;
+  size_t resps_cap, bits_cap, data_cap;
+};
+/* coord_decode_responses, into space's arrays (out->borrowed, valid until
+ * the next decode into space) when every response is cached; other lists
+ * are decoded as coord_decode_responses does. */
+hvd_status coord_decode_responses_in(const void *data, size_t len, struct coord_response_list *out,
+                                     struct coord_response_space *space);
+void coord_response_space_fini(struct coord_response_space *space);
 
 /* ==== configuration (config.c) ================================================== */
 

@@ -80,6 +80,9 @@ struct coord_loop {
    * finished returns to its caller first (see tidy_received). */
   struct coord_response_list received;
   bool repost;
+  /* What a list of cached responses from rank 0 is decoded into (the
+   * received list borrows it until tidy_received). */
+  struct coord_response_space space;
   char **cached_names;
   int32_t *cached_bits;
   int64_t *cached_counts;
@@ -738,7 +741,7 @@ static hvd_status receive_responses(struct coord_loop *l, bool *worked, int64_t 
     return net_req_result(l->ctl, &l->recvs[0]);
   st = take_message(l, 0, &data, &len);
   if (st == HVD_OK)
-    st = coord_decode_responses(data, len, &list);
+    st = coord_decode_responses_in(data, len, &list, &l->space);
   if (st != HVD_OK)
     return hvd_error_prefix("from rank 0");
   if (!(list.flags & COORD_FLAG_HEARTBEAT))
@@ -950,6 +953,7 @@ static void loop_destroy(struct coord_loop *l) {
   free(l->heard);
   /* Only the arrays: the requests and names in them are borrowed. */
   coord_response_list_fini(&l->received);
+  coord_response_space_fini(&l->space);
   free(l->requests.reqs);
   free(l->requests.inline_hits);
   free(l->requests.hits);

@@ -362,10 +362,12 @@ static double get_f64(struct reader *r, const char *field) {
   return v;
 }
 
-/* A count of items of `size` bytes each that must still fit in the message. */
+/* A count of items of `size` bytes each that must still fit in the message
+ * (a product, not a division: a division takes tens of cycles, and every
+ * list has a few counts). */
 static uint32_t get_count(struct reader *r, size_t size, uint32_t max, const char *field) {
   uint32_t n = get_u32(r, field);
-  if (r->bad == NULL && (n > max || (size > 0 && n > r->left / size)))
+  if (r->bad == NULL && (n > max || (uint64_t)n * size > r->left))
     r->bad = field;
   return r->bad == NULL ? n : 0;
 }
@@ -426,12 +428,24 @@ static uint32_t get_inline(struct reader *r, unsigned char *out, const char *fie
   return n;
 }
 
-/* A response's inline result: a count, then the bytes (allocated). */
-static void get_data(struct reader *r, struct coord_response *p) {
+/* Where a list of cached responses puts its arrays instead of allocating
+ * them: each a bump of a cursor through room reserved for the whole
+ * message (NULL: allocate). */
+struct space_cursor {
+  struct coord_response_space *space;
+  size_t bits, data; /* used so far */
+};
+
+/* A response's inline result: a count, then the bytes (allocated, or from
+ * the cursor's space). */
+static void get_data(struct reader *r, struct coord_response *p, struct space_cursor *cur) {
   uint32_t n = get_count(r, 1, COORD_INLINE_MAX, "inline result");
   if (r->bad != NULL || n == 0)
     return;
-  if ((p->data = malloc(n)) == NULL) {
+  if (cur != NULL) {
+    p->data = cur->space->data + cur->data;
+    cur->data += n;
+  } else if ((p->data = malloc(n)) == NULL) {
     r->bad = "memory";
     return;
   }
@@ -540,7 +554,9 @@ hvd_status coord_decode_requests(const void *data, size_t len, struct coord_requ
   return HVD_OK;
 }
 
-static void get_response(struct reader *r, struct coord_response *p) {
+/* One response; with a cursor, only a cached one (another stops the
+ * decode: the caller decodes the list again, allocating). */
+static void get_response(struct reader *r, struct coord_response *p, struct space_cursor *cur) {
   uint8_t form = get_u8(r, "response form");
 
   p->last_joined = -1;
@@ -548,7 +564,12 @@ static void get_response(struct reader *r, struct coord_response *p) {
   if (form == FORM_CACHED) {
     p->cached = true;
     p->ntensors = get_count(r, 4, UINT32_MAX, "cached count");
-    p->bits = get_array(r, p->ntensors, sizeof(*p->bits), "bits");
+    if (cur != NULL && r->bad == NULL) {
+      p->bits = cur->space->bits + cur->bits; /* get_count bounded it by the message */
+      cur->bits += p->ntensors;
+    } else {
+      p->bits = get_array(r, p->ntensors, sizeof(*p->bits), "bits");
+    }
     for (uint32_t i = 0; i < p->ntensors && r->bad == NULL; i++) {
       p->bits[i] = (int32_t)get_u32(r, "bits");
       if (p->bits[i] < 0)
@@ -556,13 +577,17 @@ static void get_response(struct reader *r, struct coord_response *p) {
     }
     if (r->bad == NULL && p->ntensors == 0)
       r->bad = "cached count";
-    get_data(r, p);
+    get_data(r, p, cur);
     if (r->bad == NULL && p->data_len > 0 && p->ntensors != 1)
       r->bad = "inline result";
     return;
   }
   if (r->bad == NULL && form != FORM_FULL) {
     r->bad = "response form";
+    return;
+  }
+  if (cur != NULL) {
+    r->bad = "not cached";
     return;
   }
   p->type = get_u8(r, "response type");
@@ -598,7 +623,7 @@ static void get_response(struct reader *r, struct coord_response *p) {
   for (uint32_t i = 0; i < p->nranks && r->bad == NULL; i++)
     p->ranks[i] = (int32_t)get_u32(r, "ranks");
   p->error = get_opt_str(r, HVD_ERROR_MESSAGE_MAX * 4, NULL, "error");
-  get_data(r, p);
+  get_data(r, p, NULL);
   if (r->bad == NULL && p->data_len > 0 && (p->type != COORD_ALLREDUCE || p->ntensors != 1))
     r->bad = "inline result";
   if (r->bad == NULL && p->type >= COORD_TYPE_COUNT)
@@ -609,7 +634,17 @@ static void get_response(struct reader *r, struct coord_response *p) {
     r->bad = "reduce op";
 }
 
-hvd_status coord_decode_responses(const void *data, size_t len, struct coord_response_list *out) {
+/* Room in space for any list of cached responses in len bytes: a response
+ * is at least 13 bytes, a bit 4, inline bytes no more than the message. */
+static bool reserve_space(struct coord_response_space *s, size_t len) {
+  return hvd_array_reserve(&s->resps, &s->resps_cap, len / 13 + 1, sizeof(*s->resps), 16) ==
+             HVD_OK &&
+         hvd_array_reserve(&s->bits, &s->bits_cap, len / 4 + 1, sizeof(*s->bits), 64) == HVD_OK &&
+         hvd_array_reserve(&s->data, &s->data_cap, len + 1, 1, 1024) == HVD_OK;
+}
+
+static hvd_status decode_responses(const void *data, size_t len, struct coord_response_list *out,
+                                   struct space_cursor *cur) {
   struct reader r = {data, len, NULL};
   struct coord_response_list l;
 
@@ -638,17 +673,48 @@ hvd_status coord_decode_responses(const void *data, size_t len, struct coord_res
   }
   /* A response is at least 13 bytes (a cached one with one bit). */
   l.n = get_count(&r, 13, UINT32_MAX, "response count");
-  l.resps = get_array(&r, l.n, sizeof(*l.resps), "responses");
+  if (cur != NULL && r.bad == NULL && l.n > 0) {
+    l.resps = cur->space->resps;
+    l.borrowed = true;
+    memset(l.resps, 0, l.n * sizeof(*l.resps));
+  } else {
+    l.resps = get_array(&r, l.n, sizeof(*l.resps), "responses");
+  }
   if (l.resps == NULL)
     l.n = 0; /* as for requests */
   for (uint32_t i = 0; i < l.n && r.bad == NULL; i++)
-    get_response(&r, &l.resps[i]);
+    get_response(&r, &l.resps[i], cur);
   if (r.bad == NULL && r.left != 0)
     r.bad = "trailing bytes";
   if (r.bad != NULL) {
     coord_response_list_fini(&l);
-    return decode_failed(&r, "response list");
+    /* Into space, no message: the caller decodes again, allocating. */
+    return cur != NULL ? HVD_ERR_PROTOCOL : decode_failed(&r, "response list");
   }
   *out = l;
   return HVD_OK;
+}
+
+hvd_status coord_decode_responses(const void *data, size_t len, struct coord_response_list *out) {
+  return decode_responses(data, len, out, NULL);
+}
+
+hvd_status coord_decode_responses_in(const void *data, size_t len, struct coord_response_list *out,
+                                     struct coord_response_space *space) {
+  struct space_cursor cur = {space, 0, 0};
+
+  /* A list with other responses, or a malformed one, is decoded again
+   * allocating (which reports what was wrong). */
+  if (!reserve_space(space, len))
+    hvd_error_clear();
+  else if (decode_responses(data, len, out, &cur) == HVD_OK)
+    return HVD_OK;
+  return decode_responses(data, len, out, NULL);
+}
+
+void coord_response_space_fini(struct coord_response_space *space) {
+  free(space->resps);
+  free(space->bits);
+  free(space->data);
+  memset(space, 0, sizeof(*space));
 }
