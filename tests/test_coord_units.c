@@ -274,6 +274,61 @@ START_TEST(responses_round_trip) {
 }
 END_TEST
 
+/* A list of cached responses decodes into the worker's kept arrays (the
+ * list borrows them); a list with others, or a broken one, decodes as
+ * coord_decode_responses does. */
+START_TEST(responses_decode_into_space) {
+  struct coord_response_space space = {0};
+  struct coord_response_list l = {0}, got;
+  struct hvd_buf buf;
+  const int32_t bits[3] = {4, 9, 2};
+
+  l.seq = 3;
+  l.n = 2;
+  l.resps = calloc(2, sizeof(*l.resps));
+  for (uint32_t i = 0; i < l.n; i++) {
+    l.resps[i].cached = true;
+    l.resps[i].ntensors = i == 0 ? 1 : 2;
+    l.resps[i].bits = malloc(2 * sizeof(int32_t));
+    memcpy(l.resps[i].bits, bits + i, l.resps[i].ntensors * sizeof(int32_t));
+  }
+  l.resps[0].data_len = 4;
+  l.resps[0].data = malloc(4);
+  memcpy(l.resps[0].data, "\x01\x02\x03\x04", 4);
+  hvd_buf_init(&buf, COORD_MAX_MESSAGE);
+  ck_assert_int_eq(coord_encode_responses(&l, &buf), HVD_OK);
+  coord_response_list_fini(&l);
+  for (int round = 0; round < 2; round++) { /* the second reuses the arrays */
+    ck_assert_int_eq(coord_decode_responses_in(buf.data, buf.len, &got, &space), HVD_OK);
+    ck_assert(got.borrowed);
+    ck_assert_ptr_eq(got.resps, space.resps);
+    ck_assert_uint_eq(got.seq, 3);
+    ck_assert_uint_eq(got.n, 2);
+    ck_assert_int_eq(got.resps[0].bits[0], 4);
+    ck_assert_int_eq(memcmp(got.resps[0].data, "\x01\x02\x03\x04", 4), 0);
+    ck_assert_uint_eq(got.resps[1].ntensors, 2);
+    ck_assert_int_eq(got.resps[1].bits[0], 9);
+    ck_assert_int_eq(got.resps[1].bits[1], 2);
+    ck_assert_uint_eq(got.resps[1].data_len, 0);
+    coord_response_list_fini(&got); /* leaves the arrays (ASan: no double free) */
+  }
+  /* Truncated: the same error as without the space. */
+  ck_assert_int_eq(coord_decode_responses_in(buf.data, buf.len - 1, &got, &space),
+                   HVD_ERR_PROTOCOL);
+  hvd_buf_fini(&buf);
+  /* A list with full responses: allocated, not borrowed. */
+  encode_responses(&buf);
+  ck_assert_int_eq(coord_decode_responses_in(buf.data, buf.len, &got, &space), HVD_OK);
+  ck_assert(!got.borrowed);
+  ck_assert_uint_eq(got.n, 3);
+  ck_assert_str_eq(got.resps[0].names[1], "bb");
+  ck_assert_int_eq(got.resps[1].bits[0], 7);
+  coord_response_list_fini(&got);
+  hvd_buf_fini(&buf);
+  coord_response_space_fini(&space);
+}
+END_TEST
+
 START_TEST(responses_truncated_rejected) {
   struct hvd_buf buf;
   struct coord_response_list got;
@@ -1305,6 +1360,7 @@ Suite *coord_units_suite(void) {
   tcase_add_test(tc, requests_huge_counts_rejected);
   tcase_add_test(tc, responses_round_trip);
   tcase_add_test(tc, responses_truncated_rejected);
+  tcase_add_test(tc, responses_decode_into_space);
   tcase_add_test(tc, cache_hits_and_invalidation);
   tcase_add_test(tc, keys_name_set_and_tensor);
   tcase_add_test(tc, cache_eligibility);
