@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hvd/hvd.h"
 
@@ -187,34 +188,45 @@ bool hvd_map_iter_next(const struct hvd_map *m, struct hvd_map_iter *it, const c
 void hvd_map_iter_remove(struct hvd_map *m, struct hvd_map_iter *it);
 
 /* ---- little-endian wire integers ------------------------------------------
- * Every integer hvd puts on a wire is fixed width and little-endian.
+ * Every integer hvd puts on a wire is fixed width and little-endian. One
+ * unaligned load or store each (memcpy; byte-swapped on a big-endian host):
+ * byte loops were tens of instructions a field, and every message has many.
  */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define HVD_LE16(v) __builtin_bswap16(v)
+#define HVD_LE32(v) __builtin_bswap32(v)
+#define HVD_LE64(v) __builtin_bswap64(v)
+#else
+#define HVD_LE16(v) (v)
+#define HVD_LE32(v) (v)
+#define HVD_LE64(v) (v)
+#endif
 static inline void hvd_put_le16(unsigned char *p, uint16_t v) {
-  p[0] = (unsigned char)v;
-  p[1] = (unsigned char)(v >> 8);
+  v = HVD_LE16(v);
+  memcpy(p, &v, sizeof(v));
 }
 static inline void hvd_put_le32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
+  v = HVD_LE32(v);
+  memcpy(p, &v, sizeof(v));
 }
 static inline void hvd_put_le64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
+  v = HVD_LE64(v);
+  memcpy(p, &v, sizeof(v));
 }
 static inline uint16_t hvd_get_le16(const unsigned char *p) {
-  return (uint16_t)(p[0] | (p[1] << 8));
+  uint16_t v;
+  memcpy(&v, p, sizeof(v));
+  return HVD_LE16(v);
 }
 static inline uint32_t hvd_get_le32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--)
-    v = (v << 8) | p[i];
-  return v;
+  uint32_t v;
+  memcpy(&v, p, sizeof(v));
+  return HVD_LE32(v);
 }
 static inline uint64_t hvd_get_le64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = (v << 8) | p[i];
-  return v;
+  uint64_t v;
+  memcpy(&v, p, sizeof(v));
+  return HVD_LE64(v);
 }
 
 /* ---- shapes (dtype.c, beside hvd_dtype_size) ------------------------------ */

@@ -138,25 +138,63 @@ void coord_response_list_fini(struct coord_response_list *l) {
 
 struct writer {
   struct hvd_buf *b;
+  char *at;    /* where the next field goes: b->data + bytes written */
+  size_t room; /* bytes that fit from at on without growing (one kept for the NUL) */
   hvd_status st;
 };
 
-/* Most fields land in a buffer with room: they are copied in place, and
- * only a buffer that must grow goes through hvd_buf_append (a message is
- * a dozen or more fields, and each call there costs more than the copy). */
-static inline void put(struct writer *w, const void *p, size_t n) {
+/* The buffer's room past what it holds, within its cap. */
+static void writer_sync(struct writer *w) {
   struct hvd_buf *b = w->b;
+  size_t room = b->data != NULL ? b->cap - b->len : 0;
 
+  if (b->max != 0 && b->max - b->len + 1 < room)
+    room = b->max - b->len + 1;
+  w->at = b->data != NULL ? b->data + b->len : NULL;
+  w->room = room;
+}
+
+static void writer_start(struct writer *w, struct hvd_buf *b) {
+  w->b = b;
+  w->st = HVD_OK;
+  writer_sync(w);
+}
+
+/* A field that does not fit: the buffer grows (or the message fails). */
+static void put_slow(struct writer *w, const void *p, size_t n) {
+  if (w->st != HVD_OK)
+    return;
+  if (w->at != NULL)
+    w->b->len = (size_t)(w->at - w->b->data);
+  w->st = hvd_buf_append(w->b, p, n);
+  if (w->st == HVD_OK)
+    writer_sync(w);
+  else
+    w->room = 0;
+}
+
+/* Fields are copied at the cursor while they fit: a message is a dozen or
+ * more of them, each a few bytes, and a check of the buffer per field
+ * would cost more than the copy. */
+static inline void put(struct writer *w, const void *p, size_t n) {
   if (n == 0) /* an empty array may have no address */
     return;
-  if (w->st == HVD_OK && b->data != NULL && n < b->cap - b->len &&
-      (b->max == 0 || n <= b->max - b->len)) {
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-  } else if (w->st == HVD_OK) {
-    w->st = hvd_buf_append(b, p, n);
+  if (n < w->room) {
+    memcpy(w->at, p, n);
+    w->at += n;
+    w->room -= n;
+  } else {
+    put_slow(w, p, n);
   }
+}
+
+/* The message's status; the buffer's length and NUL set. */
+static hvd_status writer_end(struct writer *w) {
+  if (w->st == HVD_OK && w->at != NULL) {
+    w->b->len = (size_t)(w->at - w->b->data);
+    w->b->data[w->b->len] = '\0';
+  }
+  return w->st;
 }
 
 static void put_u8(struct writer *w, uint8_t v) { put(w, &v, 1); }
@@ -226,8 +264,9 @@ static void put_request(struct writer *w, const struct coord_request *r) {
 }
 
 hvd_status coord_encode_requests(const struct coord_request_list *l, struct hvd_buf *out) {
-  struct writer w = {out, HVD_OK};
+  struct writer w;
 
+  writer_start(&w, out);
   put_preamble(&w, KIND_REQUESTS);
   put_u64(&w, l->ack);
   put_abort(&w, l->flags, l->abort_status, l->abort_message);
@@ -242,7 +281,7 @@ hvd_status coord_encode_requests(const struct coord_request_list *l, struct hvd_
     put_u32(&w, l->inline_hits[i].len);
     put(&w, l->inline_hits[i].data, l->inline_hits[i].len);
   }
-  return w.st;
+  return writer_end(&w);
 }
 
 static void put_response(struct writer *w, const struct coord_response *r) {
@@ -284,8 +323,9 @@ static void put_response(struct writer *w, const struct coord_response *r) {
 }
 
 hvd_status coord_encode_responses(const struct coord_response_list *l, struct hvd_buf *out) {
-  struct writer w = {out, HVD_OK};
+  struct writer w;
 
+  writer_start(&w, out);
   put_preamble(&w, KIND_RESPONSES);
   put_u64(&w, l->seq);
   put_abort(&w, l->flags, l->abort_status, l->abort_message);
@@ -297,7 +337,7 @@ hvd_status coord_encode_responses(const struct coord_response_list *l, struct hv
   put_u32(&w, l->n);
   for (uint32_t i = 0; i < l->n; i++)
     put_response(&w, &l->resps[i]);
-  return w.st;
+  return writer_end(&w);
 }
 
 /* ==== reading ========================================================================= */
