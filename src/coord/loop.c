@@ -79,6 +79,7 @@ struct coord_loop {
    * sent its next requests, so that a thread whose operation the list
    * finished returns to its caller first (see tidy_received). */
   struct coord_response_list received;
+  bool holding; /* received holds a list (every turn looks: most find none) */
   bool repost;
   /* What a list of cached responses from rank 0 is decoded into (the
    * received list borrows it until tidy_received). */
@@ -747,6 +748,7 @@ static hvd_status receive_responses(struct coord_loop *l, bool *worked, int64_t 
   if (!(list.flags & COORD_FLAG_HEARTBEAT))
     st = timed_apply(l, &list, now);
   l->received = list;
+  l->holding = true;
   l->repost = st == HVD_OK && !stopped(l->s);
   return st;
 }
@@ -759,7 +761,10 @@ static hvd_status receive_responses(struct coord_loop *l, bool *worked, int64_t 
 static hvd_status tidy_received(struct coord_loop *l) {
   bool repost = l->repost;
 
+  if (!l->holding)
+    return HVD_OK;
   coord_response_list_fini(&l->received);
+  l->holding = false;
   l->repost = false;
   return repost && !stopped(l->s) ? post_recv(l, 0) : HVD_OK;
 }
