@@ -42,7 +42,6 @@ static void *grow(void **buf, size_t *cap, size_t bytes) {
   return *buf;
 }
 
-
 /* A rank in hvd_join runs the others' operations without entries of its
  * own; their generated names still count as its calls (see names.c). */
 static void count_joined_calls(struct coord_state *s, const struct coord_response *r,
