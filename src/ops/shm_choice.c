@@ -7,14 +7,21 @@
  * measured, 3 to 4 times more while both cores' private caches hold the
  * lines, and it changed with the host's placement of the vCPUs), while a
  * single-copy read pays a system call and the kernel's page lookups.
- * So member 0 times both, per collective and power-of-two size class: a
- * way's figure is the lower quartile of its last TRIAL operations' time per
- * byte (the longest any member took, from what each reports with
- * net_shm_report, since a broadcast's root finishes long before its
- * readers; or, back to back, the time from one start to the next), and
- * the way chosen last stays unless the other's figure is below
- * SWITCH_MARGIN times its own; a way not measured for EXPLORE_NS is tried
- * again.
+ * So member 0 times both, per collective and power-of-two size class, side
+ * by side: while it explores, the ways alternate every BLOCK operations
+ * until each has TRIAL timed ones (the first few of a block pay for the
+ * switch and are not counted), so both are measured in the same minutes;
+ * a machine whose speed changes from one minute to the next (as the
+ * virtual machines measured do) moves both figures alike. (Trials one
+ * after the other, each way's figure kept until its next trial, compared
+ * figures from different machine states, and the first trial of a class
+ * took the first, slowest operations.) A way's figure is the lower
+ * quartile of its operations' time per byte (the longest any member took,
+ * from what each reports with net_shm_report, since a broadcast's root
+ * finishes long before its readers; or, back to back, the time from one
+ * start to the next). The way chosen before stays unless the other's
+ * figure is below SWITCH_MARGIN times its own. After EXPLORE_OPS
+ * operations and EXPLORE_NS, member 0 explores again.
  * The choice reaches the others in the word member 0 publishes at every
  * barrier (net_shm_hint), one bit per kind and class, so every member takes
  * the same way without a message of its own. Sizes below the agreed
@@ -28,25 +35,29 @@
 #include "ops_private.h"
 
 enum { CLASSES = 21 }; /* 1 KiB ... 1 GiB and up: 3 kinds fit in 64 bits */
-/* A way not measured for EXPLORE_NS is tried again, for TRIAL operations:
- * the first after a change is not counted (it pays for the change: lines
- * in other caches, a waiter asleep). */
+/* Exploring, the ways alternate every BLOCK operations; the first SETTLE
+ * of a run of one way are not counted: they pay for the change (copies
+ * find the segment's lines in other caches after reads left them; a waiter
+ * may be asleep), which a way that stays does not. A choice reaches the
+ * members one operation late, which the runs absorb. */
 #define EXPLORE_NS INT64_C(1000000000)
 #define SWITCH_MARGIN 0.9
-enum { TRIAL = 8 };
+enum { TRIAL = 8, BLOCK = 8, SETTLE = 3, EXPLORE_OPS = 256 };
 
 struct way {
-  float ns_per_byte[TRIAL]; /* the last operations, a ring */
-  int count, next;
-  int64_t when; /* last measured */
+  float ns_per_byte[TRIAL]; /* this exploration's operations */
+  int count;
 };
 
 struct size_class {
   struct way way[2]; /* copies, single-copy reads */
+  bool settled;      /* false: exploring */
+  int chosen;        /* the way settled on (0: copies) */
   int last;          /* the way of the last operation */
-  int chosen;        /* the way the last comparison chose (0: copies) */
   int run;           /* operations in a row that took it */
-  int64_t started;   /* when the last operation started (member 0's clock) */
+  uint64_t ops;      /* operations since exploring or settling began */
+  int64_t since;     /* when it settled (member 0's clock) */
+  int64_t started;   /* when the last operation started */
 };
 
 /* Member 0's figures for one group. */
@@ -117,8 +128,8 @@ static int by_value(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* A way's figure: the lower quartile of its last operations, which a
- * preempted rank or a waiter woken from sleep does not move. */
+/* A way's figure: the lower quartile of its operations, which a preempted
+ * rank or a waiter woken from sleep does not move. */
 static double figure(const struct way *w) {
   float v[TRIAL];
 
@@ -139,7 +150,7 @@ void ops_shm_chosen_done(struct ops_ctx *o, struct net_shm *s, const struct ops_
   int n = net_comm_size(net_shm_comm(s));
   struct ops_shm_figures *f;
   struct size_class *c;
-  struct way *way, *other;
+  struct way *way;
   int64_t now, took;
   uint64_t bit, mine;
   bool reads;
@@ -164,43 +175,45 @@ void ops_shm_chosen_done(struct ops_ctx *o, struct net_shm *s, const struct ops_
   }
   c = &f->cls[w->kind][w->size_class];
   way = &c->way[w->reads];
-  other = &c->way[!w->reads];
-  if (c->last != w->reads) { /* a new trial */
-    c->last = w->reads;
-    c->run = 0;
-    way->count = way->next = 0;
-  } else {
-    /* Back to back, an operation overlaps the previous one's tail (the
-     * readers' last copies): what a run of them costs is the time from
-     * one start to the next, when that is less than one's latency. */
-    if (w->start_ns - c->started < took)
-      took = w->start_ns - c->started;
-    way->ns_per_byte[way->next] = (float)((double)took / (double)w->bytes);
-    way->next = (way->next + 1) % TRIAL;
-    way->count += way->count < TRIAL;
-    way->when = now;
-    c->run++;
+  reads = c->chosen;
+  if (!c->settled) {
+    /* Counted unless it is the class's first operation (buffers touched
+     * for the first time) or among the first after a change of way. */
+    c->run = c->ops > 0 && c->last == w->reads ? c->run + 1 : 0;
+    if (c->run >= SETTLE && way->count < TRIAL) {
+      /* Back to back, an operation overlaps the previous one's tail (the
+       * readers' last copies): what a run of them costs is the time from
+       * one start to the next, when that is less than one's latency. */
+      if (w->start_ns - c->started < took)
+        took = w->start_ns - c->started;
+      way->ns_per_byte[way->count++] = (float)((double)took / (double)w->bytes);
+    }
+    c->ops++;
+    if (c->way[0].count >= TRIAL && c->way[1].count >= TRIAL) {
+      /* The other way must be clearly faster: noise alone does not switch. */
+      double copying = figure(&c->way[0]), reading = figure(&c->way[1]);
+      c->chosen = c->chosen ? copying > SWITCH_MARGIN * reading : reading < SWITCH_MARGIN * copying;
+      c->settled = true;
+      c->ops = 0;
+      c->since = now;
+      reads = c->chosen;
+      HVD_LOG_DEBUG("shared-memory %ss of about %zu bytes: %s (copies %.3f ns/B, single-copy "
+                    "reads %.3f ns/B)",
+                    w->kind == OPS_SHM_ALLGATHER   ? "allgather"
+                    : w->kind == OPS_SHM_BROADCAST ? "broadcast"
+                                                   : "allreduce",
+                    w->bytes, reads ? "single-copy reads" : "copies", copying, reading);
+    } else {
+      reads = (c->ops / BLOCK) % 2 != 0 ? !c->chosen : c->chosen;
+    }
+  } else if (++c->ops >= EXPLORE_OPS && now - c->since >= EXPLORE_NS) {
+    c->settled = false;
+    c->ops = 0;
+    c->way[0].count = c->way[1].count = 0;
   }
+  c->last = w->reads;
   c->started = w->start_ns;
-  if (c->run < TRIAL) {
-    reads = w->reads;
-  } else if (other->count == 0 || now - other->when > EXPLORE_NS) {
-    reads = !w->reads;
-  } else { /* the other way must be clearly faster: noise alone does not switch */
-    double copying = figure(&c->way[0]), reading = figure(&c->way[1]);
-    c->chosen = c->chosen ? copying > SWITCH_MARGIN * reading : reading < SWITCH_MARGIN * copying;
-    reads = c->chosen;
-  }
   bit = UINT64_C(1) << hint_bit(w->kind, w->size_class);
-  if (reads != ((f->hint & bit) != 0))
-    HVD_LOG_DEBUG("shared-memory %ss of about %zu bytes: %s next (copies %.3f ns/B, "
-                  "single-copy reads %.3f ns/B)",
-                  w->kind == OPS_SHM_ALLGATHER   ? "allgather"
-                  : w->kind == OPS_SHM_BROADCAST ? "broadcast"
-                                                 : "allreduce",
-                  w->bytes,
-                  reads ? "single-copy reads" : "copies",
-                  figure(&c->way[0]), figure(&c->way[1]));
   f->hint = reads ? f->hint | bit : f->hint & ~bit;
   net_shm_hint(s, f->hint);
 }
