@@ -10,7 +10,8 @@
  * So member 0 times both, per collective and power-of-two size class, side
  * by side: while it explores, the ways alternate every BLOCK operations
  * until each has TRIAL timed ones (the first few of a block pay for the
- * switch and are not counted), so both are measured in the same minutes;
+ * switch and are not counted, nor are a class's first WARMUP operations),
+ * so both are measured in the same minutes;
  * a machine whose speed changes from one minute to the next (as the
  * virtual machines measured do) moves both figures alike. (Trials one
  * after the other, each way's figure kept until its next trial, compared
@@ -42,7 +43,10 @@ enum { CLASSES = 21 }; /* 1 KiB ... 1 GiB and up: 3 kinds fit in 64 bits */
  * members one operation late, which the runs absorb. */
 #define EXPLORE_NS INT64_C(1000000000)
 #define SWITCH_MARGIN 0.9
-enum { TRIAL = 8, BLOCK = 8, SETTLE = 3, EXPLORE_OPS = 256 };
+/* A class's first WARMUP operations are not timed: they touch its buffers
+ * for the first time, and take several times longer for as many as eight
+ * operations (page faults, cold caches). */
+enum { TRIAL = 8, BLOCK = 8, SETTLE = 3, EXPLORE_OPS = 256, WARMUP = 8 };
 
 struct way {
   float ns_per_byte[TRIAL]; /* this exploration's operations */
@@ -55,6 +59,7 @@ struct size_class {
   int chosen;        /* the way settled on (0: copies) */
   int last;          /* the way of the last operation */
   int run;           /* operations in a row that took it */
+  int seen;          /* operations of the class, up to WARMUP */
   uint64_t ops;      /* operations since exploring or settling began */
   int64_t since;     /* when it settled (member 0's clock) */
   int64_t started;   /* when the last operation started */
@@ -176,9 +181,10 @@ void ops_shm_chosen_done(struct ops_ctx *o, struct net_shm *s, const struct ops_
   c = &f->cls[w->kind][w->size_class];
   way = &c->way[w->reads];
   reads = c->chosen;
-  if (!c->settled) {
-    /* Counted unless it is the class's first operation (buffers touched
-     * for the first time) or among the first after a change of way. */
+  if (c->seen < WARMUP) {
+    c->seen++;
+  } else if (!c->settled) {
+    /* Counted unless it is among the first after a change of way. */
     c->run = c->ops > 0 && c->last == w->reads ? c->run + 1 : 0;
     if (c->run >= SETTLE && way->count < TRIAL) {
       /* Back to back, an operation overlaps the previous one's tail (the
