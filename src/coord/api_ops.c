@@ -16,12 +16,18 @@ static const hvd_options default_options = HVD_OPTIONS_INIT;
 
 /* ==== names ================================================================================ */
 
-static hvd_status set_name(struct coord_request *req, const char *name) {
+/* The entry's name: in its own buffer when it fits (coord_entry_destroy
+ * knows), else a copy. */
+static hvd_status set_name(struct coord_entry *e, const char *name) {
+  struct coord_request *req = &e->req;
   size_t len = strlen(name);
+
   if (len == 0 || len > COORD_NAME_MAX)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "tensor names must have 1 to %d bytes (got %zu)",
                      COORD_NAME_MAX, len);
-  if ((req->name = hvd_strndup(name, len)) == NULL)
+  if (len < sizeof(e->name_buf))
+    req->name = memcpy(e->name_buf, name, len + 1);
+  else if ((req->name = hvd_strndup(name, len)) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot copy a tensor name");
   req->name_len = (uint32_t)len;
   return HVD_OK;
@@ -270,14 +276,14 @@ static hvd_status name_entry(struct coord_state *s, const struct call *c, const 
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: tensor names must have at most %d bytes",
                      c->what, COORD_NAME_MAX);
   if (t->name != NULL) {
-    st = set_name(req, t->name);
+    st = set_name(entries[i], t->name);
   } else {
     if (c->n > 1)
       snprintf(name, sizeof(name), "%s.%zu", c->group, i);
     else
       snprintf(name, sizeof(name), "%s.noname.%" PRIu64, c->what,
                coord_name_number(s, c->tg.set, c->what));
-    st = set_name(req, name);
+    st = set_name(entries[i], name);
   }
   if (st != HVD_OK || c->n == 1)
     return st;
@@ -527,7 +533,7 @@ static hvd_status control_op(int type, int set, const char *kind, const char *fi
     snprintf(name, sizeof(name), "%s", fixed_name);
   else
     snprintf(name, sizeof(name), "%s.noname.%" PRIu64, kind, coord_name_number(s, set, kind));
-  st = set_name(&e->req, name);
+  st = set_name(e, name);
   if (st == HVD_OK && nranks > 0) {
     if ((e->req.ranks = malloc(nranks * sizeof(*ranks))) == NULL)
       st = hvd_error(HVD_ERR_NO_MEMORY, "cannot copy a rank list");

@@ -237,6 +237,8 @@ struct coord_entry {
   struct hvd_handle_s *handle;
   int part;                 /* this tensor's index in its handle (its group) */
   struct coord_entry *next; /* in the queue */
+  /* req.name when it fits (most do): no allocation per operation. */
+  char name_buf[48];
 };
 
 /* A zeroed entry (NULL when out of memory); coord_entry_destroy releases it. */

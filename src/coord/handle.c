@@ -204,6 +204,8 @@ struct coord_entry *coord_entry_alloc(void) {
 void coord_entry_destroy(struct coord_entry *e) {
   if (e == NULL)
     return;
+  if (e->req.name == e->name_buf) /* not an allocation (set_name) */
+    e->req.name = NULL;
   coord_request_fini(&e->req);
   free(e->splits);
   if (!keep_spare(&entry_spares, e))
