@@ -128,8 +128,15 @@ static bool needs_every_rank(int type) {
          type == COORD_REDUCESCATTER;
 }
 
-/* ALLREDUCE, BROADCAST, REDUCESCATTER: the tensor's elements; a small CPU
- * allreduce whose every input came with its request is reduced here. */
+/* A small CPU allreduce whose every input came with its request: reduced
+ * here, its result sent in the response. */
+static bool reduced_here(const struct pending *p) {
+  return p->first.type == COORD_ALLREDUCE && p->inline_len != 0 && !p->inline_broken &&
+         p->first.device == HVD_DEVICE_CPU;
+}
+
+/* ALLREDUCE, BROADCAST, REDUCESCATTER: the tensor's elements; one reduced
+ * here (reduced_here) has its result too. */
 static hvd_status count_response(const struct pending *p, struct coord_response *r) {
   const struct coord_request *q = &p->first;
   int64_t elements = 0;
@@ -139,8 +146,7 @@ static hvd_status count_response(const struct pending *p, struct coord_response 
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
   r->counts[0] = elements;
   r->ncounts = 1;
-  if (q->type == COORD_ALLREDUCE && p->inline_len != 0 && !p->inline_broken &&
-      q->device == HVD_DEVICE_CPU)
+  if (reduced_here(p))
     return reduce_inline(p, r);
   return HVD_OK;
 }
@@ -242,6 +248,23 @@ static bool same_response(const struct coord_response *a, const struct coord_res
          (a->ncounts == 0 || memcmp(a->counts, b->counts, a->ncounts * sizeof(*a->counts)) == 0);
 }
 
+/* Whether the cache may hold this operation's response at all. */
+static bool cacheable(const struct coord_controller *c, const struct coord_request *q) {
+  return c->s->cache.capacity > 0 && !c->cache_paused && coord_cache_eligible(q);
+}
+
+/* The cache entry of the bit p's name had when it opened, if that bit is
+ * still the name's (p->bit is a hint): NULL otherwise. */
+static const struct coord_cache_entry *hinted_entry(const struct coord_controller *c,
+                                                    const struct pending *p) {
+  const struct coord_cache_entry *e = coord_cache_entry(&c->s->cache, p->bit);
+
+  if (e == NULL || e->state != COORD_CACHE_ACTIVE || e->resp.set != p->first.set ||
+      strcmp(e->resp.names[0], p->first.name) != 0)
+    return NULL;
+  return e;
+}
+
 /* Gives a single response its cache bit: the one it has, or a new one. */
 static void assign_bit(struct coord_controller *c, const struct pending *p,
                        struct coord_response *r) {
@@ -249,15 +272,12 @@ static void assign_bit(struct coord_controller *c, const struct pending *p,
   int bit, evicted;
   const struct coord_cache_entry *e;
 
-  if (cache->capacity == 0 || c->cache_paused || r->type == COORD_ERROR ||
-      !coord_cache_eligible(&p->first))
+  if (r->type == COORD_ERROR || !cacheable(c, &p->first))
     return;
   /* The bit the operation's name had when it opened, if it still has it:
    * no look-up by name. */
   bit = p->bit;
-  e = coord_cache_entry(cache, bit);
-  if (e == NULL || e->state != COORD_CACHE_ACTIVE || e->resp.set != r->set ||
-      strcmp(e->resp.names[0], r->names[0]) != 0) {
+  if ((e = hinted_entry(c, p)) == NULL) {
     bit = coord_cache_find(cache, r->set, r->names[0], strlen(r->names[0]));
     e = coord_cache_entry(cache, bit);
   }
@@ -452,18 +472,13 @@ static hvd_status assemble(struct coord_controller *c, struct coord_response *fu
  * find, decided before anything is built.) */
 static bool cached_inline(const struct coord_controller *c, const struct pending *p) {
   const struct coord_request *q = &p->first;
-  const struct coord_cache *cache = &c->s->cache;
   const struct coord_cache_entry *e;
   struct coord_response r;
   int64_t elements = 0;
 
-  if (q->type != COORD_ALLREDUCE || q->device != HVD_DEVICE_CPU || p->error != NULL ||
-      p->inline_len == 0 || p->inline_broken || cache->capacity == 0 || c->cache_paused ||
-      !coord_cache_eligible(q))
+  if (p->error != NULL || !reduced_here(p) || !cacheable(c, q))
     return false;
-  e = coord_cache_entry(cache, p->bit);
-  if (e == NULL || e->state != COORD_CACHE_ACTIVE || e->assigned_seq >= c->next_seq ||
-      e->resp.set != q->set || strcmp(e->resp.names[0], q->name) != 0)
+  if ((e = hinted_entry(c, p)) == NULL || e->assigned_seq >= c->next_seq)
     return false;
   response_fields(q, &r);
   hvd_shape_elements(q->shape, q->ndims, &elements);

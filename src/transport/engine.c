@@ -246,10 +246,13 @@ static hvd_status io_error(struct net_comm *comm, int peer, bool sending, int er
                    strerror(err));
 }
 
+/* A message header's payload length (net_header_encode's layout). */
+static uint64_t header_payload(const unsigned char *h) { return hvd_get_le64(h + 8); }
+
 static hvd_status check_header(struct net_comm *comm, struct net_req *r) {
   uint32_t seq = hvd_get_le32(r->header);
   uint32_t magic = hvd_get_le32(r->header + 4);
-  uint64_t len = hvd_get_le64(r->header + 8);
+  uint64_t len = header_payload(r->header);
   char who[NET_WHO_MAX];
 
   r->header_checked = true;
@@ -327,8 +330,8 @@ static hvd_status recv_once(struct net_comm *comm, struct net_conn *c, bool *mov
 
   if (c->ring_rx != NULL && r->up_to && r->offset == 0) {
     unsigned char h[NET_HEADER_BYTES];
-    if (net_link_peek(c, h, sizeof(h)) == sizeof(h) && hvd_get_le64(h + 8) <= r->payload)
-      limit = NET_HEADER_BYTES + (size_t)hvd_get_le64(h + 8);
+    if (net_link_peek(c, h, sizeof(h)) == sizeof(h) && header_payload(h) <= r->payload)
+      limit = NET_HEADER_BYTES + (size_t)header_payload(h);
   }
   msg = (struct msghdr){.msg_iov = iov, .msg_iovlen = clip(r, limit, iov)};
   *moved = false;
