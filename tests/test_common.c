@@ -895,6 +895,7 @@ START_TEST(test_buf_zeroed) {
   ck_assert_int_eq(hvd_buf_append(&b, "abc", 3), HVD_OK);
   ck_assert_uint_eq(b.len, 3);
   ck_assert_str_eq(b.data, "abc");
+  ck_assert_uint_eq(hvd_buf_room(&b), b.cap - 4); /* no cap: the allocation less the NUL */
   hvd_buf_fini(&b);
   ck_assert_ptr_null(b.data);
   ck_assert_uint_eq(b.len, 0);
@@ -968,10 +969,13 @@ START_TEST(test_buf_cap) {
   ck_assert_int_eq(hvd_buf_append(&b, "123456789", 9), HVD_ERR_TOO_LARGE);
   ck_assert_ptr_null(b.data);
   ck_assert_uint_eq(b.len, 0);
+  ck_assert_uint_eq(hvd_buf_room(&b), 0); /* nothing allocated yet */
 
   ck_assert_int_eq(hvd_buf_append(&b, "12345", 5), HVD_OK);
+  ck_assert_uint_eq(hvd_buf_room(&b), 3); /* the cap, not the allocation, limits it */
   ck_assert_int_eq(hvd_buf_printf(&b, "%d", 678), HVD_OK);
   ck_assert_str_eq(b.data, "12345678");
+  ck_assert_uint_eq(hvd_buf_room(&b), 0);
 
   hvd_error_clear();
   ck_assert_int_eq(hvd_buf_append(&b, "9", 1), HVD_ERR_TOO_LARGE);

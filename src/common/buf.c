@@ -44,6 +44,14 @@ hvd_status hvd_buf_reserve(struct hvd_buf *b, size_t extra) {
   return HVD_OK;
 }
 
+size_t hvd_buf_room(const struct hvd_buf *b) {
+  size_t room = b->data != NULL && b->cap > b->len ? b->cap - b->len - 1 : 0; /* one for the NUL */
+
+  if (b->max != 0 && b->max - b->len < room)
+    room = b->max - b->len;
+  return room;
+}
+
 hvd_status hvd_buf_append(struct hvd_buf *b, const void *data, size_t len) {
   hvd_status st = hvd_buf_reserve(b, len);
   if (st != HVD_OK)

@@ -139,6 +139,8 @@ void hvd_buf_init(struct hvd_buf *b, size_t max);
 void hvd_buf_fini(struct hvd_buf *b);
 void hvd_buf_reset(struct hvd_buf *b);
 hvd_status hvd_buf_reserve(struct hvd_buf *b, size_t extra);
+/* Bytes that can be appended without growing the buffer, within its cap. */
+size_t hvd_buf_room(const struct hvd_buf *b);
 hvd_status hvd_buf_append(struct hvd_buf *b, const void *data, size_t len);
 hvd_status hvd_buf_printf(struct hvd_buf *b, const char *fmt, ...) HVD_PRINTF(2, 3);
 /* Hands the data to the caller (who frees it) and leaves the buffer empty;

@@ -139,19 +139,14 @@ void coord_response_list_fini(struct coord_response_list *l) {
 struct writer {
   struct hvd_buf *b;
   char *at;    /* where the next field goes: b->data + bytes written */
-  size_t room; /* bytes that fit from at on without growing (one kept for the NUL) */
+  size_t room; /* bytes that fit from at on without growing (hvd_buf_room) */
   hvd_status st;
 };
 
-/* The buffer's room past what it holds, within its cap. */
+/* The cursor at the buffer's end, and the room past it. */
 static void writer_sync(struct writer *w) {
-  struct hvd_buf *b = w->b;
-  size_t room = b->data != NULL ? b->cap - b->len : 0;
-
-  if (b->max != 0 && b->max - b->len + 1 < room)
-    room = b->max - b->len + 1;
-  w->at = b->data != NULL ? b->data + b->len : NULL;
-  w->room = room;
+  w->at = w->b->data != NULL ? w->b->data + w->b->len : NULL;
+  w->room = hvd_buf_room(w->b);
 }
 
 static void writer_start(struct writer *w, struct hvd_buf *b) {
@@ -179,7 +174,7 @@ static void put_slow(struct writer *w, const void *p, size_t n) {
 static inline void put(struct writer *w, const void *p, size_t n) {
   if (n == 0) /* an empty array may have no address */
     return;
-  if (n < w->room) {
+  if (n <= w->room) {
     memcpy(w->at, p, n);
     w->at += n;
     w->room -= n;
