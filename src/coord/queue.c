@@ -117,9 +117,7 @@ void coord_stop(struct coord_state *s, hvd_status st, const char *message) {
   }
   s->queue_head = s->queue_tail = NULL;
   pthread_mutex_unlock(&s->lock);
-  for (size_t i = 0; i < n; i++) {
-    coord_handle_finish(all[i]->handle, s->failure, s->failure_msg);
-    coord_entry_destroy(all[i]);
-  }
+  for (size_t i = 0; i < n; i++)
+    coord_complete_entry(all[i], s->failure, s->failure_msg);
   free(all);
 }
