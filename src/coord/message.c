@@ -708,17 +708,21 @@ static hvd_status decode_responses(const void *data, size_t len, struct coord_re
   }
   /* A response is at least 13 bytes (a cached one with one bit). */
   l.n = get_count(&r, 13, UINT32_MAX, "response count");
+  /* Into space, each response is zeroed as it is reached: a list of full
+   * responses stops at its first. */
   if (cur != NULL && r.bad == NULL && l.n > 0) {
     l.resps = cur->space->resps;
     l.borrowed = true;
-    memset(l.resps, 0, l.n * sizeof(*l.resps));
   } else {
     l.resps = get_array(&r, l.n, sizeof(*l.resps), "responses");
   }
   if (l.resps == NULL)
     l.n = 0; /* as for requests */
-  for (uint32_t i = 0; i < l.n && r.bad == NULL; i++)
+  for (uint32_t i = 0; i < l.n && r.bad == NULL; i++) {
+    if (l.borrowed)
+      memset(&l.resps[i], 0, sizeof(l.resps[i]));
     get_response(&r, &l.resps[i], cur);
+  }
   if (r.bad == NULL && r.left != 0)
     r.bad = "trailing bytes";
   if (r.bad != NULL) {
