@@ -16,6 +16,7 @@
 #include "elastic/elastic.h"
 
 Suite *coord_units_suite(void);
+TCase *coord_lanes_tcase(void);
 
 /* ==== messages ================================================================== */
 
@@ -201,6 +202,11 @@ static void encode_responses(struct hvd_buf *out) {
   l.retired = malloc(2 * sizeof(int32_t));
   l.retired[0] = 4;
   l.retired[1] = 1023;
+  l.flags = COORD_FLAG_LANES;
+  l.nlanes = 2;
+  l.lanes = malloc(2 * sizeof(int32_t));
+  l.lanes[0] = 0;
+  l.lanes[1] = COORD_LANES - 1;
   l.n = 3;
   l.resps = calloc(3, sizeof(*l.resps));
   r = &l.resps[0];
@@ -254,6 +260,9 @@ START_TEST(responses_round_trip) {
   ck_assert_uint_eq(got.seq, 9);
   ck_assert_uint_eq(got.nretired, 2);
   ck_assert_int_eq(got.retired[1], 1023);
+  ck_assert_uint_eq(got.nlanes, 2);
+  ck_assert_int_eq(got.lanes[0], 0);
+  ck_assert_int_eq(got.lanes[1], COORD_LANES - 1);
   ck_assert_uint_eq(got.n, 3);
   ck_assert_uint_eq(got.resps[0].type, COORD_ALLGATHER);
   ck_assert_int_eq(got.resps[0].set, 2);
@@ -271,6 +280,26 @@ START_TEST(responses_round_trip) {
   ck_assert_str_eq(got.resps[2].error, "mismatched shapes: rank 0 sent [1], rank 1 sent [2]");
   coord_response_list_fini(&got);
   hvd_buf_fini(&buf);
+}
+END_TEST
+
+/* A lane beyond the lanes, or a negative one, is a protocol error. */
+START_TEST(responses_bad_lane_rejected) {
+  const int32_t bad[2] = {COORD_LANES, -1};
+  for (int i = 0; i < 2; i++) {
+    struct coord_response_list l = {0}, got;
+    struct hvd_buf buf;
+    int32_t lane = bad[i];
+    l.seq = 4;
+    l.flags = COORD_FLAG_LANES;
+    l.nlanes = 1;
+    l.lanes = &lane;
+    hvd_buf_init(&buf, COORD_MAX_MESSAGE);
+    ck_assert_int_eq(coord_encode_responses(&l, &buf), HVD_OK);
+    ck_assert_int_eq(coord_decode_responses(buf.data, buf.len, &got), HVD_ERR_PROTOCOL);
+    ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "lanes"));
+    hvd_buf_fini(&buf);
+  }
 }
 END_TEST
 
@@ -1359,6 +1388,7 @@ Suite *coord_units_suite(void) {
   tcase_add_test(tc, requests_corruption_contained);
   tcase_add_test(tc, requests_huge_counts_rejected);
   tcase_add_test(tc, responses_round_trip);
+  tcase_add_test(tc, responses_bad_lane_rejected);
   tcase_add_test(tc, responses_truncated_rejected);
   tcase_add_test(tc, responses_decode_into_space);
   tcase_add_test(tc, cache_hits_and_invalidation);
@@ -1369,6 +1399,7 @@ Suite *coord_units_suite(void) {
   tcase_add_test(tc, config_defaults_and_overrides);
   tcase_add_test(tc, abi_describes_the_header);
   suite_add_tcase(s, tc);
+  suite_add_tcase(s, coord_lanes_tcase());
 
   tc = tcase_create("elastic_state");
   tcase_add_checked_fixture(tc, clear_job_env, clear_job_env);

@@ -74,6 +74,8 @@ hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_co
   if (st == HVD_OK)
     st = hvd_env_int("HVD_SPIN_US", 50, 0, 1000000, &spin_us);
   if (st == HVD_OK)
+    st = hvd_env_bool("HVD_SHM_LANES", true, &c.lanes);
+  if (st == HVD_OK)
     st = hvd_env_int("HOROVOD_GLOO_TIMEOUT_SECONDS", 30, 1, 7 * 24 * 3600, &timeout_s);
   if (st == HVD_OK)
     st = parse_affinity(hvd_env_str("HOROVOD_THREAD_AFFINITY"), local_rank, local_size,

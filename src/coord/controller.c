@@ -79,7 +79,11 @@ hvd_status coord_controller_create(struct coord_state *s, struct coord_controlle
   c->joined = calloc((size_t)s->size, sizeof(*c->joined));
   c->acks = calloc((size_t)s->size, sizeof(*c->acks));
   all = malloc((size_t)s->size * sizeof(*all));
-  if (c->joined == NULL || c->acks == NULL || all == NULL) {
+  /* Lanes are granted where they exist and waiting ranks spin. */
+  if (s->lanes != NULL && s->cfg.lanes && s->cfg.spin_ns > 0)
+    c->lane_grants = calloc(COORD_LANES, sizeof(*c->lane_grants));
+  if (c->joined == NULL || c->acks == NULL || all == NULL ||
+      (s->lanes != NULL && s->cfg.lanes && s->cfg.spin_ns > 0 && c->lane_grants == NULL)) {
     free(all);
     coord_controller_destroy(c);
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the coordinator for %d ranks", s->size);
@@ -192,6 +196,7 @@ void coord_controller_destroy(struct coord_controller *c) {
   free(c->light);
   free(c->light_bits);
   free(c->light_data);
+  free(c->lane_grants);
   free(c->by_bit);
   while (c->spares != NULL) {
     struct pending *p = c->spares;
@@ -404,6 +409,9 @@ void coord_ctl_retire(struct coord_controller *c, int bit) {
   }
   coord_cache_retire(&c->s->cache, bit, c->next_seq);
   c->retired[c->nretired++] = bit;
+  /* The retirement closes its lane everywhere; the bit's next tensor starts afresh. */
+  if (c->lane_grants != NULL && bit < COORD_LANES)
+    memset(&c->lane_grants[bit], 0, sizeof(c->lane_grants[bit]));
 }
 
 static void submit_join(struct coord_controller *c, struct coord_request *req) {

@@ -83,6 +83,16 @@ struct coord_controller {
   unsigned char *light_data; /* COORD_INLINE_MAX a response */
   size_t light_cap, light_bits_cap, light_data_cap;
 
+  /* Lanes (lanes.c), the granting side: per cache bit below COORD_LANES,
+   * the epoch of its last grant (0: none since its last negotiated
+   * completion) and how many negotiated completions to let pass before the
+   * next (backoff after a lane closed early). NULL: no lanes. */
+  struct lane_grant {
+    uint64_t epoch;
+    uint32_t skip;
+    uint8_t level;
+  } *lane_grants;
+
   bool shutdown;      /* a rank asked to shut down */
   bool aborting;      /* a rank reported a failure */
   bool cache_paused;  /* the autotuner turned the response cache off */

@@ -101,6 +101,7 @@ enum {
   COORD_FLAG_ABORT = 2,    /* the job failed: abort_status and abort_message say how */
   COORD_FLAG_HEARTBEAT = 4, /* response: nothing to run, rank 0 is alive (seq 0, not applied) */
   COORD_FLAG_TUNE = 8,      /* response: the autotuner's next setting follows (autotune.c) */
+  COORD_FLAG_LANES = 16,    /* response: cache bits granted a lane follow the retired ones */
 };
 
 /* A cached request that carries an inline allreduce's input. */
@@ -132,6 +133,8 @@ struct coord_response_list {
   char *abort_message;
   int32_t *retired; /* cache bits dropped after this list's responses */
   uint32_t nretired;
+  int32_t *lanes; /* COORD_FLAG_LANES: cache bits whose lanes open after the retirements */
+  uint32_t nlanes;
   struct coord_response *resps;
   uint32_t n;
   /* resps, and each response's bits and data, belong to whoever built the
@@ -190,6 +193,7 @@ struct coord_config {
   bool timeline_mark_cycles;    /* HOROVOD_TIMELINE_MARK_CYCLES */
   int affinity_core;            /* HOROVOD_THREAD_AFFINITY's entry for this local rank; -1 */
   int64_t spin_ns;              /* HVD_SPIN_US: how long a waiting user thread spins */
+  bool lanes;                   /* HVD_SHM_LANES (rank 0's counts): grant lanes (lanes.c) */
   int64_t timeout_ns;           /* HOROVOD_GLOO_TIMEOUT_SECONDS */
 };
 
@@ -338,6 +342,107 @@ void coord_cache_retire(struct coord_cache *c, int bit, uint64_t seq);
 int coord_cache_take_bit(struct coord_cache *c, uint64_t min_ack, uint64_t seq, int *evicted);
 const struct coord_cache_entry *coord_cache_entry(const struct coord_cache *c, int bit);
 void coord_cache_touch(struct coord_cache *c, int bit);
+
+/* ==== lanes: cached inline allreduces through shared memory (lanes.c) ============ */
+
+enum {
+  COORD_LANES = 512,         /* cache bits below this may have a lane */
+  COORD_LANE_VALUE_MAX = 56, /* bytes of an input a lane carries */
+};
+
+/* One cache bit's lane, as this rank knows it. */
+struct coord_lane {
+  uint64_t epoch;  /* low 40 bits of the sequence number of the list that opened it */
+  uint32_t number; /* submissions posted in this epoch */
+  bool open;
+};
+
+/* A submission posted to a lane, waiting for the others. */
+struct coord_lane_ticket {
+  int bit;
+  uint64_t epoch;
+  uint32_t number;
+  size_t len;
+};
+
+enum coord_lane_state { COORD_LANE_WAITING, COORD_LANE_DONE, COORD_LANE_CLOSED };
+
+struct coord_lanes;
+struct coord_state;
+struct coord_entry;
+
+/* Bytes of each rank's data buffer the lanes take. */
+size_t coord_lanes_bytes(void);
+/* Lanes in the control communicator's segment (every rank of the job is
+ * its member); *out stays NULL when its buffers are too small. */
+hvd_status coord_lanes_create(struct net_shm *shm, int rank, int size, struct coord_lanes **out);
+/* The same over given memory, zeroed, 64-byte aligned: slots[r] (rank r's,
+ * coord_lanes_bytes()) and words (COORD_LANES lines). */
+hvd_status coord_lanes_create_at(unsigned char *const *slots, void *words, int rank, int size,
+                                 struct coord_lanes **out);
+void coord_lanes_destroy(struct coord_lanes *l);
+/* bit's lane, or NULL (no lanes, or a bit beyond them). */
+const struct coord_lane *coord_lane(const struct coord_lanes *l, int bit);
+/* The epoch a list with this sequence number opens lanes in (0: none). */
+uint64_t coord_lane_epoch(uint64_t seq);
+/* Every rank, applying a list that grants bit: opens its lane in epoch. */
+void coord_lane_open(struct coord_lanes *l, int bit, uint64_t epoch);
+/* Closes bit's lane, if open, from this rank's next submission on (every
+ * rank then takes that one and later ones to rank 0). */
+void coord_lane_close(struct coord_lanes *l, int bit);
+/* Posts this rank's input as the lane's next submission; false (nothing
+ * posted) if the lane is not open. */
+bool coord_lane_post(struct coord_lanes *l, int bit, const void *value, size_t len,
+                     struct coord_lane_ticket *t);
+/* Whether the submission completed (every rank posted it), closed (it goes
+ * to rank 0) or still waits; give_up closes it unless it completed. */
+enum coord_lane_state coord_lane_poll(struct coord_lanes *l, const struct coord_lane_ticket *t,
+                                      bool give_up);
+/* A completed submission's inputs, one per rank in rank order. */
+void coord_lane_values(const struct coord_lanes *l, const struct coord_lane_ticket *t,
+                       const unsigned char **values);
+/* The number bit's lane reached in epoch (0 once another epoch began). */
+uint32_t coord_lane_closed_at(const struct coord_lanes *l, int bit, uint64_t epoch);
+
+/* Operations through lanes (lane_ops.c), on the loop's driver. */
+struct coord_lane_wait {
+  struct coord_entry *e;
+  struct coord_lane_ticket t;
+  int64_t give_up; /* then it goes to rank 0 */
+};
+struct coord_lane_waits {
+  struct coord_lane_wait *w;
+  size_t n, cap;
+  const unsigned char **values; /* one per rank */
+  int64_t wait_ns;
+  _Atomic uint64_t completed; /* submissions finished through lanes (tests read it) */
+};
+
+enum { COORD_LANE_FIND = -2 }; /* coord_lanes_submit: look the cache bit up */
+
+hvd_status coord_lanes_init(struct coord_state *s);
+void coord_lanes_fini(struct coord_state *s);
+/* Posts e to its cache bit's lane, if open (true: it waits there); else
+ * closes the lane of e's name if e no longer matches its bit (bit < 0),
+ * and e goes to rank 0. bit: e's cache hit, or COORD_LANE_FIND. */
+bool coord_lanes_submit(struct coord_state *s, struct coord_entry *e, int bit, int64_t now);
+/* Finishes the waits that completed; those whose lane closed, or that
+ * waited long enough, go back to the front of the queue. */
+void coord_lanes_progress(struct coord_state *s, int64_t now, bool *worked);
+/* Whether a wait has an outcome; the earliest give-up time. */
+bool coord_lanes_ready(struct coord_state *s);
+int64_t coord_lanes_deadline(const struct coord_state *s);
+/* A list's retirements close lanes and its grants open them. */
+hvd_status coord_lanes_apply(struct coord_state *s, const struct coord_response_list *list);
+
+/* An inline allreduce's result, built in acc (count elements) from the
+ * inputs in rank order: coord_inline_fold for each input (first: the
+ * first one), then coord_inline_finish (any: whether there was one; a
+ * rank that joined gives none). The same bits on every rank. */
+void coord_inline_fold(unsigned char *acc, const unsigned char *in, bool first, size_t count,
+                       int dtype, int op, double prescale);
+void coord_inline_finish(unsigned char *acc, bool any, size_t count, int dtype, int op,
+                         double postscale, int set_size);
 
 /* ==== the coordinator (controller.c, validate.c, fusion.c) ====================== */
 
@@ -509,6 +614,8 @@ struct coord_state {
    * waiting for its handle: whoever holds the loop's drive lock) */
   struct ops_ctx *ops;
   struct coord_cache cache;
+  struct coord_lanes *lanes;           /* one host with a control segment; else NULL */
+  struct coord_lane_waits lane_waits;  /* submissions waiting in lanes */
   struct coord_controller *controller; /* rank 0 */
   uint64_t applied_seq;                /* the last response list applied */
   void *fusion;                        /* fusion buffer */

@@ -47,37 +47,47 @@ static bool anyone_joined(const struct coord_controller *c, int set_id, char *li
   return any;
 }
 
+void coord_inline_fold(unsigned char *acc, const unsigned char *in, bool first, size_t count,
+                       int dtype, int op, double prescale) {
+  unsigned char scaled[COORD_INLINE_MAX];
+
+  if (prescale != 1.0) {
+    ops_scale(scaled, in, count, dtype, prescale);
+    in = scaled;
+  }
+  if (first)
+    memcpy(acc, in, count * hvd_dtype_size(dtype));
+  else
+    ops_reduce(acc, acc, in, count, dtype, op);
+}
+
+void coord_inline_finish(unsigned char *acc, bool any, size_t count, int dtype, int op,
+                         double postscale, int set_size) {
+  if (!any)
+    ops_fill_identity(acc, count, dtype, op);
+  if (op == HVD_AVERAGE)
+    postscale /= set_size;
+  if (postscale != 1.0)
+    ops_scale(acc, acc, count, dtype, postscale);
+}
+
 /* An inline allreduce's result into acc (p->inline_len bytes): the inputs
  * reduced in set-rank order (one order, so every rank gets the same bits),
  * scaled as ops_allreduce scales. A rank that joined contributes the
  * identity, which changes nothing. */
 static void inline_result(const struct pending *p, unsigned char *acc) {
   const struct coord_request *q = &p->first;
-  unsigned char scaled[COORD_INLINE_MAX];
-  size_t esize = hvd_dtype_size(q->dtype), count = p->inline_len / esize;
-  double post = q->postscale;
+  size_t count = p->inline_len / hvd_dtype_size(q->dtype);
   bool any = false;
 
   for (int i = 0; i < p->set_size; i++) {
-    const unsigned char *in = p->inline_vals + (size_t)i * p->inline_len;
     if (!(p->submitted[i / 8] & (1u << (i % 8))))
       continue;
-    if (q->prescale != 1.0) {
-      ops_scale(scaled, in, count, q->dtype, q->prescale);
-      in = scaled;
-    }
-    if (any)
-      ops_reduce(acc, acc, in, count, q->dtype, q->op);
-    else
-      memcpy(acc, in, p->inline_len);
+    coord_inline_fold(acc, p->inline_vals + (size_t)i * p->inline_len, !any, count, q->dtype,
+                      q->op, q->prescale);
     any = true;
   }
-  if (!any)
-    ops_fill_identity(acc, count, q->dtype, q->op);
-  if (q->op == HVD_AVERAGE)
-    post /= p->set_size;
-  if (post != 1.0)
-    ops_scale(acc, acc, count, q->dtype, post);
+  coord_inline_finish(acc, any, count, q->dtype, q->op, q->postscale, p->set_size);
 }
 
 static hvd_status reduce_inline(const struct pending *p, struct coord_response *r) {
@@ -444,6 +454,54 @@ static hvd_status append_join(struct coord_controller *c, struct coord_response 
   return HVD_OK;
 }
 
+/* Lanes (lanes.c): a cached inline allreduce of the global set whose
+ * completion rank 0 negotiated gets its lane (again) in the list that
+ * completes it. Negotiated after a grant, it means that the lane closed:
+ * a rank fell behind, which costs the others about a negotiation more
+ * than without lanes. A lane that closes again and again before it served
+ * LANE_LONG submissions (ranks that never keep within HVD_SPIN_US of each
+ * other) waits for 1, 3, 7 ... 1023 negotiated completions before its
+ * next grant; one that served that many is granted again at once. */
+enum { LANE_LONG = 16, LANE_MAX_LEVEL = 10 };
+
+static void grant_lanes(struct coord_controller *c, struct coord_response_list *out) {
+  uint64_t epoch = coord_lane_epoch(out->seq);
+
+  if (c->lane_grants == NULL || c->njoined > 0 || c->shutdown || epoch == 0)
+    return;
+  for (uint32_t i = 0; i < out->n; i++) {
+    const struct coord_response *r = &out->resps[i];
+    int bit = r->ntensors == 1 && r->bits != NULL ? r->bits[0] : -1;
+    const struct coord_cache_entry *e = coord_cache_entry(&c->s->cache, bit);
+    struct lane_grant *g;
+    int32_t *grown;
+
+    if (r->data_len == 0 || r->data_len > COORD_LANE_VALUE_MAX || r->set != 0 || bit < 0 ||
+        bit >= COORD_LANES || e == NULL || e->state != COORD_CACHE_ACTIVE)
+      continue;
+    g = &c->lane_grants[bit];
+    if (g->epoch != 0) {
+      uint32_t served = coord_lane_closed_at(c->s->lanes, bit, g->epoch);
+      if (served >= LANE_LONG)
+        g->level = 0;
+      else if (g->level < LANE_MAX_LEVEL)
+        g->level++;
+      g->skip = (1u << g->level) - 1;
+      g->epoch = 0;
+    }
+    if (g->skip > 0) {
+      g->skip--;
+      continue;
+    }
+    if ((grown = realloc(out->lanes, (out->nlanes + 1) * sizeof(*grown))) == NULL)
+      return; /* no grant: negotiation goes on as before */
+    out->lanes = grown;
+    out->lanes[out->nlanes++] = bit;
+    out->flags |= COORD_FLAG_LANES;
+    g->epoch = epoch;
+  }
+}
+
 /* The list of the ready operations, fused; takes fused. */
 static hvd_status assemble(struct coord_controller *c, struct coord_response *fused,
                            size_t nfused, struct coord_response_list *out) {
@@ -463,6 +521,7 @@ static hvd_status assemble(struct coord_controller *c, struct coord_response *fu
   c->nretired = c->retired_cap = 0;
   if (c->shutdown)
     out->flags |= COORD_FLAG_SHUTDOWN;
+  grant_lanes(c, out);
   return HVD_OK;
 }
 
@@ -524,6 +583,7 @@ static bool light_list(struct coord_controller *c, struct coord_response_list *o
     r->data_len = p->inline_len;
     r->last_joined = -1;
     r->new_set = -1;
+    r->set = p->first.set; /* not sent: grant_lanes reads it */
     inline_result(p, r->data);
     coord_cache_touch(&c->s->cache, p->bit);
     coord_ctl_pending_release(c, p);
@@ -533,6 +593,7 @@ static bool light_list(struct coord_controller *c, struct coord_response_list *o
   out->resps = c->light;
   out->n = (uint32_t)n;
   out->borrowed = true;
+  grant_lanes(c, out);
   return true;
 }
 

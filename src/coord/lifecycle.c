@@ -88,6 +88,8 @@ static void state_destroy(struct coord_state *s) {
   coord_autotune_fini(s);
   coord_controller_destroy(s->controller);
   coord_cache_fini(&s->cache);
+  coord_lanes_fini(s);
+  coord_lanes_destroy(s->lanes);
   coord_sets_fini(&s->sets);
   ops_ctx_destroy(s->ops);
   net_comm_destroy(s->control);
@@ -116,8 +118,9 @@ enum {
   GPU_HOST_STAGED = 4
 };
 
-/* The control channel's segment: no collectives run on it (the smallest
- * data buffers), and rings that hold a long response list. */
+/* The control channel's segment: no collectives run on it (its data
+ * buffers hold the lanes, lanes.c), and rings that hold a long response
+ * list. */
 enum { CONTROL_SHM_BUFFER = 64 * 1024, CONTROL_SHM_RING = 256 * 1024 };
 
 /* On several hosts, rank 0's control messages to the ranks of its own host
@@ -317,6 +320,10 @@ static hvd_status state_create(const struct coord_start *how, uint64_t nth, int 
     st = net_shm_get(s->control, CONTROL_SHM_BUFFER, CONTROL_SHM_RING, &shm);
     if (st == HVD_OK && shm == NULL)
       st = control_rings_on_host(s);
+    else if (st == HVD_OK)
+      st = coord_lanes_create(shm, s->rank, s->size, &s->lanes);
+    if (st == HVD_OK)
+      st = coord_lanes_init(s);
   }
   if (st == HVD_OK)
     st = coord_sets_init(&s->sets, s->world->global, s->size);

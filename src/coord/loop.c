@@ -155,6 +155,8 @@ static bool driver_check(void *arg) {
 
   if (!d->sending && atomic_load_explicit(&s->queued, memory_order_relaxed))
     return true;
+  if (s->lane_waits.n > 0 && coord_lanes_ready(s))
+    return true;
   if (d->h == NULL)
     return atomic_load_explicit(&d->l->drivers, memory_order_relaxed) > 0;
   return atomic_load_explicit(&d->h->done, memory_order_relaxed) ||
@@ -163,6 +165,10 @@ static bool driver_check(void *arg) {
 
 static bool driver_sleep(void *arg) {
   const struct driver *d = arg;
+  /* Lanes ring no doorbell: spin while a submission waits in one (until
+   * it gives up, next_deadline). */
+  if (d->l->s->lane_waits.n > 0)
+    return true;
   atomic_store(&d->l->s->sleeping, true);
   return driver_check(arg);
 }
@@ -467,6 +473,8 @@ static hvd_status apply(struct coord_loop *l, struct coord_response_list *list) 
     for (uint32_t i = 0; i < list->nretired; i++)
       coord_cache_drop(&s->cache, list->retired[i]);
   }
+  if ((st = coord_lanes_apply(s, list)) != HVD_OK)
+    return st;
   s->applied_seq = list->seq;
   if (list->flags & COORD_FLAG_SHUTDOWN) {
     s->clean_stop = true;
@@ -552,13 +560,15 @@ static hvd_status coordinator_heartbeat(struct coord_loop *l) {
 
 /* Rank 0's own queued requests go straight to the controller, which takes
  * copies (its table outlives the entries' turn). */
-static hvd_status submit_own(struct coord_loop *l, bool *worked) {
+static hvd_status submit_own(struct coord_loop *l, bool *worked, int64_t now) {
   struct coord_controller *c = l->s->controller;
   bool stop;
 
   for (struct coord_entry *e = drain(l->s, &stop); e != NULL; e = e->next) {
     struct coord_request req = e->req;
     *worked = true;
+    if (l->s->lanes != NULL && coord_lanes_submit(l->s, e, COORD_LANE_FIND, now))
+      continue;
     req.rank = 0;
     coord_controller_submit_borrowed(c, &req);
   }
@@ -618,7 +628,11 @@ static hvd_status send_responses(struct coord_loop *l, bool *worked, int64_t now
 
 static hvd_status coordinator_turn(struct coord_loop *l, bool *worked, int64_t now) {
   struct coord_state *s = l->s;
-  hvd_status st = submit_own(l, worked);
+  hvd_status st;
+
+  if (s->lane_waits.n > 0)
+    coord_lanes_progress(s, now, worked);
+  st = submit_own(l, worked, now);
 
   for (int i = 0; i < l->nrecv && st == HVD_OK; i++) {
     if (l->recvs[i].done) {
@@ -657,13 +671,18 @@ static hvd_status settle_send(struct coord_loop *l, bool *worked, bool *in_fligh
   return HVD_OK;
 }
 
-/* A queued entry into the worker's list: its cache bit (with this step's
- * inline input, if any), or its request, borrowed. */
-static hvd_status add_request(struct coord_loop *l, const struct coord_entry *e) {
+/* A queued entry into its lane, or into the worker's list (*added): its
+ * cache bit (with this step's inline input, if any), or its request,
+ * borrowed. */
+static hvd_status add_request(struct coord_loop *l, struct coord_entry *e, int64_t now,
+                              bool *added) {
   struct coord_cache *cache = &l->s->cache;
   struct coord_request_list *out = &l->requests;
   int bit = cache->capacity > 0 ? coord_cache_hit(cache, &e->req) : -1;
 
+  if (l->s->lanes != NULL && coord_lanes_submit(l->s, e, bit, now))
+    return HVD_OK;
+  *added = true;
   if (bit < 0) {
     if (hvd_array_reserve(&out->reqs, &l->reqs_cap, (size_t)out->n + 1, sizeof(*out->reqs), 16) !=
         HVD_OK)
@@ -705,8 +724,8 @@ static hvd_status send_requests(struct coord_loop *l, bool *worked, int64_t now)
   out->n = out->ninline_hits = out->hits_bytes = 0;
   out->flags = 0;
   for (struct coord_entry *e = drain(s, &stop); e != NULL && st == HVD_OK; e = e->next) {
-    any = true;
-    st = add_request(l, e);
+    *worked = true;
+    st = add_request(l, e, now, &any);
   }
   if (stop && !l->stop_sent) {
     out->flags |= COORD_FLAG_SHUTDOWN;
@@ -771,7 +790,11 @@ static hvd_status tidy_received(struct coord_loop *l) {
 
 static hvd_status worker_turn(struct coord_loop *l, bool *worked, int64_t *now) {
   bool in_flight;
-  hvd_status st = settle_send(l, worked, &in_flight);
+  hvd_status st;
+
+  if (l->s->lane_waits.n > 0)
+    coord_lanes_progress(l->s, *now, worked);
+  st = settle_send(l, worked, &in_flight);
 
   if (st == HVD_OK && !in_flight)
     st = send_requests(l, worked, *now);
@@ -791,6 +814,8 @@ static int64_t next_deadline(const struct coord_loop *l) {
   }
   if (l->stop_sent && l->stop_deadline < d)
     d = l->stop_deadline;
+  if (l->s->lane_waits.n > 0 && coord_lanes_deadline(l->s) < d)
+    d = coord_lanes_deadline(l->s);
   if (l->nrecv > 0 && l->sent + l->beat_ns < d)
     d = l->sent + l->beat_ns;
   for (int i = 0; i < l->nrecv; i++) {
@@ -853,6 +878,7 @@ static bool step(struct coord_loop *l, struct hvd_handle_s *h, int64_t until) {
   if (st != HVD_OK)
     fail_job(l, st);
   if (st != HVD_OK || stopped(s)) {
+    s->lane_waits.n = 0; /* their entries were failed with the job */
     atomic_store(&l->finished, true);
     return false;
   }

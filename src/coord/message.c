@@ -130,6 +130,7 @@ void coord_response_list_fini(struct coord_response_list *l) {
   if (!l->borrowed)
     free(l->resps);
   free(l->retired);
+  free(l->lanes);
   free(l->abort_message);
   memset(l, 0, sizeof(*l));
 }
@@ -329,6 +330,11 @@ hvd_status coord_encode_responses(const struct coord_response_list *l, struct hv
   put_u32(&w, l->nretired);
   for (uint32_t i = 0; i < l->nretired; i++)
     put_u32(&w, (uint32_t)l->retired[i]);
+  if (l->flags & COORD_FLAG_LANES) {
+    put_u32(&w, l->nlanes);
+    for (uint32_t i = 0; i < l->nlanes; i++)
+      put_u32(&w, (uint32_t)l->lanes[i]);
+  }
   put_u32(&w, l->n);
   for (uint32_t i = 0; i < l->n; i++)
     put_response(&w, &l->resps[i]);
@@ -705,6 +711,15 @@ static hvd_status decode_responses(const void *data, size_t len, struct coord_re
     l.retired[i] = (int32_t)get_u32(&r, "retired");
     if (l.retired[i] < 0)
       r.bad = "retired";
+  }
+  if (l.flags & COORD_FLAG_LANES) {
+    l.nlanes = get_count(&r, 4, COORD_LANES, "lane count");
+    l.lanes = get_array(&r, l.nlanes, sizeof(*l.lanes), "lanes");
+    for (uint32_t i = 0; i < l.nlanes && r.bad == NULL; i++) {
+      l.lanes[i] = (int32_t)get_u32(&r, "lanes");
+      if (l.lanes[i] < 0 || l.lanes[i] >= COORD_LANES)
+        r.bad = "lanes";
+    }
   }
   /* A response is at least 13 bytes (a cached one with one bit). */
   l.n = get_count(&r, 13, UINT32_MAX, "response count");
