@@ -17,8 +17,8 @@
  * last handle has completed. Each rank keeps its own section times; after
  * the timed loop one float64 max-allreduce makes them the slowest rank's
  * time per step, and rank 0 prints median, p10 and p90 over steps.
- * `latency`: a single 4-byte float32 allreduce ("latency.0", the same name
- * each time, as a training loop would), submitted and waited for on every
+ * `latency`: a single small float32 allreduce (4 bytes unless --bytes;
+ * "latency.0", the same name each time, as a training loop would), submitted and waited for on every
  * rank back to back, each op timed on its own; the slowest rank per op the
  * same way.
  *
@@ -79,6 +79,7 @@ struct options {
   int np;           /* local mode: ranks to fork (0: from the environment) */
   int timeout_s;    /* local mode: HOROVOD_GLOO_TIMEOUT_SECONDS */
   int deadline_s;   /* local mode: kill every rank after this long */
+  int latency_bytes; /* latency: the tensor's bytes (float32 values x 4) */
 };
 
 static const char usage_text[] =
@@ -88,7 +89,7 @@ static const char usage_text[] =
     "  steps     ResNet-50 gradient steps: 161 float32 sum allreduces (25,557,032 values)\n"
     "            submitted by one thread in a per-rank, per-step order, then waited for;\n"
     "            each step also times one plain allreduce of the same bytes as one tensor\n"
-    "  latency   one 4-byte float32 sum allreduce submitted and waited for on every rank,\n"
+    "  latency   one small float32 sum allreduce submitted and waited for on every rank,\n"
     "            back to back; per-op end-to-end latency in microseconds\n"
     "\n"
     "  -n, --iters N        timed steps (default 20) or ops (latency, default 5000)\n"
@@ -102,6 +103,7 @@ static const char usage_text[] =
     "      --seed S         seed of the shuffle (default 1)\n"
     "      --plain 0|1      steps: also time the single-tensor allreduce (default 1)\n"
     "      --samples 0|1    also print every timed sample (default 1 for steps, 0 for latency)\n"
+    "      --bytes B        latency: the tensor's size, a multiple of 4 in 4-4096 (default 4)\n"
     "      --np N           fork N local ranks and serve their store (default: from hvdrun's\n"
     "                       environment, or 1)\n"
     "      --timeout S      local mode: HOROVOD_GLOO_TIMEOUT_SECONDS for the ranks (default 60)\n"
@@ -196,7 +198,8 @@ static int parse_args(int argc, char **argv, struct options *o) {
     OPT_SAMPLES,
     OPT_NP,
     OPT_TIMEOUT,
-    OPT_DEADLINE
+    OPT_DEADLINE,
+    OPT_BYTES
   };
   static const struct option longopts[] = {
       {"iters", required_argument, NULL, 'n'},       {"warmup", required_argument, NULL, 'w'},
@@ -207,6 +210,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"np", required_argument, NULL, OPT_NP},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"deadline", required_argument, NULL, OPT_DEADLINE},
+      {"bytes", required_argument, NULL, OPT_BYTES},
       {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0}};
   int opt, flag, samples = -1;
   bool have_iters = false, have_warmup = false;
@@ -214,7 +218,8 @@ static int parse_args(int argc, char **argv, struct options *o) {
 
   *o = (struct options){.mode = MODE_STEPS, .iters = 20, .warmup = 3, .check = true,
                         .plain = true, .fusion = -1, .cache = -1,
-                        .order = ORDER_SHUFFLE, .seed = 1, .timeout_s = 60, .deadline_s = 1800};
+                        .order = ORDER_SHUFFLE, .seed = 1, .timeout_s = 60, .deadline_s = 1800,
+                        .latency_bytes = 4};
   if (argc < 2 || argv[1][0] == '-') {
     if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
       fputs(usage_text, stdout);
@@ -288,6 +293,10 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case OPT_DEADLINE:
       if (!parse_int(optarg, 1, 7 * 86400, &o->deadline_s))
         return usage_error("--deadline '%s' must be 1-604800 seconds", optarg);
+      break;
+    case OPT_BYTES:
+      if (!parse_int(optarg, 4, 4096, &o->latency_bytes) || o->latency_bytes % 4 != 0)
+        return usage_error("--bytes '%s' must be a multiple of 4 in 4-4096", optarg);
       break;
     case 'h':
       fputs(usage_text, stdout);
@@ -544,9 +553,10 @@ static void print_header(const struct bench *b) {
     printf("# time: per step, from the first submit (after a barrier) to the last handle "
            "released, max over ranks per step (one float64 max-allreduce after the loop)\n");
   } else {
-    printf("# latency: one float32 sum allreduce of 1 value (4 B) \"latency.0\", submit + wait + "
-           "release, back to back; max over ranks per op (one float64 max-allreduce after "
-           "the loop)\n");
+    printf("# latency: one float32 sum allreduce of %d value%s (%d B) \"latency.0\", submit + "
+           "wait + release, back to back; max over ranks per op (one float64 max-allreduce "
+           "after the loop)\n",
+           o->latency_bytes / 4, o->latency_bytes > 4 ? "s" : "", o->latency_bytes);
   }
   printf("# %-10s %7s %11s %11s %11s %11s %11s %11s %4s %7s\n", "case", "samples", "mean",
          "median", "p10", "p90", "min", "max", "unit", "#wrong");
@@ -629,21 +639,26 @@ static int run_steps(struct bench *b) {
 }
 
 static int run_latency(struct bench *b) {
+  enum { MAX_VALUES = 1024 };
   const struct options *o = b->o;
   static const hvd_options opts = HVD_OPTIONS_INIT;
-  const int64_t shape[1] = {1};
-  float in = value(b->rank, 0, 0), out = 0, want = 0;
-  hvd_tensor t = {"latency.0", HVD_FLOAT32, 1, shape, &in, &out};
+  const int64_t shape[1] = {o->latency_bytes / 4};
+  float in[MAX_VALUES], out[MAX_VALUES], want[MAX_VALUES];
+  hvd_tensor t = {"latency.0", HVD_FLOAT32, 1, shape, in, out};
   int64_t wrong = 0;
   hvd_status st;
 
-  for (int r = 0; r < b->size; r++)
-    want += value(r, 0, 0);
+  for (int64_t j = 0; j < shape[0]; j++) {
+    in[j] = value(b->rank, 0, j);
+    want[j] = 0;
+    for (int r = 0; r < b->size; r++)
+      want[j] += value(r, 0, j);
+  }
   st = hvd_barrier(HVD_PROCESS_SET_GLOBAL);
   for (int i = 0; i < o->warmup + o->iters && st == HVD_OK; i++) {
     hvd_handle h;
     int64_t t0;
-    out = -1;
+    out[0] = out[shape[0] - 1] = -1;
     t0 = now_ns();
     st = hvd_allreduce_async(&t, &opts, &h);
     if (st == HVD_OK) {
@@ -652,10 +667,13 @@ static int run_latency(struct bench *b) {
     }
     if (i >= o->warmup)
       b->t_grads[i - o->warmup] = (double)(now_ns() - t0) / 1e9;
-    if (st == HVD_OK && o->check && out != want) {
-      if (wrong == 0)
-        fail(b, "op %d: result %g, expected %g", i, (double)out, (double)want);
-      wrong++;
+    for (int64_t j = 0; st == HVD_OK && o->check && j < shape[0]; j++) {
+      if (out[j] != want[j]) {
+        if (wrong == 0)
+          fail(b, "op %d: element %lld is %g, expected %g", i, (long long)j, (double)out[j],
+               (double)want[j]);
+        wrong++;
+      }
     }
   }
   if (st != HVD_OK)
