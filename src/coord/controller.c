@@ -66,6 +66,7 @@ int coord_ctl_set_rank(const struct ctl_set *set, int rank) {
 hvd_status coord_controller_create(struct coord_state *s, struct coord_controller **out) {
   struct coord_controller *c = calloc(1, sizeof(*c));
   int32_t *all = NULL;
+  bool grants;
   hvd_status st;
 
   if (c == NULL)
@@ -80,10 +81,10 @@ hvd_status coord_controller_create(struct coord_state *s, struct coord_controlle
   c->acks = calloc((size_t)s->size, sizeof(*c->acks));
   all = malloc((size_t)s->size * sizeof(*all));
   /* Lanes are granted where they exist and waiting ranks spin. */
-  if (s->lanes != NULL && s->cfg.lanes && s->cfg.spin_ns > 0)
+  grants = s->lanes != NULL && s->cfg.lanes && s->cfg.spin_ns > 0;
+  if (grants)
     c->lane_grants = calloc(COORD_LANES, sizeof(*c->lane_grants));
-  if (c->joined == NULL || c->acks == NULL || all == NULL ||
-      (s->lanes != NULL && s->cfg.lanes && s->cfg.spin_ns > 0 && c->lane_grants == NULL)) {
+  if (c->joined == NULL || c->acks == NULL || all == NULL || (grants && c->lane_grants == NULL)) {
     free(all);
     coord_controller_destroy(c);
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the coordinator for %d ranks", s->size);
