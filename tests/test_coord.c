@@ -1641,7 +1641,8 @@ END_TEST
  * operations fail either way. */
 struct victim {
   int rank;
-  int sig; /* SIGKILL or SIGSTOP */
+  int sig;   /* SIGKILL or SIGSTOP */
+  bool lane; /* the pending operation is a small one, in its lane on the others */
 };
 
 static int lose_a_rank(int rank, int size, void *arg) {
@@ -1657,9 +1658,15 @@ static int lose_a_rank(int rank, int size, void *arg) {
   for (int i = 0; i < 1000; i++)
     buf[i] = 1;
   CALL(hvd_allreduce(&t, NULL));
+  t.name = "after";
+  if (v->lane) { /* a scalar every step: its lane opens */
+    shape[0] = 1;
+    t.name = "scalar";
+    for (int i = 0; i < 50; i++)
+      CALL(hvd_allreduce(&t, NULL));
+  }
   if (rank == v->rank)
     raise(v->sig);
-  t.name = "after";
   /* Fails at enqueue when the loss was already noticed, else pending. */
   st = hvd_allreduce_async(&t, NULL, &h);
   if (st == HVD_OK) {
@@ -1681,10 +1688,12 @@ static int lose_a_rank(int rank, int size, void *arg) {
   return 0;
 }
 
-static void lose_rank_job(int victim, int sig, int timeout_s) {
-  struct victim v = {victim, sig};
+static void lose_rank_job(int victim, int sig, bool lane, int timeout_s) {
+  struct victim v = {victim, sig, lane};
   int codes[16];
   job.timeout_s = timeout_s;
+  if (lane)
+    job.env[0] = "HVD_SPIN_US=2000"; /* lanes stay open on busy cores */
   run_ranks(3, lose_a_rank, &v, codes, 60);
   for (int r = 0; r < 3; r++) {
     if (r == v.rank)
@@ -1694,10 +1703,11 @@ static void lose_rank_job(int victim, int sig, int timeout_s) {
   }
 }
 
-START_TEST(killed_rank_fails_pending) { lose_rank_job(_i == 0 ? 0 : 2, SIGKILL, 5); }
+/* _i 2 and 3: the others wait for the lost rank in a lane. */
+START_TEST(killed_rank_fails_pending) { lose_rank_job(_i % 2 == 0 ? 0 : 2, SIGKILL, _i >= 2, 5); }
 END_TEST
 
-START_TEST(frozen_rank_fails_pending) { lose_rank_job(_i == 0 ? 0 : 2, SIGSTOP, 2); }
+START_TEST(frozen_rank_fails_pending) { lose_rank_job(_i % 2 == 0 ? 0 : 2, SIGSTOP, _i >= 2, 2); }
 END_TEST
 
 static int stall(int rank, int size, void *arg) {
@@ -1948,8 +1958,8 @@ static Suite *lifecycle_suite(void) {
   tcase_add_loop_test(tc, wait_in_a_callback_is_refused, 2, 3);
   tcase_add_test(tc, shutdown_ends_a_waiting_init);
   tcase_add_loop_test(tc, shutdown_in_a_callback_is_refused, 1, 3);
-  tcase_add_loop_test(tc, killed_rank_fails_pending, 0, 2);
-  tcase_add_loop_test(tc, frozen_rank_fails_pending, 0, 2);
+  tcase_add_loop_test(tc, killed_rank_fails_pending, 0, 4);
+  tcase_add_loop_test(tc, frozen_rank_fails_pending, 0, 4);
   tcase_add_test(tc, stall_warns_then_shuts_down);
   tcase_add_loop_test(tc, timeline_is_a_chrome_trace, 0, 2);
   return s;
