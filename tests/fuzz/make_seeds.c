@@ -199,6 +199,19 @@ static void coord_seeds(void) {
   put("coord", "responses", b.data, b.len);
   hvd_buf_reset(&b);
   coord_response_list_fini(&pl);
+  {
+    /* Lanes granted to two cache bits. */
+    int32_t lanes[2] = {3, 17};
+    pl.seq = 12;
+    pl.flags = COORD_FLAG_LANES;
+    pl.nlanes = 2;
+    pl.lanes = lanes;
+    must(coord_encode_responses(&pl, &b));
+    put("coord", "responses-lanes", b.data, b.len);
+    hvd_buf_reset(&b);
+    pl.lanes = NULL;
+    pl.nlanes = 0;
+  }
   pl.seq = 0;
   pl.flags = COORD_FLAG_HEARTBEAT;
   must(coord_encode_responses(&pl, &b));
