@@ -61,17 +61,18 @@ bool coord_lanes_submit(struct coord_state *s, struct coord_entry *e, int bit, i
     return false;
   }
   lane = coord_lane(s->lanes, bit);
-  if (lane == NULL || !lane->open || q->inline_len == 0)
+  if (lane == NULL || !lane->open)
     return false;
-  if (hvd_array_reserve(&ws->w, &ws->cap, ws->n + 1, sizeof(*ws->w), 16) != HVD_OK) {
-    hvd_error_clear();
-    return false; /* rank 0 negotiates it: the lane closes on the others' wait */
+  if (q->inline_len > 0 &&
+      hvd_array_reserve(&ws->w, &ws->cap, ws->n + 1, sizeof(*ws->w), 16) == HVD_OK &&
+      coord_lane_post(s->lanes, bit, q->inline_data, q->inline_len, &t)) {
+    ws->w[ws->n++] = (struct coord_lane_wait){e, t, now + ws->wait_ns};
+    coord_cache_touch(&s->cache, bit);
+    return true;
   }
-  if (!coord_lane_post(s->lanes, bit, q->inline_data, q->inline_len, &t))
-    return false;
-  ws->w[ws->n++] = (struct coord_lane_wait){e, t, now + ws->wait_ns};
-  coord_cache_touch(&s->cache, bit);
-  return true;
+  hvd_error_clear(); /* out of memory: rank 0 negotiates it, and the others follow */
+  coord_lane_close(s->lanes, bit);
+  return false;
 }
 
 /* Puts e back at the front of the queue (it stays in the in-flight map). */
