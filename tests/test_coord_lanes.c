@@ -26,13 +26,17 @@ static void *zeroed(size_t bytes) {
   return p;
 }
 
-static void bed_open(struct bed *b, int n) {
+/* n ranks' views; each opens lane BIT in epoch (0: not yet). */
+static void bed_open(struct bed *b, int n, uint64_t epoch) {
   memset(b, 0, sizeof(*b));
   for (int r = 0; r < n; r++)
     b->slots[r] = zeroed(coord_lanes_bytes());
   b->words = zeroed((size_t)COORD_LANES * 64);
-  for (int r = 0; r < n; r++)
+  for (int r = 0; r < n; r++) {
     ck_assert_int_eq(coord_lanes_create_at(b->slots, b->words, r, n, &b->view[r]), HVD_OK);
+    if (epoch != 0)
+      coord_lane_open(b->view[r], BIT, epoch);
+  }
 }
 
 static void bed_close(struct bed *b) {
@@ -60,9 +64,7 @@ START_TEST(lanes_complete_when_everyone_posted) {
   struct coord_lane_ticket t[RANKS];
   const unsigned char *values[RANKS];
 
-  bed_open(&b, RANKS);
-  for (int r = 0; r < RANKS; r++)
-    coord_lane_open(b.view[r], BIT, 5);
+  bed_open(&b, RANKS, 5);
   for (int step = 1; step <= 3; step++) {
     for (int r = 0; r < RANKS; r++) {
       post(&b, r, (float)(10 * step + r), &t[r]);
@@ -89,9 +91,7 @@ START_TEST(lanes_give_up_closes_for_everyone) {
   struct bed b;
   struct coord_lane_ticket t[RANKS];
 
-  bed_open(&b, RANKS);
-  for (int r = 0; r < RANKS; r++)
-    coord_lane_open(b.view[r], BIT, 5);
+  bed_open(&b, RANKS, 5);
   post(&b, 0, 1, &t[0]);
   post(&b, 1, 2, &t[1]);
   ck_assert_int_eq(poll_one(&b, 0, &t[0], true), COORD_LANE_CLOSED);
@@ -113,9 +113,7 @@ START_TEST(lanes_give_up_after_everyone_posted_completes) {
   struct bed b;
   struct coord_lane_ticket t[2];
 
-  bed_open(&b, 2);
-  coord_lane_open(b.view[0], BIT, 9);
-  coord_lane_open(b.view[1], BIT, 9);
+  bed_open(&b, 2, 9);
   post(&b, 0, 1, &t[0]);
   post(&b, 1, 2, &t[1]);
   ck_assert_int_eq(poll_one(&b, 0, &t[0], true), COORD_LANE_DONE);
@@ -130,9 +128,7 @@ START_TEST(lanes_later_number_means_completed) {
   struct bed b;
   struct coord_lane_ticket t0, t1, next;
 
-  bed_open(&b, 2);
-  coord_lane_open(b.view[0], BIT, 3);
-  coord_lane_open(b.view[1], BIT, 3);
+  bed_open(&b, 2, 3);
   post(&b, 0, 1, &t0);
   post(&b, 1, 2, &t1);
   ck_assert_int_eq(poll_one(&b, 1, &t1, false), COORD_LANE_DONE);
@@ -152,9 +148,7 @@ START_TEST(lanes_close_takes_the_next_number) {
   struct bed b;
   struct coord_lane_ticket t[2];
 
-  bed_open(&b, 2);
-  coord_lane_open(b.view[0], BIT, 4);
-  coord_lane_open(b.view[1], BIT, 4);
+  bed_open(&b, 2, 4);
   post(&b, 0, 1, &t[0]);
   post(&b, 1, 1, &t[1]);
   ck_assert_int_eq(poll_one(&b, 0, &t[0], false), COORD_LANE_DONE);
@@ -174,9 +168,7 @@ START_TEST(lanes_epochs_only_move_forward) {
   struct bed b;
   struct coord_lane_ticket t[2];
 
-  bed_open(&b, 2);
-  coord_lane_open(b.view[0], BIT, 20);
-  coord_lane_open(b.view[1], BIT, 20);
+  bed_open(&b, 2, 20);
   post(&b, 0, 1, &t[0]);
   post(&b, 1, 1, &t[1]);
   ck_assert_int_eq(poll_one(&b, 0, &t[0], false), COORD_LANE_DONE);
@@ -202,7 +194,7 @@ START_TEST(lanes_refuse_what_they_cannot_carry) {
   struct coord_lane_ticket t;
   unsigned char big[COORD_LANE_VALUE_MAX + 1] = {0};
 
-  bed_open(&b, 2);
+  bed_open(&b, 2, 0);
   ck_assert(!coord_lane_post(b.view[0], BIT, big, 4, &t)); /* not open */
   coord_lane_open(b.view[0], BIT, 2);
   ck_assert(!coord_lane_post(b.view[0], BIT, big, sizeof(big), &t));
