@@ -206,6 +206,34 @@ START_TEST(lanes_refuse_what_they_cannot_carry) {
 }
 END_TEST
 
+/* The word holds 23 bits of number: the last one closes the lane on
+ * every rank, without touching the epoch. (The state is set by hand: the
+ * word's layout is the protocol's, docs/coordinator-protocol.md.) */
+START_TEST(lanes_close_when_numbers_run_out) {
+  const uint32_t last = (UINT32_C(1) << 23) - 1;
+  struct bed b;
+  struct coord_lane_ticket t[2];
+
+  bed_open(&b, 2, 6);
+  for (int r = 0; r < 2; r++)
+    ((struct coord_lane *)coord_lane(b.view[r], BIT))->number = last - 2;
+  *(_Atomic uint64_t *)((unsigned char *)b.words + BIT * 64) =
+      UINT64_C(6) << 24 | (uint64_t)(last - 2) << 1;
+  post(&b, 0, 1, &t[0]);
+  post(&b, 1, 2, &t[1]);
+  ck_assert_uint_eq(t[0].number, last - 1);
+  ck_assert_int_eq(poll_one(&b, 0, &t[0], false), COORD_LANE_DONE);
+  ck_assert_int_eq(poll_one(&b, 1, &t[1], false), COORD_LANE_DONE);
+  for (int r = 0; r < 2; r++) {
+    float v = 0;
+    ck_assert(!coord_lane_post(b.view[r], BIT, &v, sizeof(v), &t[r]));
+    ck_assert(!coord_lane(b.view[r], BIT)->open);
+  }
+  ck_assert_uint_eq(coord_lane_closed_at(b.view[0], BIT, 6), last);
+  bed_close(&b);
+}
+END_TEST
+
 TCase *coord_lanes_tcase(void) {
   TCase *tc = tcase_create("lanes");
   tcase_add_test(tc, lanes_complete_when_everyone_posted);
@@ -215,5 +243,6 @@ TCase *coord_lanes_tcase(void) {
   tcase_add_test(tc, lanes_close_takes_the_next_number);
   tcase_add_test(tc, lanes_epochs_only_move_forward);
   tcase_add_test(tc, lanes_refuse_what_they_cannot_carry);
+  tcase_add_test(tc, lanes_close_when_numbers_run_out);
   return tc;
 }

@@ -165,7 +165,9 @@ bool coord_lane_post(struct coord_lanes *l, int bit, const void *value, size_t l
 
   if (!lane->open || len > COORD_LANE_VALUE_MAX)
     return false;
-  if (lane->number == COUNT_MAX) { /* numbers run out: back to rank 0, which grants anew */
+  /* Numbers run out (the word holds 23 bits): the last one closes the lane,
+   * and rank 0 grants it anew. */
+  if (lane->number + 1 >= COUNT_MAX) {
     coord_lane_close(l, bit);
     return false;
   }
