@@ -260,11 +260,14 @@ static int lanes_steps(int rank, int size, void *arg) {
              (int)nout[i]);
     }
   }
-  if (lanes) /* how many depends on the machine's load: ranks may fall behind */
-    EXPECT(lane_completions() > 0, "no submission went through lanes");
-  else
+  /* How many depends on the machine's load. Ranks that outnumber the
+   * cores may never meet within a lane's wait: there only the results
+   * count. */
+  if (!lanes)
     EXPECT(lane_completions() == 0, "%llu submissions went through lanes with HVD_SHM_LANES=0",
            (unsigned long long)lane_completions());
+  else if (size <= sysconf(_SC_NPROCESSORS_ONLN))
+    EXPECT(lane_completions() > 0, "no submission went through lanes");
   return 0;
 }
 

@@ -166,9 +166,12 @@ static bool driver_check(void *arg) {
 static bool driver_sleep(void *arg) {
   const struct driver *d = arg;
   /* Lanes ring no doorbell: spin while a submission waits in one (until
-   * it gives up, next_deadline). */
-  if (d->l->s->lane_waits.n > 0)
+   * it gives up, next_deadline), yielding, so that the ranks it waits for
+   * run where they share this core. */
+  if (d->l->s->lane_waits.n > 0) {
+    sched_yield();
     return true;
+  }
   atomic_store(&d->l->s->sleeping, true);
   return driver_check(arg);
 }
