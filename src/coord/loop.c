@@ -9,7 +9,9 @@
  * operation is picked up without a wake-up. A worker sends its new
  * requests to rank 0 as soon as it has them (cache bits in place of
  * requests the cache knows) and runs each response list rank 0 sends, in
- * order. Rank 0 feeds its own requests and the workers' to the controller
+ * order. Any rank first offers each new operation to its lanes (a small
+ * cached allreduce agreed in shared memory, lane_ops.c), which it looks at
+ * every turn. Rank 0 feeds its own requests and the workers' to the controller
  * and, whenever a list is due, sends it to every worker before running it
  * itself. Control messages are framed as an 8-byte length and the payload;
  * a receive of up to 4 KiB is always posted per peer, and a longer message
