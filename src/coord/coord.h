@@ -391,7 +391,8 @@ void coord_lane_open(struct coord_lanes *l, int bit, uint64_t epoch);
  * rank then takes that one and later ones to rank 0). */
 void coord_lane_close(struct coord_lanes *l, int bit);
 /* Posts this rank's input as the lane's next submission; false (nothing
- * posted) if the lane is not open. */
+ * posted) if the lane is not open or the input too long, or when its
+ * numbers ran out (the lane then closes). */
 bool coord_lane_post(struct coord_lanes *l, int bit, const void *value, size_t len,
                      struct coord_lane_ticket *t);
 /* Whether the submission completed (every rank posted it), closed (it goes
@@ -422,9 +423,10 @@ enum { COORD_LANE_FIND = -2 }; /* coord_lanes_submit: look the cache bit up */
 
 hvd_status coord_lanes_init(struct coord_state *s);
 void coord_lanes_fini(struct coord_state *s);
-/* Posts e to its cache bit's lane, if open (true: it waits there); else
- * closes the lane of e's name if e no longer matches its bit (bit < 0),
- * and e goes to rank 0. bit: e's cache hit, or COORD_LANE_FIND. */
+/* Posts e to its cache bit's lane, if open (true: it waits there). Else e
+ * goes to rank 0, and the lane of e's name closes if it was open: e no
+ * longer matches its cached request (bit < 0), or it cannot be posted.
+ * bit: e's cache hit, or COORD_LANE_FIND. */
 bool coord_lanes_submit(struct coord_state *s, struct coord_entry *e, int bit, int64_t now);
 /* Finishes the waits that completed; those whose lane closed, or that
  * waited long enough, go back to the front of the queue. */
