@@ -399,9 +399,9 @@ bool coord_lane_post(struct coord_lanes *l, int bit, const void *value, size_t l
  * to rank 0) or still waits; give_up closes it unless it completed. */
 enum coord_lane_state coord_lane_poll(struct coord_lanes *l, const struct coord_lane_ticket *t,
                                       bool give_up);
-/* A completed submission's inputs, one per rank in rank order. */
-void coord_lane_values(const struct coord_lanes *l, const struct coord_lane_ticket *t,
-                       const unsigned char **values);
+/* A completed submission's input from rank. */
+const unsigned char *coord_lane_value(const struct coord_lanes *l,
+                                      const struct coord_lane_ticket *t, int rank);
 /* The number bit's lane reached in epoch (0 once another epoch began). */
 uint32_t coord_lane_closed_at(const struct coord_lanes *l, int bit, uint64_t epoch);
 
@@ -414,14 +414,13 @@ struct coord_lane_wait {
 struct coord_lane_waits {
   struct coord_lane_wait *w;
   size_t n, cap;
-  const unsigned char **values; /* one per rank */
   int64_t wait_ns;
   _Atomic uint64_t completed; /* submissions finished through lanes (tests read it) */
 };
 
 enum { COORD_LANE_FIND = -2 }; /* coord_lanes_submit: look the cache bit up */
 
-hvd_status coord_lanes_init(struct coord_state *s);
+void coord_lanes_init(struct coord_state *s);
 void coord_lanes_fini(struct coord_state *s);
 /* Posts e to its cache bit's lane, if open (true: it waits there). Else e
  * goes to rank 0, and the lane of e's name closes if it was open: e no
@@ -675,6 +674,9 @@ void coord_complete_entry(struct coord_entry *e, hvd_status st, const char *mess
  * caller completes each (background thread). */
 void coord_take_entries(struct coord_state *s, int set, char *const *names, uint32_t n,
                         struct coord_entry **out);
+/* Puts an entry back at the front of the queue; it stays in the in-flight
+ * map (background thread: a lane's submission that goes to rank 0). */
+void coord_requeue(struct coord_state *s, struct coord_entry *e);
 /* Looks an entry up by set and name (background thread). */
 struct coord_entry *coord_find_entry(struct coord_state *s, int set, const char *name);
 /* Fails every in-flight entry and stops the job (background thread). */

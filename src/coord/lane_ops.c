@@ -22,21 +22,13 @@
 
 enum { MIN_WAIT_NS = 10000 };
 
-hvd_status coord_lanes_init(struct coord_state *s) {
-  struct coord_lane_waits *ws = &s->lane_waits;
-
-  memset(ws, 0, sizeof(*ws));
-  if (s->lanes == NULL)
-    return HVD_OK;
-  ws->wait_ns = s->cfg.spin_ns > MIN_WAIT_NS ? s->cfg.spin_ns : MIN_WAIT_NS;
-  if ((ws->values = calloc((size_t)s->size, sizeof(*ws->values))) == NULL)
-    return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the lanes' waits");
-  return HVD_OK;
+void coord_lanes_init(struct coord_state *s) {
+  memset(&s->lane_waits, 0, sizeof(s->lane_waits));
+  s->lane_waits.wait_ns = s->cfg.spin_ns > MIN_WAIT_NS ? s->cfg.spin_ns : MIN_WAIT_NS;
 }
 
 void coord_lanes_fini(struct coord_state *s) {
   free(s->lane_waits.w);
-  free(s->lane_waits.values);
   memset(&s->lane_waits, 0, sizeof(s->lane_waits));
 }
 
@@ -75,34 +67,21 @@ bool coord_lanes_submit(struct coord_state *s, struct coord_entry *e, int bit, i
   return false;
 }
 
-/* Puts e back at the front of the queue (it stays in the in-flight map). */
-static void requeue(struct coord_state *s, struct coord_entry *e) {
-  pthread_mutex_lock(&s->lock);
-  e->next = s->queue_head;
-  s->queue_head = e;
-  if (s->queue_tail == NULL)
-    s->queue_tail = e;
-  atomic_store(&s->queued, true);
-  pthread_mutex_unlock(&s->lock);
-}
-
 /* Every rank posted w's input: the result, reduced in rank order as rank 0
  * reduces inline inputs, into the entry's output. */
 static void finish(struct coord_state *s, const struct coord_lane_wait *w) {
   const struct coord_request *q = &w->e->req;
-  const unsigned char **values = s->lane_waits.values;
   size_t count = w->t.len / hvd_dtype_size(q->dtype);
   unsigned char acc[COORD_LANE_VALUE_MAX];
+  char *name = q->name;
+  const struct coord_response phase = {.ntensors = 1, .names = &name};
 
-  coord_lane_values(s->lanes, &w->t, values);
   for (int r = 0; r < s->size; r++)
-    coord_inline_fold(acc, values[r], r == 0, count, q->dtype, q->op, q->prescale);
+    coord_inline_fold(acc, coord_lane_value(s->lanes, &w->t, r), r == 0, count, q->dtype, q->op,
+                      q->prescale);
   coord_inline_finish(acc, true, count, q->dtype, q->op, q->postscale, s->size);
   memcpy(w->e->output, acc, w->t.len);
-  if (coord_timeline_active(s->timeline)) {
-    coord_timeline_end(s->timeline, q->name);
-    coord_timeline_begin(s->timeline, q->name, "LANE_ALLREDUCE");
-  }
+  coord_execute_phase(s, &phase, "LANE_ALLREDUCE");
   atomic_fetch_add_explicit(&s->lane_waits.completed, 1, memory_order_relaxed);
   coord_finish_entry(s, w->e, HVD_OK, NULL);
 }
@@ -127,7 +106,7 @@ static void settle(struct coord_state *s, int64_t now, int bit, bool force, bool
     if (state == COORD_LANE_DONE)
       finish(s, &w);
     else
-      requeue(s, w.e);
+      coord_requeue(s, w.e);
   }
   ws->n = kept;
 }

@@ -220,10 +220,9 @@ enum coord_lane_state coord_lane_poll(struct coord_lanes *l, const struct coord_
   }
 }
 
-void coord_lane_values(const struct coord_lanes *l, const struct coord_lane_ticket *t,
-                       const unsigned char **values) {
-  for (int r = 0; r < l->size; r++)
-    values[r] = slot(l, r, t->bit, t->number)->value;
+const unsigned char *coord_lane_value(const struct coord_lanes *l,
+                                      const struct coord_lane_ticket *t, int rank) {
+  return slot(l, rank, t->bit, t->number)->value;
 }
 
 uint32_t coord_lane_closed_at(const struct coord_lanes *l, int bit, uint64_t epoch) {

@@ -322,9 +322,8 @@ static hvd_status state_create(const struct coord_start *how, uint64_t nth, int 
       st = control_rings_on_host(s);
     else if (st == HVD_OK)
       st = coord_lanes_create(shm, s->rank, s->size, &s->lanes);
-    if (st == HVD_OK)
-      st = coord_lanes_init(s);
   }
+  coord_lanes_init(s);
   if (st == HVD_OK)
     st = coord_sets_init(&s->sets, s->world->global, s->size);
   if (st == HVD_OK)

@@ -572,7 +572,7 @@ static hvd_status submit_own(struct coord_loop *l, bool *worked, int64_t now) {
   for (struct coord_entry *e = drain(l->s, &stop); e != NULL; e = e->next) {
     struct coord_request req = e->req;
     *worked = true;
-    if (l->s->lanes != NULL && coord_lanes_submit(l->s, e, COORD_LANE_FIND, now))
+    if (coord_lanes_submit(l->s, e, COORD_LANE_FIND, now))
       continue;
     req.rank = 0;
     coord_controller_submit_borrowed(c, &req);
@@ -685,7 +685,7 @@ static hvd_status add_request(struct coord_loop *l, struct coord_entry *e, int64
   struct coord_request_list *out = &l->requests;
   int bit = cache->capacity > 0 ? coord_cache_hit(cache, &e->req) : -1;
 
-  if (l->s->lanes != NULL && coord_lanes_submit(l->s, e, bit, now))
+  if (coord_lanes_submit(l->s, e, bit, now))
     return HVD_OK;
   *added = true;
   if (bit < 0) {

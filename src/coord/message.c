@@ -213,6 +213,13 @@ static void put_u64(struct writer *w, uint64_t v) {
   put(w, b, 8);
 }
 
+/* A list of cache bits: a count, then each as an i32. */
+static void put_bits(struct writer *w, const int32_t *bits, uint32_t n) {
+  put_u32(w, n);
+  for (uint32_t i = 0; i < n; i++)
+    put_u32(w, (uint32_t)bits[i]);
+}
+
 static void put_f64(struct writer *w, double v) {
   uint64_t bits;
   memcpy(&bits, &v, 8);
@@ -327,14 +334,9 @@ hvd_status coord_encode_responses(const struct coord_response_list *l, struct hv
   put_abort(&w, l->flags, l->abort_status, l->abort_message);
   if (l->flags & COORD_FLAG_TUNE)
     put(&w, l->tune, sizeof(l->tune));
-  put_u32(&w, l->nretired);
-  for (uint32_t i = 0; i < l->nretired; i++)
-    put_u32(&w, (uint32_t)l->retired[i]);
-  if (l->flags & COORD_FLAG_LANES) {
-    put_u32(&w, l->nlanes);
-    for (uint32_t i = 0; i < l->nlanes; i++)
-      put_u32(&w, (uint32_t)l->lanes[i]);
-  }
+  put_bits(&w, l->retired, l->nretired);
+  if (l->flags & COORD_FLAG_LANES)
+    put_bits(&w, l->lanes, l->nlanes);
   put_u32(&w, l->n);
   for (uint32_t i = 0; i < l->n; i++)
     put_response(&w, &l->resps[i]);
@@ -456,6 +458,19 @@ static void *get_array(struct reader *r, uint32_t n, size_t size, const char *fi
     r->bad = "memory";
   (void)field;
   return a;
+}
+
+/* A list of cache bits (put_bits), at most max of them, each in 0 .. limit - 1
+ * (allocated into *bits; *n their count). */
+static void get_bits(struct reader *r, uint32_t max, int64_t limit, int32_t **bits, uint32_t *n,
+                     const char *count_field, const char *field) {
+  *n = get_count(r, 4, max, count_field);
+  *bits = get_array(r, *n, sizeof(**bits), field);
+  for (uint32_t i = 0; i < *n && r->bad == NULL; i++) {
+    (*bits)[i] = (int32_t)get_u32(r, field);
+    if ((*bits)[i] < 0 || (*bits)[i] >= limit)
+      r->bad = field;
+  }
 }
 
 /* Inline bytes: a count of at most COORD_INLINE_MAX, then the bytes into out. */
@@ -705,22 +720,10 @@ static hvd_status decode_responses(const void *data, size_t len, struct coord_re
       r.bad = "tuning setting";
     }
   }
-  l.nretired = get_count(&r, 4, UINT32_MAX, "retired count");
-  l.retired = get_array(&r, l.nretired, sizeof(*l.retired), "retired");
-  for (uint32_t i = 0; i < l.nretired && r.bad == NULL; i++) {
-    l.retired[i] = (int32_t)get_u32(&r, "retired");
-    if (l.retired[i] < 0)
-      r.bad = "retired";
-  }
-  if (l.flags & COORD_FLAG_LANES) {
-    l.nlanes = get_count(&r, 4, COORD_LANES, "lane count");
-    l.lanes = get_array(&r, l.nlanes, sizeof(*l.lanes), "lanes");
-    for (uint32_t i = 0; i < l.nlanes && r.bad == NULL; i++) {
-      l.lanes[i] = (int32_t)get_u32(&r, "lanes");
-      if (l.lanes[i] < 0 || l.lanes[i] >= COORD_LANES)
-        r.bad = "lanes";
-    }
-  }
+  get_bits(&r, UINT32_MAX, (int64_t)INT32_MAX + 1, &l.retired, &l.nretired, "retired count",
+           "retired");
+  if (l.flags & COORD_FLAG_LANES)
+    get_bits(&r, COORD_LANES, COORD_LANES, &l.lanes, &l.nlanes, "lane count", "lanes");
   /* A response is at least 13 bytes (a cached one with one bit). */
   l.n = get_count(&r, 13, UINT32_MAX, "response count");
   /* Into space, each response is zeroed as it is reached: a list of full

@@ -64,6 +64,16 @@ out:
   return HVD_OK;
 }
 
+void coord_requeue(struct coord_state *s, struct coord_entry *e) {
+  pthread_mutex_lock(&s->lock);
+  e->next = s->queue_head;
+  s->queue_head = e;
+  if (s->queue_tail == NULL)
+    s->queue_tail = e;
+  atomic_store(&s->queued, true);
+  pthread_mutex_unlock(&s->lock);
+}
+
 struct coord_entry *coord_find_entry(struct coord_state *s, int set, const char *name) {
   char key[COORD_KEY_MAX];
   struct coord_entry *e;
