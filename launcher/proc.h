@@ -13,7 +13,7 @@ struct rdzv_server;
 /* The store a job serves in-process, and what its ranks need to reach it. */
 struct hvdrun_store {
   struct rdzv_server *server;
-  char token[65]; /* 48 random hex digits */
+  char token[HVD_TOKEN_HEX_DIGITS + 1]; /* random */
   char addr[128]; /* where ranks reach it */
   int port;
   bool loopback; /* listening on 127.0.0.1 alone (else on every interface) */

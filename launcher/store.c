@@ -10,30 +10,12 @@
  * on every interface otherwise. One event loop is plenty: hvdrun's ranks
  * are its only clients.
  */
-#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "proc.h"
 #include "transport/transport.h"
-
-/* A random job token: 48 hex digits. */
-static hvd_status make_token(char *out, size_t size) {
-  unsigned char raw[24];
-  size_t got = 0;
-  while (got < sizeof(raw)) {
-    ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
-    if (n < 0 && errno != EINTR)
-      return hvd_error(HVD_ERR_IO, "cannot make a job token: getrandom: %s", strerror(errno));
-    if (n > 0)
-      got += (size_t)n;
-  }
-  for (size_t i = 0; i < sizeof(raw) && 2 * i + 2 < size; i++)
-    snprintf(out + 2 * i, 3, "%02x", raw[i]);
-  return HVD_OK;
-}
 
 /* Where ranks reach the store: 127.0.0.1 when no host is remote, else the
  * interface --network-interface names or the route to the first remote
@@ -87,7 +69,7 @@ hvd_status hvdrun_store_start(const struct hvdrun_options *o, const struct hvdru
   hvd_status st;
 
   memset(&s, 0, sizeof(s));
-  st = make_token(s.token, sizeof(s.token));
+  st = hvd_random_token(s.token);
   if (st == HVD_OK)
     st = store_address(o, cfg->remote, cfg->nremote, s.addr, sizeof(s.addr));
   if (st != HVD_OK)

@@ -4,9 +4,9 @@
  *
  * Names: every function, variable or type that one file shares with
  * another carries its module's prefix: hvd_ (common, and the public API in
- * hvd.h), rdzv_ (rendezvous), net_ (transport), ops_, coord_, elastic_, cuda_. Only
- * hvd_ symbols leave libhvd.so (-fvisibility=hidden, HVD_API); ctest
- * symbols.prefixes checks both rules on every build.
+ * hvd.h), rdzv_ (rendezvous), net_ (transport), ops_, coord_, elastic_,
+ * launch_, cuda_. Only hvd_ symbols leave libhvd.so (-fvisibility=hidden,
+ * HVD_API); ctest symbols.prefixes checks both rules on every build.
  */
 #ifndef HVD_COMMON_H
 #define HVD_COMMON_H
@@ -87,6 +87,9 @@ void hvd_log_write(enum hvd_log_level level, const char *file, int line, const c
 bool hvd_parse_int64(const char *text, size_t len, int64_t *out);
 bool hvd_parse_double(const char *text, double *out);
 bool hvd_parse_bool(const char *text, bool *out);
+/* HVD_PORT_RANGE's syntax: "A" or "A-B", 1 <= A <= B <= 65535; an error
+ * naming the variable otherwise. */
+hvd_status hvd_parse_port_range(const char *text, int *lo, int *hi);
 
 /* ---- environment (env.c) --------------------------------------------------
  * An unset or empty variable gives the default. A malformed or out-of-range
@@ -96,8 +99,18 @@ bool hvd_parse_bool(const char *text, bool *out);
 hvd_status hvd_env_int(const char *name, int64_t def, int64_t min, int64_t max, int64_t *out);
 hvd_status hvd_env_double(const char *name, double def, double min, double max, double *out);
 hvd_status hvd_env_bool(const char *name, bool def, bool *out);
-/* Returns the value, or NULL when unset or empty. */
+/* Returns the value, or NULL when unset or empty: the environment's, else
+ * the one provided (below). */
 const char *hvd_env_str(const char *name);
+/* The environment's value alone, or NULL when unset or empty. */
+const char *hvd_env_real(const char *name);
+/* A value for a variable the environment does not set: the launch module
+ * translates what Slurm or torchrun gave this process into hvd's own
+ * variables this way (the environment itself is left alone, so children
+ * do not inherit them). Thread-safe; a value handed out stays valid. */
+hvd_status hvd_env_provide(const char *name, const char *value);
+/* Forgets every provided value (tests). */
+void hvd_env_provided_clear(void);
 
 /* ---- clocks and deadlines (clock.c) --------------------------------------
  * Deadlines are absolute CLOCK_MONOTONIC nanoseconds; HVD_NO_DEADLINE never
@@ -245,6 +258,10 @@ char *hvd_strndup(const char *s, size_t len);
 void *hvd_zalloc(size_t n, size_t size);
 /* Constant-time comparison for secrets. */
 bool hvd_secure_equal(const void *a, size_t a_len, const void *b, size_t b_len);
+/* A random job token (getrandom): HVD_TOKEN_HEX_DIGITS hex digits and a
+ * NUL, in out[HVD_TOKEN_HEX_DIGITS + 1]. */
+enum { HVD_TOKEN_HEX_DIGITS = 48 };
+hvd_status hvd_random_token(char *out);
 /* Raises the soft open-file limit to the hard one (a flood of connections
  * must meet the real ceiling, not the 1,024 default); returns the soft
  * limit now in force, 0 when unknown, UINT64_MAX for unlimited. */

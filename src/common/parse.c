@@ -66,3 +66,38 @@ bool hvd_parse_bool(const char *text, bool *out) {
   }
   return false;
 }
+
+/* A port "1".."65535": digits only, no sign, no blanks. */
+static bool parse_port(const char *text, size_t len, int *out) {
+  int64_t v;
+
+  if (len == 0 || !isdigit((unsigned char)text[0]))
+    return false;
+  if (!hvd_parse_int64(text, len, &v) || v < 1 || v > 65535)
+    return false;
+  *out = (int)v;
+  return true;
+}
+
+hvd_status hvd_parse_port_range(const char *text, int *lo, int *hi) {
+  const char *dash = strchr(text, '-');
+  size_t first_len = dash != NULL ? (size_t)(dash - text) : strlen(text);
+  int a = 0;
+  int b = 0;
+
+  if (!parse_port(text, first_len, &a))
+    goto bad;
+  b = a;
+  if (dash != NULL && !parse_port(dash + 1, strlen(dash + 1), &b))
+    goto bad;
+  if (a > b)
+    goto bad;
+  *lo = a;
+  *hi = b;
+  return HVD_OK;
+bad:
+  return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                   "HVD_PORT_RANGE='%s' is malformed: expected a port 'A' or a range 'A-B' with "
+                   "1 <= A <= B <= 65535 (e.g. 40000-40100), or unset for any free port",
+                   text);
+}

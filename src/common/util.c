@@ -1,6 +1,9 @@
 /* Small helpers: strings, secrets, the open-file limit. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 
 #include "common.h"
@@ -46,4 +49,20 @@ uint64_t hvd_raise_fd_limit(void) {
       rl.rlim_cur = old;
   }
   return rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+}
+
+hvd_status hvd_random_token(char *out) {
+  unsigned char raw[HVD_TOKEN_HEX_DIGITS / 2];
+  size_t got = 0;
+  while (got < sizeof(raw)) {
+    ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+    if (n < 0 && errno != EINTR)
+      return hvd_error(HVD_ERR_IO, "cannot make a job token: getrandom: %s", strerror(errno));
+    if (n > 0)
+      got += (size_t)n;
+  }
+  for (size_t i = 0; i < sizeof(raw); i++)
+    snprintf(out + 2 * i, 3, "%02x", raw[i]);
+  explicit_bzero(raw, sizeof(raw));
+  return HVD_OK;
 }

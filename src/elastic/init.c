@@ -6,12 +6,17 @@
  * and tearing down the state is coord's (coord/lifecycle.c).
  */
 #include "elastic.h"
+#include "launch/launch.h"
 
 HVD_API hvd_status hvd_init(void) {
   struct elastic_env env;
   struct coord_start how = {0};
   hvd_status st;
 
+  /* Under Slurm, torchrun or an Indexed Job, hvd's variables come from
+   * theirs (and rank 0 hosts the store) before anything reads them. */
+  if (!hvd_is_initialized() && launch_prepare() != HVD_OK)
+    return hvd_error_prefix("hvd_init");
   if (elastic_read_env(&env) != HVD_OK)
     return hvd_error_prefix("hvd_init");
   /* A pod of an elastic job learns its round from hvd-rendezvous's driver

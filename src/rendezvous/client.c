@@ -11,6 +11,7 @@
  * Every failure leaves a message that names the server, the request, the
  * HTTP code or curl error, and what to check.
  */
+#include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -50,6 +51,7 @@ struct call {
   const void *body;
   size_t body_len;
   char condition[64]; /* an If-Match / If-None-Match header, or "" */
+  const char *header;  /* one more header line, or NULL */
   bool idempotent;
   int64_t deadline_ns;
   int64_t server_wait_ms; /* how long the server may hold the request */
@@ -186,6 +188,8 @@ static struct curl_slist *build_headers(struct rdzv_client *c, const struct call
     list = curl_slist_append(list, "Content-Type: application/octet-stream");
   if (list != NULL && call->condition[0] != '\0')
     list = curl_slist_append(list, call->condition);
+  if (list != NULL && call->header != NULL)
+    list = curl_slist_append(list, call->header);
   return list;
 }
 
@@ -375,6 +379,7 @@ static hvd_status http_error(struct rdzv_client *c, const struct call *call, lon
     hint = c->auth_header != NULL ? " (the job token was rejected: check HVD_TOKEN)"
                                   : " (the server needs the job token: set HVD_TOKEN)";
     break;
+  case 403: st = HVD_ERR_UNAUTHORIZED; break;
   case 404: st = HVD_ERR_NOT_FOUND; break;
   case 408: st = HVD_ERR_TIMEOUT; break;
   case 409:
@@ -622,6 +627,48 @@ hvd_status rdzv_client_delete(struct rdzv_client *c, const char *scope, const ch
 
 hvd_status rdzv_client_delete_scope(struct rdzv_client *c, const char *scope) {
   return simple_delete(c, scope, NULL);
+}
+
+/* Copies a string member of the admission answer. */
+static hvd_status admit_field(const cJSON *doc, const char *name, struct hvd_buf *out) {
+  const cJSON *item = cJSON_GetObjectItemCaseSensitive(doc, name);
+  if (!cJSON_IsString(item))
+    return hvd_error(HVD_ERR_PROTOCOL, "the admission answer has no string '%s'", name);
+  hvd_buf_reset(out);
+  return hvd_buf_append(out, item->valuestring, strlen(item->valuestring));
+}
+
+hvd_status rdzv_client_admit(struct rdzv_client *c, const char *credential, struct hvd_buf *job,
+                             struct hvd_buf *token) {
+  struct call call = make_call("POST", RDZV_ADMIT_PATH + 1, NULL, deadline_for(c, -1));
+  struct hvd_buf header;
+  cJSON *doc = NULL;
+  hvd_status st = HVD_OK;
+
+  hvd_buf_init(&header, 0);
+  /* A credential is good once: only a request the server never saw is
+   * repeated. */
+  call.idempotent = false;
+  if (credential != NULL) {
+    st = hvd_buf_printf(&header, "%s: %s", RDZV_CREDENTIAL_HEADER, credential);
+    call.header = header.data;
+  }
+  if (st == HVD_OK)
+    st = exchange(c, &call);
+  if (st == HVD_OK && (doc = cJSON_ParseWithLength(c->response.data, c->response.len)) == NULL)
+    st = hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: POST %s: the answer is not JSON",
+                   c->base_url, RDZV_ADMIT_PATH);
+  if (st == HVD_OK)
+    st = admit_field(doc, "job", job);
+  if (st == HVD_OK)
+    st = admit_field(doc, "token", token);
+  cJSON_Delete(doc);
+  if (header.data != NULL)
+    explicit_bzero(header.data, header.len);
+  hvd_buf_fini(&header);
+  if (c->response.data != NULL) /* the token, as it came */
+    explicit_bzero(c->response.data, c->response.len);
+  return st;
 }
 
 hvd_status rdzv_client_health(struct rdzv_client *c, struct hvd_buf *json) {

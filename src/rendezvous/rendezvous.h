@@ -252,6 +252,26 @@ void rdzv_store_unreserve(struct rdzv_store *s, size_t bytes);
 
 /* ==== the HTTP server (server.c) ============================================ */
 struct rdzv_server;
+struct sockaddr;
+
+/*
+ * Admission (POST /_admit): a process without the job token proves who it
+ * is, and the server answers with the job's name and token. The server
+ * only gathers the evidence; the callback (the launch module's) decides.
+ * It runs on an event loop: it must be quick (one round trip to a local
+ * daemon at most) and must not call the server.
+ */
+struct rdzv_admit_request {
+  const char *credential;     /* the X-Hvd-Credential header, or NULL */
+  const struct sockaddr *peer; /* where the connection comes from */
+  const struct sockaddr *local; /* the address of ours it reached */
+};
+/* Returns true to admit; otherwise writes the reason (one line) to why. */
+typedef bool (*rdzv_admit_cb)(const struct rdzv_admit_request *req, void *arg, char *why,
+                              size_t why_size);
+
+#define RDZV_ADMIT_PATH "/_admit"
+#define RDZV_CREDENTIAL_HEADER "X-Hvd-Credential"
 
 enum { RDZV_MIN_PER_ADDRESS = 1024 };
 
@@ -276,6 +296,12 @@ struct rdzv_server_config {
    * long-poll of up to RDZV_BLOCKING_GET_MS, even without ?wait: how
    * Horovod's rank_and_size answers once the elastic round is settled. */
   const char *blocking_scope;
+  /* With a token: admission by proof (see rdzv_admit_cb); NULL refuses
+   * every POST /_admit. The job's name goes with the token in the answer,
+   * so that a rank can tell its own job's store from another's. */
+  rdzv_admit_cb admit;
+  void *admit_arg;
+  const char *job;
 };
 
 #define RDZV_BLOCKING_GET_MS 600000
@@ -357,6 +383,11 @@ hvd_status rdzv_client_cas(struct rdzv_client *c, const char *scope, const char 
                            uint64_t *current_version);
 hvd_status rdzv_client_delete(struct rdzv_client *c, const char *scope, const char *key);
 hvd_status rdzv_client_delete_scope(struct rdzv_client *c, const char *scope);
+/* Admission (POST /_admit with the credential, NULL for none): the job's
+ * name and token, as the server answers them. HVD_ERR_UNAUTHORIZED, with
+ * the server's reason, when it refuses. */
+hvd_status rdzv_client_admit(struct rdzv_client *c, const char *credential, struct hvd_buf *job,
+                             struct hvd_buf *token);
 /* The server's health document (JSON). */
 hvd_status rdzv_client_health(struct rdzv_client *c, struct hvd_buf *json);
 

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -47,6 +48,9 @@ struct rdzv_server {
   char *token;
   size_t token_len;
   char *blocking_scope; /* see rdzv_server_config */
+  rdzv_admit_cb admit;
+  void *admit_arg;
+  char *job;
   struct rdzv_store_limits limits;
   int64_t started_ns;
   atomic_ulong requests;
@@ -61,6 +65,7 @@ enum { STOP_DRAIN_MS = 2000 }; /* how long stop waits for the 503s to be sent */
 
 enum op {
   OP_HEALTH,
+  OP_ADMIT,
   OP_GET,
   OP_GET_SCOPE,
   OP_PUT,
@@ -435,6 +440,16 @@ static enum MHD_Result begin(struct request *req, const char *url) {
                          HEALTH_PATH);
     return MHD_YES;
   }
+  if (strcmp(url, RDZV_ADMIT_PATH) == 0) {
+    req->op = OP_ADMIT;
+    if (strcmp(req->method, MHD_HTTP_METHOD_POST) != 0)
+      return answer_text(req, MHD_HTTP_METHOD_NOT_ALLOWED, "%s supports POST only",
+                         RDZV_ADMIT_PATH);
+    if (req->srv->admit == NULL || req->srv->token == NULL)
+      return answer_text(req, MHD_HTTP_NOT_FOUND,
+                         "this rendezvous server admits ranks by the job token only");
+    return MHD_YES;
+  }
   req->op = pick_op(req->method, strchr(url + (url[0] == '/'), '/') != NULL, &known);
   if (!known)
     return answer_text(req, MHD_HTTP_METHOD_NOT_ALLOWED, "method %.20s is not supported (use %s)",
@@ -596,6 +611,50 @@ static enum MHD_Result answer_health(struct request *req) {
   return queue(req, MHD_HTTP_OK, resp);
 }
 
+/* POST /_admit: the callback weighs the evidence; the answer is the job's
+ * name and token, or why not. */
+static enum MHD_Result answer_admit(struct request *req) {
+  struct rdzv_server *srv = req->srv;
+  const union MHD_ConnectionInfo *peer =
+      MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  const union MHD_ConnectionInfo *fd =
+      MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  struct sockaddr_storage local;
+  socklen_t local_len = sizeof(local);
+  struct rdzv_admit_request ar = {0};
+  struct MHD_Response *resp;
+  char why[256] = "", *text;
+  cJSON *doc;
+
+  if (peer == NULL || fd == NULL || getsockname(fd->connect_fd, (struct sockaddr *)&local,
+                                                &local_len) != 0)
+    return answer_text(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "cannot read the connection's "
+                                                            "addresses");
+  ar.credential = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, RDZV_CREDENTIAL_HEADER);
+  ar.peer = peer->client_addr;
+  ar.local = (const struct sockaddr *)&local;
+  if (!srv->admit(&ar, srv->admit_arg, why, sizeof(why))) {
+    HVD_LOG_WARN("rendezvous server: admission refused: %s", why);
+    return answer_text(req, MHD_HTTP_FORBIDDEN, "admission refused: %s", why);
+  }
+  if ((doc = cJSON_CreateObject()) == NULL)
+    return MHD_NO;
+  cJSON_AddStringToObject(doc, "job", srv->job != NULL ? srv->job : "");
+  cJSON_AddStringToObject(doc, "token", srv->token);
+  text = cJSON_PrintUnformatted(doc);
+  cJSON_Delete(doc);
+  if (text == NULL)
+    return MHD_NO;
+  resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY);
+  explicit_bzero(text, strlen(text));
+  cJSON_free(text);
+  if (resp != NULL) {
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  }
+  return queue(req, MHD_HTTP_OK, resp);
+}
+
 static enum MHD_Result execute(struct request *req) {
   struct rdzv_store *store = req->srv->store;
   struct rdzv_blob *blob = NULL;
@@ -607,6 +666,8 @@ static enum MHD_Result execute(struct request *req) {
   switch (req->op) {
   case OP_HEALTH:
     return answer_health(req);
+  case OP_ADMIT:
+    return answer_admit(req);
   case OP_GET:
     if (req->wait_ms < 0 && req->srv->blocking_scope != NULL &&
         req->scope_len == strlen(req->srv->blocking_scope) &&
@@ -798,6 +859,7 @@ static void destroy(struct rdzv_server *srv) {
   pthread_mutex_destroy(&srv->parked_mu);
   free(srv->token);
   free(srv->blocking_scope);
+  free(srv->job);
   free(srv);
 }
 
@@ -843,6 +905,12 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
   }
   if (cfg->blocking_scope != NULL && (srv->blocking_scope = strdup(cfg->blocking_scope)) == NULL) {
     st = hvd_error(HVD_ERR_NO_MEMORY, "cannot copy the blocking scope's name");
+    goto fail;
+  }
+  srv->admit = cfg->admit;
+  srv->admit_arg = cfg->admit_arg;
+  if (cfg->job != NULL && (srv->job = strdup(cfg->job)) == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot copy the job's name");
     goto fail;
   }
   if (max_conn > capacity) {

@@ -101,7 +101,7 @@ hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out
     if (ctx->addrs[i].ss.ss_family == AF_INET6)
       family = AF_INET6; /* dual-stack: serves the IPv4 addresses too */
   }
-  st = net_listen(family, cfg->port_range, &ctx->listen_fd, &ctx->port);
+  st = net_listen_avoiding(family, cfg->port_range, cfg->store_port, &ctx->listen_fd, &ctx->port);
   if (st != HVD_OK)
     goto fail;
   (void)hvd_raise_fd_limit();

@@ -10,7 +10,6 @@
  * sockets bind one port as long as neither listens, so the loser finds out
  * only at listen(). Each attempt uses a fresh socket.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -21,41 +20,6 @@
 #include "transport.h"
 
 enum { LISTEN_BACKLOG = 4096 };
-
-/* A port "1".."65535": digits only, no sign, no blanks. */
-static bool parse_port(const char *text, size_t len, int *out) {
-  int64_t v;
-
-  if (len == 0 || !isdigit((unsigned char)text[0]))
-    return false;
-  if (!hvd_parse_int64(text, len, &v) || v < 1 || v > 65535)
-    return false;
-  *out = (int)v;
-  return true;
-}
-
-static hvd_status parse_port_range(const char *text, int *lo, int *hi) {
-  const char *dash = strchr(text, '-');
-  size_t first_len = dash != NULL ? (size_t)(dash - text) : strlen(text);
-  int a = 0;
-  int b = 0;
-
-  if (!parse_port(text, first_len, &a))
-    goto bad;
-  b = a;
-  if (dash != NULL && !parse_port(dash + 1, strlen(dash + 1), &b))
-    goto bad;
-  if (a > b)
-    goto bad;
-  *lo = a;
-  *hi = b;
-  return HVD_OK;
-bad:
-  return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                   "HVD_PORT_RANGE='%s' is malformed: expected a port 'A' or a range 'A-B' with "
-                   "1 <= A <= B <= 65535 (e.g. 40000-40100), or unset for any free port",
-                   text);
-}
 
 /* Different in every process and call, so that concurrent ranks spread out. */
 static uint64_t random_start(void) {
@@ -136,6 +100,11 @@ static hvd_status listen_error(int family, int port, const char *call, int err) 
 }
 
 hvd_status net_listen(int family, const char *port_range, int *fd, int *port) {
+  return net_listen_avoiding(family, port_range, 0, fd, port);
+}
+
+hvd_status net_listen_avoiding(int family, const char *port_range, int avoid, int *fd,
+                               int *port) {
   struct sockaddr_storage ss;
   socklen_t len = sizeof(ss);
   const char *call = "";
@@ -149,7 +118,7 @@ hvd_status net_listen(int family, const char *port_range, int *fd, int *port) {
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "listener address family %d is neither AF_INET nor AF_INET6", family);
   if (port_range != NULL && port_range[0] != '\0') {
-    st = parse_port_range(port_range, &lo, &hi);
+    st = hvd_parse_port_range(port_range, &lo, &hi);
     if (st != HVD_OK)
       return st;
   }
@@ -163,6 +132,8 @@ hvd_status net_listen(int family, const char *port_range, int *fd, int *port) {
 
     for (uint32_t i = 0; i < count && s < 0; i++) {
       int p = lo + (int)((start + i) % count);
+      if (p == avoid)
+        continue;
       err = try_listen(family, p, &s, &call);
       if (err != 0 && err != EADDRINUSE)
         return listen_error(family, p, call, err);

@@ -89,6 +89,10 @@ hvd_status net_select_addresses(const char *spec, const char *route_host, int ro
  * that ranks on one host do not all race for the same port.
  */
 hvd_status net_listen(int family, const char *port_range, int *fd, int *port);
+/* The same, never taking port `avoid` (the store's, which rank 0 may bind
+ * after this rank's listener; 0: none). */
+hvd_status net_listen_avoiding(int family, const char *port_range, int avoid, int *fd,
+                               int *port);
 
 /* ==== peer records (the rendezvous module encodes them: rdzv_record) ========== */
 

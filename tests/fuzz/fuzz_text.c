@@ -3,9 +3,11 @@
  * strict numbers and booleans of src/common (hvd_parse_*, and hvd_env_*
  * through a real variable, which adds the trimming), log levels, numeric
  * addresses (net_addr_parse) and interface specs (net_iface_match, for
- * HOROVOD_GLOO_IFACE, against a made-up host). Each input is given to all
- * of them, and each answer is checked against a property: an independent
- * reading of the same text, or a round trip through the formatter.
+ * HOROVOD_GLOO_IFACE, against a made-up host), and Slurm's compressed
+ * host lists and task counts (src/launch/hostlist.c). Each input is given
+ * to all of them, and each answer is checked against a property: an
+ * independent reading of the same text, or a round trip through the
+ * formatter.
  */
 #include <ctype.h>
 #include <math.h>
@@ -16,6 +18,7 @@
 
 #include "common/common.h"
 #include "fuzz.h"
+#include "launch/launch.h"
 #include "transport/transport.h"
 
 #define VAR "HVD_FUZZ_VALUE"
@@ -219,6 +222,53 @@ static void check_iface(const char *text) {
   FUZZ_CHECK(count > 0, "'%s' selected nothing but succeeded", text);
 }
 
+/* Names of a host list: 1 to 255 bytes of what a name may hold; without
+ * brackets, the list is just its names joined by commas. */
+static void check_hostlist(const char *text) {
+  struct launch_hostlist l;
+  size_t at = 0;
+  bool brackets = strchr(text, '[') != NULL;
+
+  if (launch_hostlist_parse(text, 4096, &l) != HVD_OK)
+    return;
+  FUZZ_CHECK(l.count >= 1 && l.count <= 4096, "%zu names", l.count);
+  for (size_t i = 0; i < l.count; i++) {
+    const char *name = launch_hostlist_get(&l, i);
+    size_t len = strlen(name);
+    FUZZ_CHECK(len >= 1 && len <= 255, "name %zu of %zu bytes", i, len);
+    for (size_t k = 0; k < len; k++) {
+      unsigned char c = (unsigned char)name[k];
+      FUZZ_CHECK(c > ' ' && c < 0x7f && c != ',' && c != '[' && c != ']', "name '%s'", name);
+    }
+    if (!brackets) {
+      FUZZ_CHECK(strncmp(text + at, name, len) == 0 &&
+                     (text[at + len] == ',' || text[at + len] == '\0'),
+                 "name '%s' is not the list's item at %zu", name, at);
+      at += len + 1;
+    }
+  }
+  FUZZ_CHECK(launch_hostlist_get(&l, l.count) == NULL, "a name past the end");
+  launch_hostlist_fini(&l);
+}
+
+/* Task counts read back the same from their plain form. */
+static void check_tasks(const char *text) {
+  static int counts[64], again[64];
+  char plain[64 * 12];
+  size_t n = 0, m = 0, len = 0;
+
+  if (launch_tasks_per_node_parse(text, counts, 64, &n) != HVD_OK)
+    return;
+  FUZZ_CHECK(n >= 1 && n <= 64, "%zu nodes", n);
+  for (size_t i = 0; i < n; i++) {
+    FUZZ_CHECK(counts[i] >= 1, "count %d", counts[i]);
+    len += (size_t)snprintf(plain + len, sizeof(plain) - len, "%s%d", i ? "," : "", counts[i]);
+  }
+  FUZZ_CHECK(launch_tasks_per_node_parse(plain, again, 64, &m) == HVD_OK && m == n &&
+                 memcmp(again, counts, n * sizeof(*counts)) == 0,
+             "'%s' reads back differently", plain);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *text = malloc(size + 1);
 
@@ -232,6 +282,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   check_env(text);
   check_addr(text);
   check_iface(text);
+  check_hostlist(text);
+  check_tasks(text);
   free(text);
   return 0;
 }

@@ -379,6 +379,7 @@ static void text_seeds(void) {
       "42", "-9223372036854775808", "9223372036854775808", "+007", " 1e3 ", "0x10", "1.5e-300",
       "inf", "nan", "TRUE", "off", "Warn", " debug\n", "10.0.0.5", "::1", "fe80::1%lo",
       "fe80::1%4294967295", "::ffff:1.2.3.4", "eth", "^docker,lo", "=ib,eth0", "ib,", "",
+      "gpu[01-04,07],cpu-a[1-2]", "rack[1-2]-n[08-11]", "n[2-1]", "n[1-2", "2(x3),1", "1(x0)",
   };
   for (size_t i = 0; i < HVD_ARRAY_SIZE(seeds); i++) {
     char what[32];

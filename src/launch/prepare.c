@@ -1,0 +1,138 @@
+/*
+ * The launch step of hvd_init: the job as the launcher described it, put
+ * in the words the rest of hvd reads.
+ *
+ * DESIGN. Under Slurm, torchrun or a Kubernetes Indexed Job, the ranks,
+ * the store's address and the token are provided (hvd_env_provide) as
+ * HOROVOD_RANK ... HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT and HVD_TOKEN; a
+ * variable the user set wins over the derived value. Rank 0 hosts the
+ * store, in this process, for the rest of its life, unless
+ * HOROVOD_GLOO_RENDEZVOUS_ADDR names another: its token is HVD_TOKEN
+ * where every rank has one (an sbatch script or a manifest exported it),
+ * else a random one that the other ranks get through admission
+ * (admit.c). hvdrun's ranks and a process on its own need nothing here.
+ * The step runs once per process; a failed one runs again at the next
+ * hvd_init.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "launch.h"
+
+static pthread_mutex_t prepare_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool prepared;                /* under prepare_mu */
+static struct rdzv_server *g_hosted; /* the store rank 0 hosts: the process's */
+static char g_job[LAUNCH_NAME_MAX];  /* its job's name (the admission callback's) */
+
+static hvd_status provide_int(const char *name, int value) {
+  char text[16];
+  if (value < 0)
+    return HVD_OK;
+  snprintf(text, sizeof(text), "%d", value);
+  return hvd_env_provide(name, text);
+}
+
+static hvd_status provide_ranks(const struct launch_job *job) {
+  hvd_status st = provide_int("HOROVOD_RANK", job->rank);
+  if (st == HVD_OK)
+    st = provide_int("HOROVOD_SIZE", job->size);
+  if (st == HVD_OK && job->local_rank >= 0 && job->cross_rank >= 0) {
+    st = provide_int("HOROVOD_LOCAL_RANK", job->local_rank);
+    if (st == HVD_OK)
+      st = provide_int("HOROVOD_LOCAL_SIZE", job->local_size);
+    if (st == HVD_OK)
+      st = provide_int("HOROVOD_CROSS_RANK", job->cross_rank);
+    if (st == HVD_OK)
+      st = provide_int("HOROVOD_CROSS_SIZE", job->cross_size);
+  }
+  if (st == HVD_OK && job->host[0] != '\0')
+    st = hvd_env_provide("HOROVOD_HOSTNAME", job->host);
+  return st;
+}
+
+/* The store, in this process: on every interface, at the job's port. */
+static hvd_status host_store(const struct launch_job *job, int port, const char *token) {
+  struct rdzv_server_config cfg;
+  hvd_status st;
+
+  snprintf(g_job, sizeof(g_job), "%s", job->job);
+  rdzv_server_config_default(&cfg);
+  cfg.port = port;
+  cfg.token = token;
+  cfg.threads = job->size > 256 ? 0 : 1;
+  cfg.admit = launch_admit_cb;
+  cfg.admit_arg = g_job;
+  cfg.job = g_job;
+  st = rdzv_server_start(&cfg, &g_hosted);
+  if (st == HVD_ERR_CONFLICT) /* the port is taken */
+    return hvd_error_prefix("hosting the job's store on port %d (%s), which another process "
+                            "holds: set HOROVOD_GLOO_RENDEZVOUS_PORT to a free port, the same "
+                            "for every rank",
+                            port, job->store_port_why);
+  return st == HVD_OK ? st : hvd_error_prefix("hosting the job's store on port %d", port);
+}
+
+static hvd_status prepare(void) {
+  struct launch_job job;
+  const char *addr = hvd_env_real("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  char token[HVD_TOKEN_HEX_DIGITS + 1] = "", port_text[8];
+  int64_t timeout_s;
+  int port = 0;
+  hvd_status st;
+
+  if ((st = launch_detect(&job)) != HVD_OK)
+    return st;
+  if (job.kind == LAUNCH_NONE || job.kind == LAUNCH_HVDRUN) {
+    HVD_LOG_DEBUG("launcher: %s (%s)", launch_kind_name(job.kind), job.why);
+    return HVD_OK;
+  }
+  st = launch_env_int("HOROVOD_GLOO_RENDEZVOUS_PORT", 1, 65535, &port);
+  if (st == HVD_ERR_NOT_FOUND)
+    port = job.store_port;
+  else if (st == HVD_OK)
+    snprintf(job.store_port_why, sizeof(job.store_port_why), "HOROVOD_GLOO_RENDEZVOUS_PORT");
+  else
+    return st;
+  if ((st = hvd_env_int("HOROVOD_GLOO_TIMEOUT_SECONDS", RDZV_DEFAULT_TIMEOUT_MS / 1000, 1,
+                        7 * 24 * 3600, &timeout_s)) != HVD_OK)
+    return st;
+  hvd_log_set_rank(job.rank);
+  if (job.rank == 0) /* shown whatever the log level: the job's first words */
+    hvd_log_write(HVD_LOG_INFO, __FILE__, __LINE__, "launcher: %s (%s): %d ranks; store %s:%d%s",
+                  launch_kind_name(job.kind), job.why, job.size,
+                  addr != NULL ? addr : job.store_host, port,
+                  addr != NULL ? " (HOROVOD_GLOO_RENDEZVOUS_ADDR)"
+                  : job.size > 1 ? ", hosted by this rank" : " (not needed)");
+  if ((st = provide_ranks(&job)) != HVD_OK || job.size == 1)
+    return st;
+  snprintf(port_text, sizeof(port_text), "%d", port);
+  if ((st = hvd_env_provide("HOROVOD_GLOO_RENDEZVOUS_ADDR", job.store_host)) != HVD_OK ||
+      (st = hvd_env_provide("HOROVOD_GLOO_RENDEZVOUS_PORT", port_text)) != HVD_OK)
+    return st;
+  if (addr != NULL || hvd_env_real("HVD_TOKEN") != NULL) {
+    /* The user's store, or a token every rank has: rank 0 hosts with it. */
+    if (addr == NULL && job.rank == 0)
+      st = host_store(&job, port, hvd_env_real("HVD_TOKEN"));
+    return st;
+  }
+  if (job.rank == 0) {
+    st = hvd_random_token(token);
+    if (st == HVD_OK)
+      st = host_store(&job, port, token);
+  } else {
+    st = launch_admission(job.store_host, port, job.job, timeout_s * 1000, token, sizeof(token));
+  }
+  if (st == HVD_OK)
+    st = hvd_env_provide("HVD_TOKEN", token);
+  explicit_bzero(token, sizeof(token));
+  return st;
+}
+
+hvd_status launch_prepare(void) {
+  hvd_status st = HVD_OK;
+  pthread_mutex_lock(&prepare_mu);
+  if (!prepared && (st = prepare()) == HVD_OK)
+    prepared = true;
+  pthread_mutex_unlock(&prepare_mu);
+  return st;
+}
