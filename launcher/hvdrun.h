@@ -22,6 +22,7 @@ struct hvdrun_options {
   int ssh_port;            /* -p; 0: ssh's default */
   const char *ssh_identity;
   const char *ssh_command; /* --ssh-command; default "ssh" */
+  bool srun;               /* remote ranks start through srun (hosts of an allocation) */
   const char *iface;       /* --network-interface */
   int start_timeout_s;     /* --start-timeout (HOROVOD_START_TIMEOUT, 30) */
   int rendezvous_port;     /* --rendezvous-port; 0: ephemeral */
@@ -172,6 +173,18 @@ void hvdrun_each_scope(const struct hvdrun_host *hosts, const struct hvdrun_slot
                        void (*fn)(void *arg, const char *scope, size_t ranks), void *arg);
 /* Whether the name is this machine (localhost, a local address, our hostname). */
 bool hvdrun_host_is_local(const char *name);
+
+/* ==== a Slurm allocation (allocation.c) ======================================= */
+
+/* Whether hvdrun runs inside a Slurm allocation (salloc, sbatch). */
+bool hvdrun_in_allocation(void);
+/* The allocation's hosts, in Slurm's order, each with its tasks (or CPUs
+ * when no tasks were asked for) as slots. Errors name the variable. */
+hvd_status hvdrun_allocation_hosts(struct hvdrun_host **out, size_t *n);
+struct hvdrun_argv;
+/* srun's command line for one remote rank: one task on host running the
+ * shell command text. */
+hvd_status hvdrun_srun_argv(const char *host, const char *text, struct hvdrun_argv *argv);
 
 /* ==== elastic hosts (discovery.c) =========================================== */
 

@@ -1,6 +1,7 @@
 /*
  * hvdrun: starts an hvd job. See hvdrun --help and docs/running.md.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,15 @@ int main(int argc, char **argv) {
       st = hvdrun_parse_hosts(o.hosts, &hosts, &nhosts);
     } else if (o.hostfile != NULL) {
       st = hvdrun_read_hostfile(o.hostfile, &hosts, &nhosts);
+    } else if (hvdrun_in_allocation()) {
+      /* Slurm's hosts; their ranks start through srun unless a remote
+       * shell was named. */
+      st = hvdrun_allocation_hosts(&hosts, &nhosts);
+      o.srun = strcmp(o.ssh_command, "ssh") == 0;
+      if (st == HVD_OK && o.verbose)
+        fprintf(stderr, "hvdrun: inside Slurm job %s: hosts %s, remote ranks through %s\n",
+                getenv("SLURM_JOB_ID"), getenv("SLURM_JOB_NODELIST"),
+                o.srun ? "srun" : o.ssh_command);
     } else if (o.np < 0) {
       st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "give -np N (or hosts with -H or --hostfile)");
     } else {

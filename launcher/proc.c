@@ -182,6 +182,13 @@ static hvd_status command(const struct hvdrun_options *o, const char *host, bool
       st = hvdrun_shell_quote(o->command[i], &text, &len, &cap);
   }
   hvdrun_env_fini(&vars);
+  if (st == HVD_OK && o->srun) {
+    st = hvdrun_srun_argv(host, text, argv);
+    free(text);
+    for (char **e = environ; *e != NULL && st == HVD_OK; e++) /* srun itself: hvdrun's */
+      st = hvdrun_env_put(env, *e);
+    return st;
+  }
   if (st == HVD_OK && strcmp(o->ssh_command, "ssh") == 0) {
     /* As horovodrun runs it (stdin carries the token, then ends). */
     const char *fixed[] = {"ssh", "-o", "PasswordAuthentication=no", "-o",

@@ -29,6 +29,9 @@ python3-packaging
 python3-cloudpickle
 python3-sklearn
 python3-torchvision
+slurm-wlm
+munge
+libmunge-dev
 "
 
 missing=""

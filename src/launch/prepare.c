@@ -5,14 +5,13 @@
  * DESIGN. Under Slurm, torchrun or a Kubernetes Indexed Job, the ranks,
  * the store's address and the token are provided (hvd_env_provide) as
  * HOROVOD_RANK ... HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT and HVD_TOKEN; a
- * variable the user set wins over the derived value. Rank 0 hosts the
- * store, in this process, for the rest of its life, unless
- * HOROVOD_GLOO_RENDEZVOUS_ADDR names another: its token is HVD_TOKEN
- * where every rank has one (an sbatch script or a manifest exported it),
- * else a random one that the other ranks get through admission
- * (admit.c). hvdrun's ranks and a process on its own need nothing here.
- * The step runs once per process; a failed one runs again at the next
- * hvd_init.
+ * variable the user set wins over the derived value (ADDR says where rank
+ * 0 is reachable, PORT where it listens). Rank 0 hosts the store, in this
+ * process, for the rest of its life: its token is HVD_TOKEN where every
+ * rank has one (an sbatch script or a manifest exported it), else a random
+ * one that the other ranks get through admission (admit.c). hvdrun's
+ * ranks and a process on its own need nothing here. The step runs once
+ * per process; a failed one runs again at the next hvd_init.
  */
 #include <stdio.h>
 #include <string.h>
@@ -96,25 +95,22 @@ static hvd_status prepare(void) {
   if ((st = hvd_env_int("HOROVOD_GLOO_TIMEOUT_SECONDS", RDZV_DEFAULT_TIMEOUT_MS / 1000, 1,
                         7 * 24 * 3600, &timeout_s)) != HVD_OK)
     return st;
+  if (addr != NULL)
+    snprintf(job.store_host, sizeof(job.store_host), "%s", addr);
   hvd_log_set_rank(job.rank);
-  if (job.rank == 0) /* shown whatever the log level: the job's first words */
-    hvd_log_write(HVD_LOG_INFO, __FILE__, __LINE__, "launcher: %s (%s): %d ranks; store %s:%d%s",
-                  launch_kind_name(job.kind), job.why, job.size,
-                  addr != NULL ? addr : job.store_host, port,
-                  addr != NULL ? " (HOROVOD_GLOO_RENDEZVOUS_ADDR)"
-                  : job.size > 1 ? ", hosted by this rank" : " (not needed)");
+  if (job.rank == 0 && job.size > 1) /* shown whatever the log level: the job's first words */
+    hvd_log_write(HVD_LOG_INFO, __FILE__, __LINE__,
+                  "launcher: %s (%s): %d ranks; this rank hosts the store at %s:%d (port: %s)",
+                  launch_kind_name(job.kind), job.why, job.size, job.store_host, port,
+                  job.store_port_why);
   if ((st = provide_ranks(&job)) != HVD_OK || job.size == 1)
     return st;
   snprintf(port_text, sizeof(port_text), "%d", port);
   if ((st = hvd_env_provide("HOROVOD_GLOO_RENDEZVOUS_ADDR", job.store_host)) != HVD_OK ||
       (st = hvd_env_provide("HOROVOD_GLOO_RENDEZVOUS_PORT", port_text)) != HVD_OK)
     return st;
-  if (addr != NULL || hvd_env_real("HVD_TOKEN") != NULL) {
-    /* The user's store, or a token every rank has: rank 0 hosts with it. */
-    if (addr == NULL && job.rank == 0)
-      st = host_store(&job, port, hvd_env_real("HVD_TOKEN"));
-    return st;
-  }
+  if (hvd_env_real("HVD_TOKEN") != NULL) /* every rank has it: rank 0 hosts with it */
+    return job.rank == 0 ? host_store(&job, port, hvd_env_real("HVD_TOKEN")) : HVD_OK;
   if (job.rank == 0) {
     st = hvd_random_token(token);
     if (st == HVD_OK)

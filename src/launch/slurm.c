@@ -111,7 +111,9 @@ hvd_status launch_slurm_read(struct launch_job *job) {
   if (st == HVD_OK && (st = launch_store_range(&lo, &hi)) == HVD_OK) {
     job->store_port = launch_port_for(job->job, lo, hi);
     snprintf(job->store_port_why, sizeof(job->store_port_why),
-             "derived from job %d step %d in %d-%d (HVD_PORT_RANGE)", job_id, step_id, lo, hi);
+             "derived from job %d step %d in %d-%d%s", job_id, step_id, lo, hi,
+             hvd_env_real("HVD_PORT_RANGE") != NULL ? " (HVD_PORT_RANGE)"
+                                                    : ", HVD_PORT_RANGE's default");
   }
   free(counts);
   launch_hostlist_fini(&hosts);
