@@ -1,19 +1,31 @@
-"""How long hvd.init() takes under srun: every task notes when its script
-started (before any import), when its imports were done and when hvd.init()
-returned, and rank 0 prints, in ms, from the last task's start to the last
-hvd.init() to return, and from the last task's imports to the same."""
+"""How long a job's start takes under srun: init_time.py hvd|hvd.torch|torch
+
+Each task prints one line, "init_time S I D": when its script started
+(before any import), when its imports were done, and when its process group
+was up (seconds since the epoch; the bed's hosts share one clock). Modes:
+hvd's core package alone (no torch: hvd's own cost), hvd.torch as a
+training script imports it, and torch.distributed.init_process_group('gloo')
+from the variables an sbatch script computes by hand for torch
+(MASTER_ADDR, MASTER_PORT) and Slurm's (RANK, WORLD_SIZE from SLURM_PROCID
+and SLURM_NTASKS)."""
+import os
+import sys
 import time
 
 started = time.time()
-import torch  # noqa: E402
-
-import hvd.torch as hvd  # noqa: E402
-
+mode = sys.argv[1]
+if mode == 'hvd':
+    from hvd import _core as group
+elif mode == 'hvd.torch':
+    import hvd.torch as group
+else:
+    import torch.distributed as dist
+    os.environ['RANK'] = os.environ['SLURM_PROCID']
+    os.environ['WORLD_SIZE'] = os.environ['SLURM_NTASKS']
 imported = time.time()
-hvd.init()
-initialized = time.time()
-t = hvd.allgather(torch.tensor([[started, imported, initialized]], dtype=torch.float64))
-if hvd.rank() == 0:
-    last = t.max(dim=0).values.tolist()
-    print('init_time_ms start %.0f imported %.0f' % ((last[2] - last[0]) * 1e3,
-                                                       (last[2] - last[1]) * 1e3), flush=True)
+if mode == 'torch':
+    dist.init_process_group('gloo')
+    dist.barrier()
+else:
+    group.init()
+print('init_time %.6f %.6f %.6f' % (started, imported, time.time()), flush=True)
