@@ -316,20 +316,11 @@ def worker_latency(args):
 # ==== torchrun ====================================================================================
 
 def torchrun(argv):
-    """torchrun with argv, working around a bug of torch 1.13 under Python
-    3.11: its Std.from_str finds no member for '0' (the default of
-    --redirects and --tee), since 3.11's Flag iteration skips the zero and
-    composite members, and the launch fails with "'NoneType' object has no
-    attribute 'get'"."""
-    from torch.distributed.elastic.multiprocessing.api import Std
-    from torch.distributed.run import main as torchrun_main
-    if Std.from_str('0') is None:
-        def from_str(text):
-            if ':' in text:
-                return {int(i): Std(int(v)) for i, v in (m.split(':') for m in text.split(','))}
-            return Std(int(text))
-        Std.from_str = staticmethod(from_str)
-    torchrun_main(argv)
+    """torchrun with argv, with the fix Debian's torch 1.13 needs under
+    Python 3.11 (tests/python/torchrun.py)."""
+    sys.path.insert(0, os.path.join(REPO, 'tests', 'python'))
+    import torchrun as fixed_torchrun
+    fixed_torchrun.main(argv)
 
 
 # ==== the driver ==================================================================================

@@ -299,6 +299,10 @@ START_TEST(detect_order_and_forcing) {
   setenv("MASTER_ADDR", "x", 1);
   setenv("MASTER_PORT", "1", 1);
   ck_assert_int_eq(detect_ok().kind, LAUNCH_SLURM);
+  /* ... but the workers of `srun torchrun ...` are torchrun's. */
+  setenv("TORCHELASTIC_RUN_ID", "none", 1);
+  ck_assert_int_eq(detect_ok().kind, LAUNCH_TORCHRUN);
+  unsetenv("TORCHELASTIC_RUN_ID");
   setenv("HVD_LAUNCHER", "none", 1);
   job = detect_ok();
   ck_assert_int_eq(job.kind, LAUNCH_NONE);

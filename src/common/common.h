@@ -109,8 +109,6 @@ const char *hvd_env_real(const char *name);
  * variables this way (the environment itself is left alone, so children
  * do not inherit them). Thread-safe; a value handed out stays valid. */
 hvd_status hvd_env_provide(const char *name, const char *value);
-/* Forgets every provided value (tests). */
-void hvd_env_provided_clear(void);
 
 /* ---- clocks and deadlines (clock.c) --------------------------------------
  * Deadlines are absolute CLOCK_MONOTONIC nanoseconds; HVD_NO_DEADLINE never

@@ -14,8 +14,8 @@ enum { ENV_VALUE_MAX = 256, PROVIDED_MAX = 32 };
 
 /* Values the launch module derived from a launcher's own variables. A
  * value, once handed out, stays valid for the life of the process: a
- * replaced one moves to `retired` instead of being freed (values change
- * only when a test provides others). */
+ * replaced one moves to `retired` instead of being freed (a value changes
+ * only where a later hvd_init derives another). */
 struct provided {
   char *name, *value;
 };
@@ -73,16 +73,6 @@ hvd_status hvd_env_provide(const char *name, const char *value) {
   }
   pthread_mutex_unlock(&provided_mu);
   return st;
-}
-
-void hvd_env_provided_clear(void) {
-  pthread_mutex_lock(&provided_mu);
-  for (size_t i = 0; i < nprovided; i++) {
-    retire(provided[i].value);
-    retire(provided[i].name);
-  }
-  nprovided = 0;
-  pthread_mutex_unlock(&provided_mu);
 }
 
 const char *hvd_env_real(const char *name) {

@@ -4,12 +4,16 @@
  * DESIGN. HVD_LAUNCHER forces one; otherwise the first whose variables
  * are there wins, in this order: hvd's own (HOROVOD_RANK, HVD_POD or
  * HOROVOD_ELASTIC: hvdrun, hvd-rendezvous's pods, or a user who set them),
- * a Slurm job step (SLURM_STEP_ID with SLURM_PROCID: a task of srun, not
- * the batch script or an salloc shell), torchrun's (RANK, WORLD_SIZE,
- * MASTER_ADDR and MASTER_PORT, which PyTorchJob and similar operators set
- * too), a Kubernetes Indexed Job (JOB_COMPLETION_INDEX), else a process on
- * its own. hvdrun's ranks started through srun carry both hvdrun's
- * variables and Slurm's, and hvdrun's win. Each launcher's own file reads
+ * a worker of torchrun itself (its variables with TORCHELASTIC_RUN_ID), a
+ * Slurm job step (SLURM_STEP_ID with SLURM_PROCID: a task of srun, not the
+ * batch script or an salloc shell), torchrun's variables without torchrun
+ * (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, which PyTorchJob and
+ * similar operators set), a Kubernetes Indexed Job (JOB_COMPLETION_INDEX),
+ * else a process on its own. The order settles the mixes that happen:
+ * hvdrun's ranks started through srun carry Slurm's variables too, and so
+ * do the workers of `srun torchrun ...` (one torchrun per node), whose
+ * ranks are torchrun's; a script under srun that sets RANK and WORLD_SIZE
+ * for torch itself keeps Slurm's (the same values). Each launcher's own file reads
  * its variables; what they cannot say stays -1 and is derived later from
  * the host names every rank publishes.
  */
@@ -74,14 +78,19 @@ static enum launch_kind sniff(char *why, size_t size) {
              set("HOROVOD_RANK") ? "HOROVOD_RANK" : set("HVD_POD") ? "HVD_POD" : "HOROVOD_ELASTIC");
     return LAUNCH_HVDRUN;
   }
+  bool torch_vars = set("RANK") && set("WORLD_SIZE") && set("MASTER_ADDR") && set("MASTER_PORT");
+  if (torch_vars && set("TORCHELASTIC_RUN_ID")) {
+    snprintf(why, size, "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RUN_ID are "
+                        "set (a worker of torchrun)");
+    return LAUNCH_TORCHRUN;
+  }
   if (set("SLURM_STEP_ID") && set("SLURM_PROCID")) {
     snprintf(why, size, "SLURM_STEP_ID=%.32s and SLURM_PROCID=%.32s are set (a task of srun)",
              hvd_env_real("SLURM_STEP_ID"), hvd_env_real("SLURM_PROCID"));
     return LAUNCH_SLURM;
   }
-  if (set("RANK") && set("WORLD_SIZE") && set("MASTER_ADDR") && set("MASTER_PORT")) {
-    snprintf(why, size, "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are set%s",
-             set("TORCHELASTIC_RUN_ID") ? " (torchrun)" : "");
+  if (torch_vars) {
+    snprintf(why, size, "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are set");
     return LAUNCH_TORCHRUN;
   }
   if (set("JOB_COMPLETION_INDEX")) {

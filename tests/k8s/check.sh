@@ -5,14 +5,21 @@
 #  - yamllint --strict (Debian package yamllint), when it is installed;
 #  - a structural check in python3 with its yaml module (python3-yaml):
 #    every document has apiVersion, kind and metadata.name; every
-#    container variable is one hvd reads (or a Kubernetes one); every
-#    worker's HOROVOD_GLOO_RENDEZVOUS_ADDR names a Service of the
-#    examples whose port is the worker's HOROVOD_GLOO_RENDEZVOUS_PORT and
-#    leads to an hvd-rendezvous container listening on it, with its
-#    probes on GET /_health; store and workers use the same Secret and
-#    key for the token; job sizes match HOROVOD_SIZE or the store's
-#    --np; NetworkPolicies let the pods reach the store and each other;
-#    docs/kubernetes.md creates that Secret and shows examples/k8s/Dockerfile;
+#    container variable is one hvd reads (or a Kubernetes one the manifest
+#    leaves to Kubernetes); every pod-mode worker's (HVD_POD=1)
+#    HOROVOD_GLOO_RENDEZVOUS_ADDR names a Service of the examples whose
+#    port is the worker's HOROVOD_GLOO_RENDEZVOUS_PORT and leads to an
+#    hvd-rendezvous container listening on it, with its probes on GET
+#    /_health; a Job's worker without HVD_POD=1 (hvd_init finds the
+#    Indexed Job by itself, index 0 hosting the store) is an Indexed Job
+#    with HOROVOD_SIZE = completions, one rank per pod, whose template's
+#    subdomain names a headless Service of the examples that selects its
+#    pods, publishes them before they are Ready and has the store's port
+#    (29400, or HOROVOD_GLOO_RENDEZVOUS_PORT); store and workers use the
+#    same Secret and key for the token; job sizes match HOROVOD_SIZE or the
+#    store's --np; NetworkPolicies let the pods reach the store and each
+#    other; docs/kubernetes.md creates that Secret and shows
+#    examples/k8s/Dockerfile;
 #  - with BIN_DIR (a build's bin/, e.g. build/bin): every workload's
 #    commands are also run here, as its pods would run them: the store
 #    with its manifest's arguments (port 0, on 127.0.0.1, the token in a
@@ -22,10 +29,15 @@
 #    rewritten to 127.0.0.1. Every process must exit 0; in a static job pod
 #    i must be rank i, hvd-bench's check and train_mlp's comparison must
 #    pass; an elastic job must train all its pods' workers to the end; the
-#    store must stop with 0 on SIGTERM. Two changes for speed: in a `sh -c`
-#    script "sleep infinity" (a StatefulSet's idle tail) becomes
-#    "kill -TERM $$", and a --step-ms value becomes 0. The elastic run is
-#    left out when hvd-rendezvous has no --min-np.
+#    store must stop with 0 on SIGTERM. An Indexed Job without a store
+#    runs the same way with JOB_COMPLETION_INDEX=i, index 0's name
+#    replaced by 127.0.0.1 and its port by a free one; while one pod is
+#    held back, index 0's store must answer its health, refuse a request
+#    without the token and turn away a rank with another token; then the
+#    last pod joins. Two changes for speed: in a `sh -c` script "sleep
+#    infinity" (a StatefulSet's idle tail) becomes "kill -TERM $$", and a
+#    --step-ms value becomes 0. The elastic run is left out when
+#    hvd-rendezvous has no --min-np.
 #
 # Exit status: 0 when every check passes, 1 with a message per failure,
 # 77 (skipped) when neither yamllint nor python3's yaml module is present.
@@ -64,7 +76,8 @@ if [ "$have_yaml" = 0 ]; then
 fi
 
 python3 - "$root" "$bin" <<'EOF' || rc=1
-import glob, json, os, re, signal, subprocess, sys, tempfile, time, urllib.error, urllib.request
+import glob, json, os, re, signal, socket, subprocess, sys, tempfile, time, urllib.error
+import urllib.request
 import yaml
 
 root, bin_dir = sys.argv[1], sys.argv[2]
@@ -80,15 +93,22 @@ HVD_VARS = {
     "HVD_POD", "HVD_TOKEN", "HVD_PORT_RANGE", "HOROVOD_SIZE", "HOROVOD_RANK",
     "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_HOSTNAME", "HOROVOD_ELASTIC",
     "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT", "HOROVOD_GLOO_IFACE",
-    "HOROVOD_GLOO_TIMEOUT_SECONDS", "HOROVOD_LOG_LEVEL", "HOROVOD_LOG_HIDE_TIME",
+    "HOROVOD_GLOO_TIMEOUT_SECONDS", "HOROVOD_LOG_LEVEL", "HOROVOD_LOG_HIDE_TIME", "HVD_LAUNCHER",
 }
 for d in ("src", "launcher", "include", "examples", "bench"):
     for path in glob.glob(os.path.join(root, d, "**", "*.[ch]"), recursive=True):
         with open(path, errors="replace") as f:
             HVD_VARS.update(re.findall(r'"((?:HVD|HOROVOD|NCCL)_[A-Z0-9_]+)"', f.read()))
-# Set by Kubernetes itself in an Indexed Job's pods.
+# Set by Kubernetes itself in an Indexed Job's pods (hvd_init reads it there:
+# src/launch/k8s.c); a manifest leaves it to Kubernetes.
 K8S_VARS = {"JOB_COMPLETION_INDEX"}
 PROGRAMS = {"hvd-rendezvous", "hvd-bench", "train_mlp", "train_elastic"}
+# The image's programs that call hvd_init, which finds an Indexed Job by
+# itself (hvd-bench does only with -g, a GPU).
+INIT_PROGRAMS = {"train_mlp"}
+# Where index 0 of an Indexed Job hosts the store unless
+# HOROVOD_GLOO_RENDEZVOUS_PORT says otherwise (src/launch/k8s.c).
+K8S_STORE_PORT = 29400
 STORE_FLAGS = {
     "--bind", "--port", "--token-file", "--plan", "--threads", "--max-connections",
     "--max-value-bytes", "--max-store-bytes", "--max-name-bytes", "--idle-timeout",
@@ -223,7 +243,9 @@ for o in objects:
             if re.match(r"(HVD|HOROVOD|NCCL)_", n):
                 if n not in HVD_VARS:
                     fail(cw, f"env {n} is not a variable hvd reads (docs/environment.md)")
-            elif n not in K8S_VARS:
+            elif n in K8S_VARS:
+                fail(cw, f"env {n}: Kubernetes sets it in an Indexed Job's pods; leave it out")
+            else:
                 fail(cw, f"env {n} is neither hvd's nor a Kubernetes one")
 images = {c.get("image") for p in pods for c in p["spec"]["containers"]}
 if len(images) > 1:
@@ -323,9 +345,21 @@ for o in objects:
         continue
     spec, where = o["doc"].get("spec") or {}, o["where"]
     sel = spec.get("selector") or {}
-    if spec.get("type", "ClusterIP") != "ClusterIP" or spec.get("clusterIP") == "None":
-        fail(where, "the store's Service should be a plain ClusterIP Service")
     selected = [p for p in pods if matches(sel, p["labels"])]
+    # Headless: no address of its own, only DNS names for the pods it
+    # selects; here, an Indexed Job's, so that its pods find index 0's.
+    headless = spec.get("clusterIP") == "None"
+    if spec.get("type", "ClusterIP") != "ClusterIP" or \
+            (headless and any(s["p"] in selected for s in stores)):
+        fail(where, "the store's Service should be a plain ClusterIP Service")
+    elif headless:
+        for p in selected:
+            if p["kind"] != "Job" or p["spec_"].get("completionMode") != "Indexed":
+                fail(where, f"a headless Service here names an Indexed Job's pods, not those of "
+                            f"{p['o']['where']}")
+        if spec.get("publishNotReadyAddresses") is not True:
+            fail(where, "set publishNotReadyAddresses: true: pods look index 0's name up as they "
+                        "start, before they are Ready")
     if not selected:
         fail(where, f"its selector {sel} matches no pod template in the examples")
     ports = {}
@@ -337,7 +371,8 @@ for o in objects:
             if s["p"] in selected and container_port(s["c"], target) != s["port"]:
                 fail(where, f"port {port} forwards to {target}, not the store's --port {s['port']}")
     store = [s for s in stores if s["p"] in selected]
-    services[o["name"]] = {"o": o, "ports": ports, "store": store[0] if store else None}
+    services[o["name"]] = {"o": o, "ports": ports, "store": store[0] if store else None,
+                           "headless": headless, "selector": sel}
 for s in stores:
     if not any(v["store"] is s for v in services.values()):
         fail(s["where"], "no Service selects this store")
@@ -386,10 +421,104 @@ def allowed(target_labels, source_labels, lo, hi):
 # ---- workers ----------------------------------------------------------------
 workers = []
 secrets = set()
+
+
+def indexed_worker(p, c, env):
+    """A Job's container without HVD_POD=1: hvd_init finds the job from the
+    Indexed Job's variables, and index 0 hosts the store (src/launch/k8s.c)."""
+    o, spec, pspec = p["o"], p["spec_"], p["spec"]
+    where = f"{o['where']} container {c.get('name')}"
+    val = lambda n: (env.get(n) or {}).get("value")  # noqa: E731
+    text = " ".join(argv_of(c))
+    progs = [w for w in PROGRAMS if re.search(rf"(^|[\s/]){re.escape(w)}(\s|$)", text)]
+    if not any(w in INIT_PROGRAMS for w in progs):
+        fail(where, f"runs none of the image's programs that call hvd_init "
+                    f"({', '.join(sorted(INIT_PROGRAMS))}); a pod-mode worker sets HVD_POD=1")
+    count = spec.get("parallelism")
+    if spec.get("completionMode") != "Indexed":
+        fail(where, "without HVD_POD=1 the rank is the pod's JOB_COMPLETION_INDEX: use an "
+                    "Indexed Job (completionMode: Indexed)")
+    if spec.get("completions") != count:
+        fail(where, f"parallelism ({count}) and completions ({spec.get('completions')}) must "
+                    "be equal")
+    if pspec.get("restartPolicy") not in ("Never", "OnFailure"):
+        fail(where, "a Job's restartPolicy is Never or OnFailure")
+    if spec.get("backoffLimit") != 0:
+        fail(where, "backoffLimit must be 0: a retried index 0 would host a new, empty store")
+    size = as_int(val("HOROVOD_SIZE"))
+    if size is None:
+        fail(where, "set HOROVOD_SIZE to the Job's completions (a whole number): Kubernetes "
+                    "does not tell a pod")
+    elif isinstance(count, int) and size != count:
+        fail(where, f"HOROVOD_SIZE={size} but the Job has {count} completions, one rank each")
+    # hvdrun's variables would win over the Indexed Job's (src/launch/detect.c).
+    if "HOROVOD_RANK" in env or str(val("HOROVOD_ELASTIC") or "").strip().lower() in TRUE:
+        fail(where, "HOROVOD_RANK or HOROVOD_ELASTIC=1 makes hvd ignore JOB_COMPLETION_INDEX")
+    for n in ("HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"):
+        if n in env:
+            fail(where, f"{n}: the rank is the pod's index, so one rank per pod")
+    if val("HVD_LAUNCHER") not in (None, "k8s"):
+        fail(where, f"HVD_LAUNCHER={val('HVD_LAUNCHER')}: an Indexed Job's is k8s")
+    # Across pods there is no MUNGE: a rank without the token could not be
+    # admitted, so every pod carries it.
+    ref = ((env.get("HVD_TOKEN") or {}).get("valueFrom") or {}).get("secretKeyRef") or {}
+    if not ref:
+        fail(where, "HVD_TOKEN must come from a Secret (valueFrom.secretKeyRef) in every pod")
+    else:
+        secrets.add((ref.get("name"), ref.get("key")))
+    # The others derive index 0's name, <job>-0.<subdomain>..., from their
+    # own, which only a headless Service gives them.
+    sub = pspec.get("subdomain")
+    svc = services.get(sub) if isinstance(sub, str) else None
+    port = K8S_STORE_PORT
+    if "HOROVOD_GLOO_RENDEZVOUS_PORT" in env:
+        port = as_int(val("HOROVOD_GLOO_RENDEZVOUS_PORT"))
+        if port is None or not 1 <= port <= 65535:
+            fail(where, f"HOROVOD_GLOO_RENDEZVOUS_PORT={val('HOROVOD_GLOO_RENDEZVOUS_PORT')} "
+                        "is not a port")
+    if svc is None or not svc["headless"]:
+        known = ", ".join(sorted(n for n, v in services.items() if v["headless"])) or "none"
+        fail(where, f"the pod template's subdomain ({sub}) must name a headless Service of the "
+                    f"examples ({known}): index 0's DNS name comes from it")
+    else:
+        if not matches(svc["selector"], p["labels"]):
+            fail(where, f"Service {sub} does not select these pods: they would have no DNS names")
+        if port is not None and port not in svc["ports"]:
+            fail(where, f"index 0's store listens on {port}, not a port of Service {sub} "
+                        f"({sorted(svc['ports'])})")
+        elif port is not None and as_int(svc["ports"][port]) != port:
+            fail(where, f"Service {sub} forwards port {port} to {svc['ports'][port]}, but index 0 "
+                        f"listens on {port} itself")
+    addr = val("HOROVOD_GLOO_RENDEZVOUS_ADDR")
+    if addr is not None and not (addr + ".").startswith(f"{o['name']}-0.{sub}."):
+        fail(where, f"HOROVOD_GLOO_RENDEZVOUS_ADDR={addr} is not index 0 ({o['name']}-0.{sub}): "
+                    "leave it out, and the pods derive it")
+    pr = val("HVD_PORT_RANGE")
+    m = re.fullmatch(r"\s*([0-9]+)\s*(?:-\s*([0-9]+))?\s*", pr or "")
+    if pr is not None and (not m or not 1 <= int(m[1]) <= int(m[2] or m[1]) <= 65535):
+        fail(where, f"HVD_PORT_RANGE={pr} is not A or A-B within 1..65535")
+        m = None
+    if m and port is not None and int(m[1]) <= port <= int(m[2] or m[1]):
+        fail(where, f"index 0's store port {port} is inside HVD_PORT_RANGE={pr}, the ranks'")
+    if policies:
+        if port is not None and not allowed(p["labels"], p["labels"], port, port):
+            fail(where, f"a NetworkPolicy keeps these pods from index 0's store port {port}")
+        if pr is None:
+            fail(where, "a NetworkPolicy selects hvd's pods: set HVD_PORT_RANGE")
+        elif m and not allowed(p["labels"], p["labels"], int(m[1]), int(m[2] or m[1])):
+            fail(where, f"a NetworkPolicy does not open HVD_PORT_RANGE={pr} between these pods")
+    workers.append({"p": p, "c": c, "env": env, "where": where, "store": None, "count": count,
+                    "elastic": False, "per_pod": 1, "progs": progs, "indexed": True,
+                    "store_port": port})
+
+
 for p in pods:
     for c in p["spec"]["containers"]:
         env = {e.get("name"): e for e in c.get("env") or []}
         if str((env.get("HVD_POD") or {}).get("value", "")).strip().lower() not in TRUE:
+            argv = argv_of(c)
+            if p["kind"] == "Job" and not (argv and os.path.basename(argv[0]) == "hvd-rendezvous"):
+                indexed_worker(p, c, env)
             continue
         where = f"{p['o']['where']} container {c.get('name')}"
         val = lambda n: (env.get(n) or {}).get("value")  # noqa: E731
@@ -480,7 +609,7 @@ for p in pods:
         workers.append({"p": p, "c": c, "env": env, "where": where, "store": store,
                         "count": count, "elastic": elastic, "per_pod": per_pod, "progs": progs})
 if not workers:
-    fail("examples/k8s", "no worker (a container with HVD_POD=1)")
+    fail("examples/k8s", "no worker (a container with HVD_POD=1, or of an Indexed Job)")
 
 # ---- the page --------------------------------------------------------------
 page_path = os.path.join(root, "docs", "kubernetes.md")
@@ -654,6 +783,129 @@ def run(w, work):
             log.close()
 
 
+def free_port(avoid):
+    """A port no process here listens on now, outside the ranks' range avoid."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not avoid[0] <= port <= avoid[1]:
+            return port
+
+
+def run_indexed(w, work):
+    """An Indexed Job without a store: its pods as processes, index 0 hosting
+    the store in its own process."""
+    c, o, n = w["c"], w["p"]["o"], w["count"]
+    label = f"{o['file']} {o['name']}"
+    token = "k8s-check-" + os.urandom(8).hex()
+    m = re.fullmatch(r"\s*([0-9]+)\s*(?:-\s*([0-9]+))?\s*",
+                     str(w["env"].get("HVD_PORT_RANGE", {}).get("value", "")))
+    port = free_port((int(m[1]), int(m[2] or m[1])) if m else (0, -1))
+    argv = argv_of(c)
+    procs, logs = {}, {}
+
+    def pod_env(i, tok):
+        env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        for name, e in w["env"].items():
+            if "value" in e:
+                env[name] = e["value"]
+            elif "secretKeyRef" in (e.get("valueFrom") or {}):
+                env[name] = tok
+        # What Kubernetes sets in pod i of an Indexed Job.
+        env["JOB_COMPLETION_INDEX"] = str(i)
+        # There is no DNS here for <job>-0.<subdomain>...: 127.0.0.1 stands
+        # in for index 0's name, and a free port for its store's, which
+        # another program here may hold.
+        env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = "127.0.0.1"
+        env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = str(port)
+        env["HOROVOD_HOSTNAME"] = f"{o['name']}-{i}"
+        return env
+
+    def start(i):
+        logs[i] = open(os.path.join(work, f"pod-{i}"), "w+")
+        procs[i] = subprocess.Popen(argv, env=pod_env(i, token), stdout=logs[i],
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=work,
+                                    start_new_session=True)
+
+    def output(i):
+        logs[i].seek(0)
+        return logs[i].read()
+
+    try:
+        # Last to first, index 0 last: the others wait for its store. The
+        # last index is held back until the store has been probed.
+        held = n - 1
+        for i in reversed(range(n)):
+            if i != held or n == 1:
+                start(i)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                status, body = get(f"http://127.0.0.1:{port}/_health")
+            except OSError:  # not listening yet
+                status, body = 0, ""
+            if status == 200:
+                break
+            if procs[0].poll() is not None or time.monotonic() > deadline:
+                return f"{label}: index 0 hosts no store on port {port}:\n{output(0)[-3000:]}"
+            time.sleep(0.05)
+        health = json.loads(body)
+        if health.get("status") != "ok" or health.get("token_required") is not True:
+            return f"{label}: index 0's GET /_health answered {body!r}"
+        if n > 1:
+            if get(f"http://127.0.0.1:{port}/global")[0] != 401:
+                return f"{label}: index 0's store answered GET /global without the token"
+            # A pod of the held index whose Secret differs must be turned
+            # away, without harm to the job.
+            env = pod_env(held, "k8s-check-other-" + os.urandom(8).hex())
+            env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = "10"
+            try:
+                other = subprocess.run(argv, env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       cwd=work, text=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                return f"{label}: a pod with another token still ran after 60 s"
+            if other.returncode == 0 or "the job token was rejected" not in other.stdout:
+                return f"{label}: a pod with another token was not turned away " \
+                       f"(exit {other.returncode}):\n{other.stdout[-3000:]}"
+            start(held)
+        deadline = time.monotonic() + 240
+        for i in range(n):
+            try:
+                rc = procs[i].wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                return f"{label}: pod {i} still running after 240 s"
+            if rc != 0:
+                return f"{label}: pod {i} exited with {rc}:\n{output(i)[-3000:]}"
+        out = [output(i) for i in range(n)]
+        ranks = "ranks not logged"
+        if str(w["env"].get("HOROVOD_LOG_LEVEL", {}).get("value", "")).lower() in \
+                ("info", "debug", "trace"):
+            said = ("launcher: k8s (", f"hosts the store at 127.0.0.1:{port}")
+            if n > 1 and not all(x in out[0] for x in said):
+                return f"{label}: index 0 did not say that it hosts the store:\n{out[0][-3000:]}"
+            # Every log line names its rank: "[<time>: I rank 2 file.c:10] ".
+            for i, text in enumerate(out):
+                got = set(re.findall(r"[A-Z] rank ([0-9]+) [^ \]]+:[0-9]+\] ", text))
+                if got != {str(i)}:
+                    return f"{label}: pod {i} logged as rank {sorted(got) or 'none'}, not " \
+                           f"{i}:\n{text[-3000:]}"
+            ranks = "rank = index, index 0 hosting the store"
+        if "train_mlp" in w["progs"] and not any("parameters identical on all" in t for t in out):
+            return f"{label}: train_mlp's ranks did not end identical:\n{out[0][-3000:]}"
+        print(f"k8s check: ran {label}: no store Deployment, {n} pods x 1 rank, {ranks} "
+              f"(port {port}), another token turned away, every process exited 0")
+        return None
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for log in logs.values():
+            log.close()
+
+
 help_text = subprocess.run([os.path.join(bin_dir, "hvd-rendezvous"), "--help"],
                            capture_output=True, text=True).stdout
 failed = False
@@ -664,7 +916,7 @@ for w in workers:
         continue
     with tempfile.TemporaryDirectory() as work:
         try:
-            msg = run(w, work)
+            msg = run_indexed(w, work) if w.get("indexed") else run(w, work)
         except (OSError, RuntimeError) as e:
             msg = f"{label}: {e}"
     if msg:

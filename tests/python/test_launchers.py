@@ -61,7 +61,8 @@ def _env(**extra):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(('SLURM_', 'HOROVOD_', 'HVD_')) and
            k not in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR',
-                     'MASTER_PORT', 'GROUP_RANK', 'GROUP_WORLD_SIZE', 'JOB_COMPLETION_INDEX')}
+                     'MASTER_PORT', 'GROUP_RANK', 'GROUP_WORLD_SIZE', 'JOB_COMPLETION_INDEX',
+                     'TORCHELASTIC_RUN_ID', 'TORCHELASTIC_RESTART_COUNT')}
     env['PYTHONPATH'] = _package_dir()
     env['HOROVOD_GLOO_TIMEOUT_SECONDS'] = '30'
     env.update(extra)

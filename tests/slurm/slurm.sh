@@ -114,6 +114,30 @@ ends_within() {
     done
 }
 
+# submit ARG...: sbatch ARG... on ctl, from $t; the job's id in $job.
+submit() {
+    job=$(S sbatch --parsable "$@" </dev/null 2>"$t/err")
+    rc=$?
+    [ $rc = 0 ] || fail "sbatch $* exited $rc"
+    case $job in '' | *[!0-9]*) fail "sbatch --parsable printed '$job', not a job id" ;; esac
+}
+# ended: job $job ends within 60 s (a bound for hangs, not a timing); its
+# last state in $state, its `scontrol show job -o` line in $t/out.
+ended() {
+    n=0
+    while :; do
+        S scontrol show job -o "$job" </dev/null >"$t/out" 2>>"$t/err"
+        state=$(sed -n 's/.* JobState=\([A-Z_]*\) .*/\1/p' "$t/out")
+        case $state in
+        PENDING | CONFIGURING | RUNNING | COMPLETING | SUSPENDED | '') ;;
+        *) return ;;
+        esac
+        n=$((n + 1))
+        [ $n -le 300 ] || fail "job $job still $state after 60 s"
+        sleep 0.2
+    done
+}
+
 # expect_hosts FILE: FILE has node1 twice and node2 twice, in any order.
 expect_hosts() {
     got=$(sort "$1" | tr '\n' ' ')
@@ -141,23 +165,8 @@ batch)
 echo "$(hostname) $SLURM_NNODES $SLURM_NTASKS" >script.txt
 srun sh -c 'echo "$SLURM_PROCID $SLURM_NODEID $(hostname)" >rank.$SLURM_PROCID'
 EOF
-    job=$(S sbatch --parsable job.sh </dev/null 2>"$t/err")
-    rc=$?
-    [ $rc = 0 ] || fail "sbatch exited $rc"
-    case $job in '' | *[!0-9]*) fail "sbatch --parsable printed '$job', not a job id" ;; esac
-    # The job ends within 60 s (a bound for hangs, not a timing).
-    n=0
-    while :; do
-        S scontrol show job -o "$job" </dev/null >"$t/out" 2>>"$t/err"
-        state=$(sed -n 's/.* JobState=\([A-Z_]*\) .*/\1/p' "$t/out")
-        case $state in
-        PENDING | CONFIGURING | RUNNING | COMPLETING | SUSPENDED | '') ;;
-        *) break ;;
-        esac
-        n=$((n + 1))
-        [ $n -le 300 ] || fail "job $job still $state after 60 s"
-        sleep 0.2
-    done
+    submit job.sh
+    ended
     [ "$state" = COMPLETED ] || { cat "$t/job.out" >>"$t/err"; fail "job $job ended $state"; }
     grep -q ' ExitCode=0:0 ' "$t/out" || fail "job $job: exit code not 0:0"
     [ "$(cat "$t/script.txt")" = "node1 2 4" ] ||
@@ -194,6 +203,42 @@ train)
     grep -q 'parameters identical on 4 ranks' "$t/out" || fail "no final line from rank 0"
     grep -q 'launcher: slurm (SLURM_STEP_ID=0 and SLURM_PROCID=0 are set' "$t/err" ||
         fail "rank 0 did not say which launcher it found"
+    ;;
+srun_torchrun)
+    # One torchrun per node under srun: its workers are torchrun's ranks
+    # (not Slurm's tasks), and hvd takes them so.
+    S srun -N 2 --ntasks-per-node=1 $PY "$here/../python/torchrun.py" --nnodes 2 \
+        --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint node1:29400 --rdzv_id hvd \
+        "$digits" </dev/null >"$t/out" 2>"$t/err"
+    rc=$?
+    [ $rc = 0 ] || fail "srun torchrun ... train_digits.py exited $rc"
+    grep -q 'parameters identical on 4 ranks' "$t/out" || fail "no final line from rank 0"
+    grep -q 'launcher: torchrun (.*TORCHELASTIC_RUN_ID' "$t/err" ||
+        fail "rank 0 did not take torchrun's ranks"
+    ;;
+sbatch_example)
+    # examples/slurm/train.sbatch as a user submits it, from the directory
+    # that holds examples/ (a copy in $t) with PYTHONPATH exported, which
+    # sbatch passes on: first as written, 4 ranks on 2 nodes; then on one
+    # node, the command line's options overriding its #SBATCH lines.
+    mkdir -p "$t/examples/slurm" "$t/examples/pytorch" || fail "cannot create $t/examples"
+    cp "$here/../../examples/slurm/train.sbatch" "$t/examples/slurm/" || fail "cannot copy it"
+    cp "$digits" "$t/examples/pytorch/" || fail "cannot copy train_digits.py"
+    for nodes in 2 1; do
+        if [ $nodes = 2 ]; then set --; else set -- --nodes=1 --ntasks-per-node=2; fi
+        submit "$@" examples/slurm/train.sbatch
+        ended
+        # The job's output (the #SBATCH --output file), for fail to show.
+        out=$t/hvd-digits-$job.out
+        [ -f "$out" ] && cat "$out" >>"$t/err"
+        [ "$state" = COMPLETED ] || fail "job $job ($nodes nodes) ended $state"
+        grep -q ' ExitCode=0:0 ' "$t/out" || fail "job $job ($nodes nodes): exit code not 0:0"
+        grep -q " NumNodes=$nodes " "$t/out" || fail "job $job ran on other than $nodes nodes"
+        grep -q "parameters identical on $((nodes * 2)) ranks" "$out" ||
+            fail "job $job ($nodes nodes): no final line for $((nodes * 2)) ranks from rank 0"
+        grep -q 'launcher: slurm (SLURM_STEP_ID=0 and SLURM_PROCID=0 are set' "$out" ||
+            fail "job $job ($nodes nodes): rank 0 did not say which launcher it found"
+    done
     ;;
 kill9)
     # A task killed with SIGKILL: the others fail within seconds naming its
