@@ -640,7 +640,7 @@ static hvd_status admit_field(const cJSON *doc, const char *name, struct hvd_buf
 
 hvd_status rdzv_client_admit(struct rdzv_client *c, const char *credential, struct hvd_buf *job,
                              struct hvd_buf *token) {
-  struct call call = make_call("POST", RDZV_ADMIT_PATH + 1, NULL, deadline_for(c, -1));
+  struct call call = make_call("POST", RDZV_ADMIT_SCOPE, NULL, deadline_for(c, -1));
   struct hvd_buf header;
   cJSON *doc = NULL;
   hvd_status st = HVD_OK;

@@ -270,7 +270,8 @@ struct rdzv_admit_request {
 typedef bool (*rdzv_admit_cb)(const struct rdzv_admit_request *req, void *arg, char *why,
                               size_t why_size);
 
-#define RDZV_ADMIT_PATH "/_admit"
+#define RDZV_ADMIT_SCOPE "_admit"
+#define RDZV_ADMIT_PATH "/" RDZV_ADMIT_SCOPE
 #define RDZV_CREDENTIAL_HEADER "X-Hvd-Credential"
 
 enum { RDZV_MIN_PER_ADDRESS = 1024 };
