@@ -83,14 +83,8 @@ static hvd_status parse_group(const char *text, size_t *at, struct range **range
       return hvd_error(HVD_ERR_TOO_LARGE, "host list '%.200s' names more than %zu hosts", text,
                        max_hosts);
     g->size += r.hi - r.lo + 1;
-    if (*nranges == *cap) {
-      size_t ncap = *cap ? *cap * 2 : 8;
-      struct range *grown = realloc(*ranges, ncap * sizeof(*grown));
-      if (grown == NULL)
-        return hvd_error(HVD_ERR_NO_MEMORY, "cannot parse host list '%.200s'", text);
-      *ranges = grown;
-      *cap = ncap;
-    }
+    if (hvd_array_reserve(ranges, cap, *nranges + 1, sizeof(**ranges), 8) != HVD_OK)
+      return hvd_error_prefix("host list '%.200s'", text);
     (*ranges)[(*nranges)++] = r;
     if (text[*at] == ']') {
       (*at)++;
@@ -212,15 +206,9 @@ hvd_status launch_hostlist_parse(const char *text, size_t max_hosts, struct laun
   if (text == NULL || text[0] == '\0')
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "an empty host list");
   while (st == HVD_OK) {
-    if (nitems == items_cap) {
-      size_t ncap = items_cap ? items_cap * 2 : 4;
-      struct item *grown = realloc(items, ncap * sizeof(*grown));
-      if (grown == NULL) {
-        st = hvd_error(HVD_ERR_NO_MEMORY, "cannot parse host list '%.200s'", text);
-        break;
-      }
-      items = grown;
-      items_cap = ncap;
+    if ((st = hvd_array_reserve(&items, &items_cap, nitems + 1, sizeof(*items), 4)) != HVD_OK) {
+      hvd_error_prefix("host list '%.200s'", text);
+      break;
     }
     st = parse_item(text, &at, &ranges, &nranges, &cap, max_hosts, &items[nitems]);
     if (st != HVD_OK)
