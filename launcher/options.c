@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/bayes.h"
+#include "tune/tune.h"
 #include "hvdrun.h"
 
 enum opt {
@@ -424,7 +424,7 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
   case O_AUTOTUNE_MAX_SAMPLES: {
     /* The ranks' limits (src/coord/tuner.c), so that a bad value stops here. */
     int n, lo = sp->id == O_AUTOTUNE_STEPS ? 1 : 0;
-    int hi = sp->id == O_AUTOTUNE_MAX_SAMPLES ? HVD_BAYES_MAX_SAMPLES : 1000000;
+    int hi = sp->id == O_AUTOTUNE_MAX_SAMPLES ? TUNE_MAX_SAMPLES : 1000000;
     if (!int_in(v, lo, hi, &n))
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a whole number from %d to %d",
                        sp->name, v, lo, hi);

@@ -5,7 +5,7 @@
  * Names: every function, variable or type that one file shares with
  * another carries its module's prefix: hvd_ (common, and the public API in
  * hvd.h), rdzv_ (rendezvous), net_ (transport), ops_, coord_, elastic_,
- * launch_, cuda_. Only hvd_ symbols leave libhvd.so (-fvisibility=hidden,
+ * launch_, tune_, cuda_. Only hvd_ symbols leave libhvd.so (-fvisibility=hidden,
  * HVD_API); ctest symbols.prefixes checks both rules on every build.
  */
 #ifndef HVD_COMMON_H

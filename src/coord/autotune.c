@@ -25,27 +25,27 @@ static unsigned tunable_knobs(const struct coord_state *s) {
   unsigned m = 0;
   bool hosts = s->homogeneous && s->world->local_size > 1 && s->world->local_size < s->size;
   if (!set_by_user("HOROVOD_FUSION_THRESHOLD"))
-    m |= COORD_TUNE_BIT(COORD_TUNE_FUSION);
+    m |= TUNE_BIT(TUNE_FUSION);
   if (!set_by_user("HOROVOD_CYCLE_TIME"))
-    m |= COORD_TUNE_BIT(COORD_TUNE_CYCLE);
+    m |= TUNE_BIT(TUNE_CYCLE);
   if (s->cfg.cache_capacity > 0 && !set_by_user("HOROVOD_CACHE_CAPACITY"))
-    m |= COORD_TUNE_BIT(COORD_TUNE_CACHE);
+    m |= TUNE_BIT(TUNE_CACHE);
   if (hosts && !set_by_user("HOROVOD_HIERARCHICAL_ALLREDUCE"))
-    m |= COORD_TUNE_BIT(COORD_TUNE_HIER_ALLREDUCE);
+    m |= TUNE_BIT(TUNE_HIER_ALLREDUCE);
   if (hosts && !set_by_user("HOROVOD_HIERARCHICAL_ALLGATHER"))
-    m |= COORD_TUNE_BIT(COORD_TUNE_HIER_ALLGATHER);
+    m |= TUNE_BIT(TUNE_HIER_ALLGATHER);
   if (!set_by_user("HVD_ALLREDUCE_RING_BYTES") && !set_by_user("HVD_ALLREDUCE_ALGORITHM"))
-    m |= COORD_TUNE_BIT(COORD_TUNE_RING_BYTES);
+    m |= TUNE_BIT(TUNE_RING_BYTES);
   if (!set_by_user("HVD_RING_SEGMENT_BYTES"))
-    m |= COORD_TUNE_BIT(COORD_TUNE_SEGMENT_BYTES);
+    m |= TUNE_BIT(TUNE_SEGMENT_BYTES);
   return m;
 }
 
 hvd_status coord_autotune_init(struct coord_state *s) {
-  struct coord_tune_config cfg;
-  struct coord_tune_setting initial, first;
+  struct tune_config cfg;
+  struct tune_setting initial, first;
   const struct ops_tunables *t = ops_ctx_tunables(s->ops);
-  hvd_status st = coord_tune_config_from_env(&cfg);
+  hvd_status st = tune_config_from_env(&cfg);
 
   if (st != HVD_OK || !cfg.enabled || s->rank != 0)
     return st;
@@ -57,7 +57,7 @@ hvd_status coord_autotune_init(struct coord_state *s) {
   initial.hierarchical_allgather = s->cfg.hierarchical_allgather;
   initial.allreduce_ring_bytes = t->allreduce_ring_bytes;
   initial.segment_bytes = t->segment_bytes;
-  if ((st = coord_tuner_create(&cfg, &initial, tunable_knobs(s), &s->tuner, &first)) != HVD_OK)
+  if ((st = tune_tuner_create(&cfg, &initial, tunable_knobs(s), &s->tuner, &first)) != HVD_OK)
     return st; /* its message names the variable or the log file */
   s->tune_next = first;
   s->tune_due = true;
@@ -66,25 +66,25 @@ hvd_status coord_autotune_init(struct coord_state *s) {
 }
 
 void coord_autotune_fini(struct coord_state *s) {
-  coord_tuner_destroy(s->tuner);
+  tune_tuner_destroy(s->tuner);
   s->tuner = NULL;
 }
 
 void coord_autotune_attach(struct coord_state *s, struct coord_response_list *list) {
   if (!s->tune_due)
     return;
-  coord_tune_setting_encode(&s->tune_next, list->tune);
+  tune_setting_encode(&s->tune_next, list->tune);
   list->flags |= COORD_FLAG_TUNE;
   s->tune_due = false;
 }
 
 hvd_status coord_autotune_apply(struct coord_state *s, const struct coord_response_list *list) {
-  struct coord_tune_setting t;
+  struct tune_setting t;
   hvd_status st;
 
   if (!(list->flags & COORD_FLAG_TUNE))
     return HVD_OK;
-  if ((st = coord_tune_setting_decode(list->tune, sizeof(list->tune), &t)) != HVD_OK)
+  if ((st = tune_setting_decode(list->tune, sizeof(list->tune), &t)) != HVD_OK)
     return st;
   if (t.number <= s->tune_applied)
     return hvd_error(HVD_ERR_PROTOCOL, "rank 0 sent tuning setting %llu after %llu",
@@ -123,6 +123,6 @@ void coord_autotune_record(struct coord_state *s, const struct coord_response_li
     return;
   for (uint32_t i = 0; i < list->n; i++)
     bytes += response_bytes(&list->resps[i]);
-  if (coord_tuner_record(s->tuner, bytes, hvd_now_ns(), &s->tune_next))
+  if (tune_tuner_record(s->tuner, bytes, hvd_now_ns(), &s->tune_next))
     s->tune_due = true;
 }

@@ -26,7 +26,7 @@
 #include "common/common.h"
 #include "coord/gpu_backend.h"
 #include "coord/lifecycle.h"
-#include "coord/tuner.h"
+#include "tune/tune.h"
 #include "ops/ops.h"
 #include "transport/transport.h"
 
@@ -141,7 +141,7 @@ struct coord_response_list {
    * list (a list of cached results made without allocating): fini leaves
    * them. */
   bool borrowed;
-  unsigned char tune[COORD_TUNE_SETTING_BYTES]; /* COORD_FLAG_TUNE: applied before resps */
+  unsigned char tune[TUNE_SETTING_BYTES]; /* COORD_FLAG_TUNE: applied before resps */
 };
 
 void coord_request_fini(struct coord_request *r);
@@ -627,8 +627,8 @@ struct coord_state {
   size_t fused_counts_cap;
   /* the autotuner (autotune.c): rank 0's tuner and the setting it will
    * send next; every rank's last applied setting number */
-  struct coord_tuner *tuner;
-  struct coord_tune_setting tune_next;
+  struct tune_tuner *tuner;
+  struct tune_setting tune_next;
   bool tune_due;
   uint64_t tune_applied;
   struct coord_loop *loop;

@@ -711,11 +711,11 @@ static hvd_status decode_responses(const void *data, size_t len, struct coord_re
   l.abort_status = get_u8(&r, "abort status");
   l.abort_message = get_opt_str(&r, HVD_ERROR_MESSAGE_MAX, NULL, "abort message");
   if ((l.flags & COORD_FLAG_TUNE) && need(&r, sizeof(l.tune), "tuning setting")) {
-    struct coord_tune_setting t;
+    struct tune_setting t;
     memcpy(l.tune, r.p, sizeof(l.tune));
     r.p += sizeof(l.tune);
     r.left -= sizeof(l.tune);
-    if (coord_tune_setting_decode(l.tune, sizeof(l.tune), &t) != HVD_OK) {
+    if (tune_setting_decode(l.tune, sizeof(l.tune), &t) != HVD_OK) {
       hvd_error_clear();
       r.bad = "tuning setting";
     }

@@ -219,12 +219,12 @@ static void coord_seeds(void) {
   hvd_buf_reset(&b);
   {
     /* An autotuner setting riding on an empty list. */
-    struct coord_tune_setting t = {.number = 3, .fusion_threshold = 1 << 20, .cycle_ns = 2000000,
+    struct tune_setting t = {.number = 3, .fusion_threshold = 1 << 20, .cycle_ns = 2000000,
                                    .allreduce_ring_bytes = 1 << 24, .segment_bytes = 1 << 19,
                                    .cache_enabled = true, .final = true};
     pl.seq = 7;
     pl.flags = COORD_FLAG_TUNE;
-    coord_tune_setting_encode(&t, pl.tune);
+    tune_setting_encode(&t, pl.tune);
     must(coord_encode_responses(&pl, &b));
     put("coord", "responses-tune", b.data, b.len);
     hvd_buf_reset(&b);

@@ -8,10 +8,10 @@ set -eu
 lib=$1
 status=0
 stray=$(nm -g --defined-only "$lib/libhvd.a" | awk 'NF == 3 { print $3 }' |
-    grep -vE '^(hvd|rdzv|net|ops|coord|elastic|launch|cuda)_|^DW\.ref\.|^__' | sort -u || true)
+    grep -vE '^(hvd|rdzv|net|ops|coord|elastic|launch|tune|cuda)_|^DW\.ref\.|^__' | sort -u || true)
 if [ -n "$stray" ]; then
     echo "libhvd.a defines global symbols outside the module prefixes" \
-        "(hvd_ rdzv_ net_ ops_ coord_ elastic_ launch_ cuda_):" $stray >&2
+        "(hvd_ rdzv_ net_ ops_ coord_ elastic_ launch_ tune_ cuda_):" $stray >&2
     status=1
 fi
 exported=$(nm -D --defined-only "$lib/libhvd.so" | awk 'NF == 3 { print $3 }' |

@@ -8,7 +8,7 @@
  * warmup_samples samples (connections, caches and the allocator settling)
  * are dropped. The first scored sample measures setting 1 (the user's
  * values, moved into the box), each later one the optimiser's proposal
- * (src/common/bayes.h), which sees every tuned knob as one dimension:
+ * (bayes.h), which sees every tuned knob as one dimension:
  *
  *   fusion threshold   0 .. 64 MiB, linear, in MiB (Horovod's box)
  *   cycle time         0.1 .. 100 ms, log2. Horovod's floor is 1 ms, but an
@@ -40,10 +40,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tuner.h"
+#include "tune_private.h"
 
 enum {
-  MAX_SAMPLES = HVD_BAYES_MAX_SAMPLES,
+  MAX_SAMPLES = TUNE_BAYES_MAX_SAMPLES,
   CONFIRMS = 3,
   KIB = 1024,
   PAGE = 4096,
@@ -54,18 +54,18 @@ enum {
 enum phase { PHASE_WARMUP, PHASE_SEARCH, PHASE_FLIP, PHASE_CONFIRM, PHASE_DONE };
 
 struct sample {
-  struct coord_tune_setting s;
+  struct tune_setting s;
   double score;
 };
 
-struct coord_tuner {
-  struct coord_tune_config cfg;
+struct tune_tuner {
+  struct tune_config cfg;
   unsigned tunable;
   int dims;
-  enum coord_tune_knob knob[COORD_TUNE_KNOBS]; /* dimension i tunes knob[i] */
-  struct hvd_bayes *bo;                        /* NULL with nothing to tune */
-  struct coord_tune_log *log;                  /* NULL: no log */
-  struct coord_tune_setting cur;
+  enum tune_knob knob[TUNE_KNOBS]; /* dimension i tunes knob[i] */
+  struct tune_bayes *bo;                        /* NULL with nothing to tune */
+  struct tune_log *log;                  /* NULL: no log */
+  struct tune_setting cur;
   enum phase phase;
   int64_t warmup_left;
   uint64_t rng; /* for a fallback proposal */
@@ -79,7 +79,7 @@ struct coord_tuner {
   struct sample samples[MAX_SAMPLES]; /* scored, in order */
   int nsamples;
   int searches;                  /* samples the optimiser places */
-  enum coord_tune_knob flips[3]; /* the tuned booleans, checked by flipping them */
+  enum tune_knob flips[3]; /* the tuned booleans, checked by flipping them */
   int nflips, flipped;
   int base;               /* the best sample, which flips start from */
   int confirm[CONFIRMS];  /* indices into samples, best first */
@@ -91,21 +91,21 @@ struct coord_tuner {
 
 static double log2_ms(int64_t ns) { return log2((double)ns / 1e6); }
 
-static struct hvd_bayes_dim box(enum coord_tune_knob k) {
+static struct tune_bayes_dim box(enum tune_knob k) {
   switch (k) {
-  case COORD_TUNE_FUSION:
-    return (struct hvd_bayes_dim){0, (double)(COORD_TUNE_FUSION_MAX >> 20), 0};
-  case COORD_TUNE_CYCLE:
-    return (struct hvd_bayes_dim){log2_ms(COORD_TUNE_CYCLE_MIN_NS),
-                                  log2_ms(COORD_TUNE_CYCLE_MAX_NS), 0};
-  case COORD_TUNE_RING_BYTES:
-    return (struct hvd_bayes_dim){log2((double)COORD_TUNE_RING_MIN),
-                                  log2((double)COORD_TUNE_RING_MAX), 0};
-  case COORD_TUNE_SEGMENT_BYTES:
-    return (struct hvd_bayes_dim){log2((double)COORD_TUNE_SEGMENT_MIN),
-                                  log2((double)COORD_TUNE_SEGMENT_MAX), 0};
+  case TUNE_FUSION:
+    return (struct tune_bayes_dim){0, (double)(TUNE_FUSION_MAX >> 20), 0};
+  case TUNE_CYCLE:
+    return (struct tune_bayes_dim){log2_ms(TUNE_CYCLE_MIN_NS),
+                                  log2_ms(TUNE_CYCLE_MAX_NS), 0};
+  case TUNE_RING_BYTES:
+    return (struct tune_bayes_dim){log2((double)TUNE_RING_MIN),
+                                  log2((double)TUNE_RING_MAX), 0};
+  case TUNE_SEGMENT_BYTES:
+    return (struct tune_bayes_dim){log2((double)TUNE_SEGMENT_MIN),
+                                  log2((double)TUNE_SEGMENT_MAX), 0};
   default:
-    return (struct hvd_bayes_dim){0, 1, 2};
+    return (struct tune_bayes_dim){0, 1, 2};
   }
 }
 
@@ -122,27 +122,27 @@ static uint64_t pow2_bytes(double x, uint64_t unit, uint64_t lo, uint64_t hi) {
 }
 
 /* The knob's coordinate in the setting, inside its box. */
-static double coordinate(const struct coord_tune_setting *s, enum coord_tune_knob k) {
-  struct hvd_bayes_dim b = box(k);
+static double coordinate(const struct tune_setting *s, enum tune_knob k) {
+  struct tune_bayes_dim b = box(k);
   double v;
 
   switch (k) {
-  case COORD_TUNE_FUSION:
+  case TUNE_FUSION:
     v = (double)s->fusion_threshold / (1 << 20);
     break;
-  case COORD_TUNE_CYCLE:
+  case TUNE_CYCLE:
     v = s->cycle_ns > 0 ? log2_ms(s->cycle_ns) : b.lo;
     break;
-  case COORD_TUNE_RING_BYTES:
+  case TUNE_RING_BYTES:
     v = s->allreduce_ring_bytes > 0 ? log2((double)s->allreduce_ring_bytes) : b.lo;
     break;
-  case COORD_TUNE_SEGMENT_BYTES:
+  case TUNE_SEGMENT_BYTES:
     v = s->segment_bytes > 0 ? log2((double)s->segment_bytes) : b.lo;
     break;
-  case COORD_TUNE_CACHE:
+  case TUNE_CACHE:
     v = s->cache_enabled;
     break;
-  case COORD_TUNE_HIER_ALLREDUCE:
+  case TUNE_HIER_ALLREDUCE:
     v = s->hierarchical_allreduce;
     break;
   default:
@@ -153,27 +153,27 @@ static double coordinate(const struct coord_tune_setting *s, enum coord_tune_kno
 }
 
 /* Sets the knob from a coordinate inside its box, rounded to its unit. */
-static void set_knob(struct coord_tune_setting *s, enum coord_tune_knob k, double x) {
+static void set_knob(struct tune_setting *s, enum tune_knob k, double x) {
   switch (k) {
-  case COORD_TUNE_FUSION:
-    s->fusion_threshold = clamp_u64((uint64_t)llround(x * KIB) * KIB, 0, COORD_TUNE_FUSION_MAX);
+  case TUNE_FUSION:
+    s->fusion_threshold = clamp_u64((uint64_t)llround(x * KIB) * KIB, 0, TUNE_FUSION_MAX);
     break;
-  case COORD_TUNE_CYCLE: {
+  case TUNE_CYCLE: {
     int64_t us = llround(exp2(x) * 1000);
     s->cycle_ns =
-        (int64_t)clamp_u64((uint64_t)us * 1000, COORD_TUNE_CYCLE_MIN_NS, COORD_TUNE_CYCLE_MAX_NS);
+        (int64_t)clamp_u64((uint64_t)us * 1000, TUNE_CYCLE_MIN_NS, TUNE_CYCLE_MAX_NS);
     break;
   }
-  case COORD_TUNE_RING_BYTES:
-    s->allreduce_ring_bytes = pow2_bytes(x, PAGE, COORD_TUNE_RING_MIN, COORD_TUNE_RING_MAX);
+  case TUNE_RING_BYTES:
+    s->allreduce_ring_bytes = pow2_bytes(x, PAGE, TUNE_RING_MIN, TUNE_RING_MAX);
     break;
-  case COORD_TUNE_SEGMENT_BYTES:
-    s->segment_bytes = pow2_bytes(x, PAGE, COORD_TUNE_SEGMENT_MIN, COORD_TUNE_SEGMENT_MAX);
+  case TUNE_SEGMENT_BYTES:
+    s->segment_bytes = pow2_bytes(x, PAGE, TUNE_SEGMENT_MIN, TUNE_SEGMENT_MAX);
     break;
-  case COORD_TUNE_CACHE:
+  case TUNE_CACHE:
     s->cache_enabled = x >= 0.5;
     break;
-  case COORD_TUNE_HIER_ALLREDUCE:
+  case TUNE_HIER_ALLREDUCE:
     s->hierarchical_allreduce = x >= 0.5;
     break;
   default:
@@ -182,20 +182,20 @@ static void set_knob(struct coord_tune_setting *s, enum coord_tune_knob k, doubl
   }
 }
 
-static void to_point(const struct coord_tuner *t, const struct coord_tune_setting *s, double *x) {
+static void to_point(const struct tune_tuner *t, const struct tune_setting *s, double *x) {
   for (int i = 0; i < t->dims; i++)
     x[i] = coordinate(s, t->knob[i]);
 }
 
 /* The current setting with the tuned knobs at the point x. */
-static struct coord_tune_setting from_point(const struct coord_tuner *t, const double *x) {
-  struct coord_tune_setting s = t->cur;
+static struct tune_setting from_point(const struct tune_tuner *t, const double *x) {
+  struct tune_setting s = t->cur;
   for (int i = 0; i < t->dims; i++)
     set_knob(&s, t->knob[i], x[i]);
   return s;
 }
 
-static bool same_values(const struct coord_tune_setting *a, const struct coord_tune_setting *b) {
+static bool same_values(const struct tune_setting *a, const struct tune_setting *b) {
   return a->fusion_threshold == b->fusion_threshold && a->cycle_ns == b->cycle_ns &&
          a->allreduce_ring_bytes == b->allreduce_ring_bytes &&
          a->segment_bytes == b->segment_bytes && a->cache_enabled == b->cache_enabled &&
@@ -204,8 +204,8 @@ static bool same_values(const struct coord_tune_setting *a, const struct coord_t
 }
 
 /* Makes s current; true (with *out) if anything changed. */
-static bool adopt(struct coord_tuner *t, struct coord_tune_setting s,
-                  struct coord_tune_setting *out) {
+static bool adopt(struct tune_tuner *t, struct tune_setting s,
+                  struct tune_setting *out) {
   if (same_values(&s, &t->cur) && s.final == t->cur.final)
     return false;
   s.number = t->cur.number + 1;
@@ -216,28 +216,28 @@ static bool adopt(struct coord_tuner *t, struct coord_tune_setting s,
 
 /* ---- the state machine ---------------------------------------------------------------- */
 
-static void log_row(struct coord_tuner *t, double score) {
-  if (t->log == NULL || coord_tune_log_row(t->log, &t->cur, score) == HVD_OK)
+static void log_row(struct tune_tuner *t, double score) {
+  if (t->log == NULL || tune_log_row(t->log, &t->cur, score) == HVD_OK)
     return;
   HVD_LOG_WARN("autotune: %s; no more rows will be logged", hvd_last_error_message());
-  coord_tune_log_close(t->log);
+  tune_log_close(t->log);
   t->log = NULL;
 }
 
-static double fallback_uniform(struct coord_tuner *t) {
+static double fallback_uniform(struct tune_tuner *t) {
   uint64_t z = (t->rng += UINT64_C(0x9e3779b97f4a7c15));
   z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
   z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
   return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
 }
 
-static struct coord_tune_setting propose(struct coord_tuner *t) {
-  double x[HVD_BAYES_MAX_DIMS];
+static struct tune_setting propose(struct tune_tuner *t) {
+  double x[TUNE_BAYES_MAX_DIMS];
 
-  if (hvd_bayes_propose(t->bo, x) != HVD_OK) {
+  if (tune_bayes_propose(t->bo, x) != HVD_OK) {
     HVD_LOG_WARN("autotune: %s; trying a random setting instead", hvd_last_error_message());
     for (int i = 0; i < t->dims; i++) {
-      struct hvd_bayes_dim b = box(t->knob[i]);
+      struct tune_bayes_dim b = box(t->knob[i]);
       x[i] = b.lo + fallback_uniform(t) * (b.hi - b.lo);
     }
   }
@@ -245,7 +245,7 @@ static struct coord_tune_setting propose(struct coord_tuner *t) {
 }
 
 /* Picks the best distinct samples to measure again. */
-static void pick_confirms(struct coord_tuner *t) {
+static void pick_confirms(struct tune_tuner *t) {
   t->nconfirm = 0;
   while (t->nconfirm < CONFIRMS) {
     int best = -1;
@@ -262,8 +262,8 @@ static void pick_confirms(struct coord_tuner *t) {
   }
 }
 
-static bool finish(struct coord_tuner *t, int pick, struct coord_tune_setting *out) {
-  struct coord_tune_setting s = t->samples[pick].s;
+static bool finish(struct tune_tuner *t, int pick, struct tune_setting *out) {
+  struct tune_setting s = t->samples[pick].s;
   s.final = true;
   t->phase = PHASE_DONE;
   HVD_LOG_INFO(
@@ -274,13 +274,13 @@ static bool finish(struct coord_tuner *t, int pick, struct coord_tune_setting *o
   return adopt(t, s, out);
 }
 
-static bool flip(struct coord_tuner *t, struct coord_tune_setting *out) {
-  struct coord_tune_setting s = t->samples[t->base].s;
+static bool flip(struct tune_tuner *t, struct tune_setting *out) {
+  struct tune_setting s = t->samples[t->base].s;
   set_knob(&s, t->flips[t->flipped], coordinate(&s, t->flips[t->flipped]) >= 0.5 ? 0 : 1);
   return adopt(t, s, out);
 }
 
-static bool confirm(struct coord_tuner *t, struct coord_tune_setting *out) {
+static bool confirm(struct tune_tuner *t, struct tune_setting *out) {
   pick_confirms(t);
   if (t->nconfirm < 2)
     return finish(t, t->confirm[0], out);
@@ -289,8 +289,8 @@ static bool confirm(struct coord_tuner *t, struct coord_tune_setting *out) {
   return adopt(t, t->samples[t->confirm[0]].s, out);
 }
 
-static bool sample_done(struct coord_tuner *t, double score, struct coord_tune_setting *out) {
-  double x[HVD_BAYES_MAX_DIMS];
+static bool sample_done(struct tune_tuner *t, double score, struct tune_setting *out) {
+  double x[TUNE_BAYES_MAX_DIMS];
   int last;
 
   if (t->phase == PHASE_WARMUP) {
@@ -312,7 +312,7 @@ static bool sample_done(struct coord_tuner *t, double score, struct coord_tune_s
   }
 
   to_point(t, &t->cur, x);
-  if (hvd_bayes_add(t->bo, x, score) != HVD_OK)
+  if (tune_bayes_add(t->bo, x, score) != HVD_OK)
     HVD_LOG_WARN("autotune: %s", hvd_last_error_message());
   last = t->nsamples++;
   t->samples[last].s = t->cur;
@@ -338,8 +338,8 @@ static bool sample_done(struct coord_tuner *t, double score, struct coord_tune_s
   return confirm(t, out);
 }
 
-bool coord_tuner_record(struct coord_tuner *t, uint64_t bytes, int64_t now_ns,
-                        struct coord_tune_setting *out) {
+bool tune_tuner_record(struct tune_tuner *t, uint64_t bytes, int64_t now_ns,
+                        struct tune_setting *out) {
   int64_t elapsed;
   double score;
 
@@ -363,7 +363,7 @@ bool coord_tuner_record(struct coord_tuner *t, uint64_t bytes, int64_t now_ns,
 
 /* ---- life cycle --------------------------------------------------------------------- */
 
-static hvd_status check_config(const struct coord_tune_config *c, unsigned tunable) {
+static hvd_status check_config(const struct tune_config *c, unsigned tunable) {
   if (c->warmup_samples < 0 || c->steps_per_sample < 1 || c->max_samples < 0 ||
       c->max_samples > MAX_SAMPLES || !(c->gp_noise >= 0 && c->gp_noise <= 1))
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
@@ -371,18 +371,18 @@ static hvd_status check_config(const struct coord_tune_config *c, unsigned tunab
                      ", samples %" PRId64 ", noise %g (need >= 0, >= 1, 0 to %d, 0 to 1)",
                      c->warmup_samples, c->steps_per_sample, c->max_samples, c->gp_noise,
                      MAX_SAMPLES);
-  if (tunable & ~(unsigned)COORD_TUNE_ALL)
+  if (tunable & ~(unsigned)TUNE_ALL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "autotune: unknown knobs 0x%x in the mask",
-                     tunable & ~(unsigned)COORD_TUNE_ALL);
+                     tunable & ~(unsigned)TUNE_ALL);
   return HVD_OK;
 }
 
-hvd_status coord_tuner_create(const struct coord_tune_config *cfg,
-                              const struct coord_tune_setting *initial, unsigned tunable,
-                              struct coord_tuner **out, struct coord_tune_setting *first) {
-  struct hvd_bayes_options o;
-  struct coord_tuner *t;
-  double x[HVD_BAYES_MAX_DIMS];
+hvd_status tune_tuner_create(const struct tune_config *cfg,
+                              const struct tune_setting *initial, unsigned tunable,
+                              struct tune_tuner **out, struct tune_setting *first) {
+  struct tune_bayes_options o;
+  struct tune_tuner *t;
+  double x[TUNE_BAYES_MAX_DIMS];
   hvd_status st = check_config(cfg, tunable);
 
   if (st != HVD_OK)
@@ -394,11 +394,11 @@ hvd_status coord_tuner_create(const struct coord_tune_config *cfg,
   t->tunable = tunable;
   t->rng = cfg->seed;
   memset(&o, 0, sizeof(o));
-  for (int k = 0; k < COORD_TUNE_KNOBS; k++) {
-    if (!(tunable & COORD_TUNE_BIT(k)))
+  for (int k = 0; k < TUNE_KNOBS; k++) {
+    if (!(tunable & TUNE_BIT(k)))
       continue;
-    o.dim[t->dims] = box((enum coord_tune_knob)k);
-    t->knob[t->dims++] = (enum coord_tune_knob)k;
+    o.dim[t->dims] = box((enum tune_knob)k);
+    t->knob[t->dims++] = (enum tune_knob)k;
   }
   t->cur = *initial;
   t->cur.final = false;
@@ -414,18 +414,18 @@ hvd_status coord_tuner_create(const struct coord_tune_config *cfg,
     o.noise = cfg->gp_noise;
     o.xi = 0.1;
     o.seed = cfg->seed;
-    st = hvd_bayes_create(&o, &t->bo);
+    st = tune_bayes_create(&o, &t->bo);
     if (st == HVD_OK && cfg->log_path[0] != '\0')
-      st = coord_tune_log_open(cfg->log_path, &t->log);
+      st = tune_log_open(cfg->log_path, &t->log);
     if (st != HVD_OK) {
-      coord_tuner_destroy(t);
+      tune_tuner_destroy(t);
       return st;
     }
     /* With room for them, the last samples flip each tuned boolean of the
      * best setting in turn. */
-    for (int k = COORD_TUNE_CACHE; k <= COORD_TUNE_HIER_ALLGATHER; k++)
-      if (tunable & COORD_TUNE_BIT(k))
-        t->flips[t->nflips++] = (enum coord_tune_knob)k;
+    for (int k = TUNE_CACHE; k <= TUNE_HIER_ALLGATHER; k++)
+      if (tunable & TUNE_BIT(k))
+        t->flips[t->nflips++] = (enum tune_knob)k;
     if (cfg->max_samples <= 2 * t->nflips)
       t->nflips = 0;
     t->searches = (int)cfg->max_samples - t->nflips;
@@ -437,24 +437,24 @@ hvd_status coord_tuner_create(const struct coord_tune_config *cfg,
   return HVD_OK;
 }
 
-void coord_tuner_destroy(struct coord_tuner *t) {
+void tune_tuner_destroy(struct tune_tuner *t) {
   if (t == NULL)
     return;
-  coord_tune_log_close(t->log);
-  hvd_bayes_destroy(t->bo);
+  tune_log_close(t->log);
+  tune_bayes_destroy(t->bo);
   free(t);
 }
 
-void coord_tuner_current(const struct coord_tuner *t, struct coord_tune_setting *out) {
+void tune_tuner_current(const struct tune_tuner *t, struct tune_setting *out) {
   *out = t->cur;
 }
 
-bool coord_tuner_done(const struct coord_tuner *t) { return t->phase == PHASE_DONE; }
+bool tune_tuner_done(const struct tune_tuner *t) { return t->phase == PHASE_DONE; }
 
 /* ---- configuration and wire form ----------------------------------------------------- */
 
-hvd_status coord_tune_config_from_env(struct coord_tune_config *out) {
-  struct coord_tune_config c;
+hvd_status tune_config_from_env(struct tune_config *out) {
+  struct tune_config c;
   const char *path = hvd_env_str("HOROVOD_AUTOTUNE_LOG");
   hvd_status st;
 
@@ -489,8 +489,8 @@ enum {
   FLAGS_KNOWN = 15,
 };
 
-void coord_tune_setting_encode(const struct coord_tune_setting *s,
-                               unsigned char out[COORD_TUNE_SETTING_BYTES]) {
+void tune_setting_encode(const struct tune_setting *s,
+                               unsigned char out[TUNE_SETTING_BYTES]) {
   hvd_put_le64(out, s->number);
   hvd_put_le64(out + 8, s->fusion_threshold);
   hvd_put_le64(out + 16, (uint64_t)s->cycle_ns);
@@ -502,13 +502,13 @@ void coord_tune_setting_encode(const struct coord_tune_setting *s,
                             (s->final ? FLAG_FINAL : 0));
 }
 
-hvd_status coord_tune_setting_decode(const void *data, size_t len, struct coord_tune_setting *out) {
+hvd_status tune_setting_decode(const void *data, size_t len, struct tune_setting *out) {
   const unsigned char *p = data;
-  struct coord_tune_setting s;
+  struct tune_setting s;
 
-  if (len != COORD_TUNE_SETTING_BYTES)
+  if (len != TUNE_SETTING_BYTES)
     return hvd_error(HVD_ERR_PROTOCOL, "autotune setting: %zu bytes, expected %d", len,
-                     COORD_TUNE_SETTING_BYTES);
+                     TUNE_SETTING_BYTES);
   if (p[40] & ~FLAGS_KNOWN)
     return hvd_error(HVD_ERR_PROTOCOL, "autotune setting: unknown flags 0x%02x", p[40]);
   s.number = hvd_get_le64(p);

@@ -10,24 +10,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tuner.h"
+#include "tune_private.h"
 
 static const char HEADER[] = "hierarchical_allreduce,hierarchical_allgather,torus_allreduce,"
                              "cache_enabled,cycle_time_ms,tensor_fusion_threshold,score,"
                              "allreduce_ring_bytes,ring_segment_bytes\n";
 
-struct coord_tune_log {
+struct tune_log {
   FILE *f;
   char *path;
 };
 
-static hvd_status write_error(const struct coord_tune_log *l, const char *call, int err) {
+static hvd_status write_error(const struct tune_log *l, const char *call, int err) {
   return hvd_error(HVD_ERR_IO, "HOROVOD_AUTOTUNE_LOG %s: %s: %s (check the disk and its space)",
                    l->path, call, strerror(err));
 }
 
-hvd_status coord_tune_log_open(const char *path, struct coord_tune_log **out) {
-  struct coord_tune_log *l = calloc(1, sizeof(*l));
+hvd_status tune_log_open(const char *path, struct tune_log **out) {
+  struct tune_log *l = calloc(1, sizeof(*l));
   hvd_status st = HVD_OK;
 
   if (l == NULL || (l->path = hvd_strndup(path, strlen(path))) == NULL) {
@@ -43,14 +43,14 @@ hvd_status coord_tune_log_open(const char *path, struct coord_tune_log **out) {
   else if (fputs(HEADER, l->f) == EOF || fflush(l->f) != 0)
     st = write_error(l, "write", errno);
   if (st != HVD_OK) {
-    coord_tune_log_close(l);
+    tune_log_close(l);
     return st;
   }
   *out = l;
   return HVD_OK;
 }
 
-hvd_status coord_tune_log_row(struct coord_tune_log *l, const struct coord_tune_setting *s,
+hvd_status tune_log_row(struct tune_log *l, const struct tune_setting *s,
                               double score) {
   if (fprintf(l->f, "%d,%d,0,%d,%.3f,%" PRIu64 ",%.1f,%" PRIu64 ",%" PRIu64 "\n",
               s->hierarchical_allreduce, s->hierarchical_allgather, s->cache_enabled,
@@ -61,7 +61,7 @@ hvd_status coord_tune_log_row(struct coord_tune_log *l, const struct coord_tune_
   return HVD_OK;
 }
 
-void coord_tune_log_close(struct coord_tune_log *l) {
+void tune_log_close(struct tune_log *l) {
   if (l == NULL)
     return;
   if (l->f != NULL)

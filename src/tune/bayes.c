@@ -27,11 +27,11 @@
 #include <string.h>
 
 #include "bayes.h"
-#include "common.h"
+#include "common/common.h"
 
 enum {
-  N = HVD_BAYES_MAX_SAMPLES,
-  D = HVD_BAYES_MAX_DIMS,
+  N = TUNE_BAYES_MAX_SAMPLES,
+  D = TUNE_BAYES_MAX_DIMS,
   STARTS = 4,          /* candidates a local search starts from (plus the best sample) */
   SEARCH_ROUNDS = 100, /* sweeps of one local search at most */
   MAX_LEVELS = 1 << 20,
@@ -46,8 +46,8 @@ enum { LENGTHS = 12 }; /* 0.04 .. 3.5: from a tenth of a dimension to flat */
 static const double MIN_SPACING = 0.05;
 static const double FIRST_STEP = 0.125, LAST_STEP = 1e-4;
 
-struct hvd_bayes {
-  struct hvd_bayes_options o;
+struct tune_bayes {
+  struct tune_bayes_options o;
   int n;
   double u[N][D]; /* the samples' points, in the unit cube */
   double y[N];    /* their scores, as given */
@@ -66,7 +66,7 @@ struct hvd_bayes {
 
 /* ---- Cholesky ------------------------------------------------------------------ */
 
-bool hvd_bayes_cholesky(double *a, int n, int lda) {
+bool tune_bayes_cholesky(double *a, int n, int lda) {
   for (int j = 0; j < n; j++) {
     double *rj = a + (size_t)j * lda;
     double s = rj[j];
@@ -97,7 +97,7 @@ static void forward(const double *l, int n, int lda, double *b) {
   }
 }
 
-void hvd_bayes_cholesky_solve(const double *l, int n, int lda, double *b) {
+void tune_bayes_cholesky_solve(const double *l, int n, int lda, double *b) {
   forward(l, n, lda, b);
   for (int i = n - 1; i >= 0; i--) { /* Lᵀ x = z */
     double s = b[i];
@@ -118,7 +118,7 @@ static double matern52(const double *a, const double *b, int d, double length) {
 }
 
 /* Whether u is within MIN_SPACING of a sample. */
-static bool too_close(const struct hvd_bayes *b, const double *u) {
+static bool too_close(const struct tune_bayes *b, const double *u) {
   for (int i = 0; i < b->n; i++) {
     double r2 = 0;
     for (int j = 0; j < b->o.dims; j++)
@@ -132,7 +132,7 @@ static bool too_close(const struct hvd_bayes *b, const double *u) {
 /* Factors K + (alpha + jitter) I into b->work for this length scale, with
  * the least jitter that works; its log marginal likelihood (less the
  * constant) goes to *lml. */
-static bool factor(struct hvd_bayes *b, double length, const double *ys, double *lml) {
+static bool factor(struct tune_bayes *b, double length, const double *ys, double *lml) {
   int n = b->n, d = b->o.dims;
   double w[N];
 
@@ -143,10 +143,10 @@ static bool factor(struct hvd_bayes *b, double length, const double *ys, double 
         row[j] = matern52(b->u[i], b->u[j], d, length);
       row[i] = 1.0 + b->o.noise + JITTERS[t];
     }
-    if (!hvd_bayes_cholesky(b->work, n, N))
+    if (!tune_bayes_cholesky(b->work, n, N))
       continue;
     memcpy(w, ys, (size_t)n * sizeof(*w));
-    hvd_bayes_cholesky_solve(b->work, n, N, w);
+    tune_bayes_cholesky_solve(b->work, n, N, w);
     *lml = 0;
     for (int i = 0; i < n; i++)
       *lml -= 0.5 * ys[i] * w[i] + log(b->work[(size_t)i * N + i]);
@@ -156,7 +156,7 @@ static bool factor(struct hvd_bayes *b, double length, const double *ys, double 
 }
 
 /* Tries a length scale; keeps it (and its factor) if its likelihood beats *best. */
-static void consider(struct hvd_bayes *b, double length, const double *ys, double *best) {
+static void consider(struct tune_bayes *b, double length, const double *ys, double *best) {
   double lml;
   if (!factor(b, length, ys, &lml) || !(lml > *best))
     return;
@@ -165,7 +165,7 @@ static void consider(struct hvd_bayes *b, double length, const double *ys, doubl
   memcpy(b->chol, b->work, (size_t)b->n * N * sizeof(*b->chol));
 }
 
-static hvd_status fit(struct hvd_bayes *b) {
+static hvd_status fit(struct tune_bayes *b) {
   int n = b->n, d = b->o.dims;
   double ys[N], best = -INFINITY, length = FIRST_LENGTH;
   double sum = 0, sq = 0;
@@ -192,7 +192,7 @@ static hvd_status fit(struct hvd_bayes *b) {
                      "positive definite even with jitter",
                      n);
   memcpy(b->weights, ys, (size_t)n * sizeof(*ys));
-  hvd_bayes_cholesky_solve(b->chol, n, N, b->weights);
+  tune_bayes_cholesky_solve(b->chol, n, N, b->weights);
 
   b->best = 0;
   b->best_mean = -INFINITY;
@@ -210,7 +210,7 @@ static hvd_status fit(struct hvd_bayes *b) {
 }
 
 /* Standardised mean and variance at a point of the unit cube (fitted, n > 0). */
-static void predict_unit(const struct hvd_bayes *b, const double *u, double *mean, double *var) {
+static void predict_unit(const struct tune_bayes *b, const double *u, double *mean, double *var) {
   int n = b->n;
   double k[N], mu = 0, v = 1;
 
@@ -225,7 +225,7 @@ static void predict_unit(const struct hvd_bayes *b, const double *u, double *mea
   *var = v > 0 ? v : 0;
 }
 
-static double ei_unit(const struct hvd_bayes *b, const double *u) {
+static double ei_unit(const struct tune_bayes *b, const double *u) {
   double mu, var, sigma, gain, z;
 
   if (too_close(b, u))
@@ -242,38 +242,38 @@ static double ei_unit(const struct hvd_bayes *b, const double *u) {
 
 /* ---- points ------------------------------------------------------------------------- */
 
-static uint64_t next_random(struct hvd_bayes *b) {
+static uint64_t next_random(struct tune_bayes *b) {
   uint64_t z = (b->rng += UINT64_C(0x9e3779b97f4a7c15));
   z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
   z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
   return z ^ (z >> 31);
 }
 
-static double uniform(struct hvd_bayes *b) { return (double)(next_random(b) >> 11) * 0x1p-53; }
+static double uniform(struct tune_bayes *b) { return (double)(next_random(b) >> 11) * 0x1p-53; }
 
 static double snap(double u, int levels) {
   double steps = levels - 1;
   return levels == 0 ? u : round(u * steps) / steps;
 }
 
-static void to_unit(const struct hvd_bayes *b, const double *x, double *u) {
+static void to_unit(const struct tune_bayes *b, const double *x, double *u) {
   for (int i = 0; i < b->o.dims; i++) {
-    const struct hvd_bayes_dim *dm = &b->o.dim[i];
+    const struct tune_bayes_dim *dm = &b->o.dim[i];
     double v = (x[i] - dm->lo) / (dm->hi - dm->lo);
     u[i] = snap(v < 0 ? 0 : v > 1 ? 1 : v, dm->levels);
   }
 }
 
-static void from_unit(const struct hvd_bayes *b, const double *u, double *x) {
+static void from_unit(const struct tune_bayes *b, const double *u, double *x) {
   for (int i = 0; i < b->o.dims; i++) {
-    const struct hvd_bayes_dim *dm = &b->o.dim[i];
+    const struct tune_bayes_dim *dm = &b->o.dim[i];
     x[i] = u[i] >= 1 ? dm->hi : dm->lo + u[i] * (dm->hi - dm->lo);
   }
 }
 
 /* Compass search for a higher expected improvement from u (whose value is
  * ei); returns the value reached, u moved there. */
-static double refine(struct hvd_bayes *b, double *u, double ei) {
+static double refine(struct tune_bayes *b, double *u, double ei) {
   double step = FIRST_STEP;
 
   for (int round = 0; round < SEARCH_ROUNDS && step >= LAST_STEP; round++) {
@@ -306,14 +306,14 @@ static double refine(struct hvd_bayes *b, double *u, double ei) {
 
 /* ---- the interface ------------------------------------------------------------------- */
 
-hvd_status hvd_bayes_create(const struct hvd_bayes_options *o, struct hvd_bayes **out) {
-  struct hvd_bayes *b;
+hvd_status tune_bayes_create(const struct tune_bayes_options *o, struct tune_bayes **out) {
+  struct tune_bayes *b;
 
   if (o->dims < 1 || o->dims > D)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "bayes: %d dimensions (allowed: 1 to %d)", o->dims,
                      D);
   for (int i = 0; i < o->dims; i++) {
-    const struct hvd_bayes_dim *dm = &o->dim[i];
+    const struct tune_bayes_dim *dm = &o->dim[i];
     if (!isfinite(dm->lo) || !isfinite(dm->hi) || !(dm->lo < dm->hi))
       return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                        "bayes: dimension %d's box [%g, %g] is empty or not finite", i, dm->lo,
@@ -335,17 +335,17 @@ hvd_status hvd_bayes_create(const struct hvd_bayes_options *o, struct hvd_bayes 
     return hvd_error(HVD_ERR_NO_MEMORY, "bayes: cannot allocate a model");
   b->o = *o;
   if (b->o.candidates == 0)
-    b->o.candidates = HVD_BAYES_DEFAULT_CANDIDATES;
+    b->o.candidates = TUNE_BAYES_DEFAULT_CANDIDATES;
   b->rng = o->seed;
   *out = b;
   return HVD_OK;
 }
 
-void hvd_bayes_destroy(struct hvd_bayes *b) { free(b); }
+void tune_bayes_destroy(struct tune_bayes *b) { free(b); }
 
-int hvd_bayes_count(const struct hvd_bayes *b) { return b->n; }
+int tune_bayes_count(const struct tune_bayes *b) { return b->n; }
 
-hvd_status hvd_bayes_add(struct hvd_bayes *b, const double *x, double y) {
+hvd_status tune_bayes_add(struct tune_bayes *b, const double *x, double y) {
   if (b->n == N)
     return hvd_error(HVD_ERR_TOO_LARGE, "bayes: already %d samples, the most a model holds", N);
   if (!isfinite(y))
@@ -361,7 +361,7 @@ hvd_status hvd_bayes_add(struct hvd_bayes *b, const double *x, double y) {
   return HVD_OK;
 }
 
-hvd_status hvd_bayes_predict(struct hvd_bayes *b, const double *x, double *mean, double *var) {
+hvd_status tune_bayes_predict(struct tune_bayes *b, const double *x, double *mean, double *var) {
   double u[D], mu, v;
   hvd_status st = fit(b);
 
@@ -379,7 +379,7 @@ hvd_status hvd_bayes_predict(struct hvd_bayes *b, const double *x, double *mean,
   return HVD_OK;
 }
 
-hvd_status hvd_bayes_expected_improvement(struct hvd_bayes *b, const double *x, double *ei) {
+hvd_status tune_bayes_expected_improvement(struct tune_bayes *b, const double *x, double *ei) {
   double u[D];
   hvd_status st = fit(b);
 
@@ -394,7 +394,7 @@ hvd_status hvd_bayes_expected_improvement(struct hvd_bayes *b, const double *x, 
   return HVD_OK;
 }
 
-hvd_status hvd_bayes_propose(struct hvd_bayes *b, double *x) {
+hvd_status tune_bayes_propose(struct tune_bayes *b, double *x) {
   double start[STARTS + 1][D], start_ei[STARTS + 1], u[D], best_ei = -1;
   int d = b->o.dims, starts = 0, pick = 0;
   hvd_status st = fit(b);
@@ -443,7 +443,7 @@ hvd_status hvd_bayes_propose(struct hvd_bayes *b, double *x) {
   return HVD_OK;
 }
 
-hvd_status hvd_bayes_best(struct hvd_bayes *b, double *x, double *mean) {
+hvd_status tune_bayes_best(struct tune_bayes *b, double *x, double *mean) {
   hvd_status st;
 
   if (b->n == 0)
