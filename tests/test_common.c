@@ -761,6 +761,30 @@ START_TEST(test_env_str) {
 }
 END_TEST
 
+/* A provided value stands in for an unset variable, never for a set one;
+ * a value handed out stays readable after it is replaced. */
+START_TEST(test_env_provided) {
+  const char *first;
+  int64_t v = 0;
+
+  ck_assert_int_eq(hvd_env_provide(ENV_NAME, "7"), HVD_OK);
+  ck_assert_str_eq(hvd_env_str(ENV_NAME), "7");
+  ck_assert_ptr_null(hvd_env_real(ENV_NAME));
+  ck_assert_int_eq(hvd_env_int(ENV_NAME, 0, 0, 10, &v), HVD_OK);
+  ck_assert_int_eq(v, 7);
+  first = hvd_env_str(ENV_NAME);
+  ck_assert_int_eq(hvd_env_provide(ENV_NAME, "8"), HVD_OK);
+  ck_assert_str_eq(hvd_env_str(ENV_NAME), "8");
+  ck_assert_str_eq(first, "7");
+  setenv(ENV_NAME, "9", 1); /* the environment wins */
+  ck_assert_str_eq(hvd_env_str(ENV_NAME), "9");
+  ck_assert_int_eq(hvd_env_int(ENV_NAME, 0, 0, 10, &v), HVD_OK);
+  ck_assert_int_eq(v, 9);
+  unsetenv(ENV_NAME);
+  ck_assert_str_eq(hvd_env_str(ENV_NAME), "8");
+}
+END_TEST
+
 /* ---- clock -------------------------------------------------------------- */
 
 START_TEST(test_clock_monotonic) {
@@ -1458,6 +1482,7 @@ static Suite *env_suite(void) {
   tcase_add_test(tc, test_env_double);
   tcase_add_test(tc, test_env_bool);
   tcase_add_test(tc, test_env_str);
+  tcase_add_test(tc, test_env_provided);
   suite_add_tcase(s, tc);
   return s;
 }

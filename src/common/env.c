@@ -64,7 +64,10 @@ hvd_status hvd_env_provide(const char *name, const char *value) {
       retire(provided[i].value);
       provided[i].value = copy;
     }
-  } else if (nprovided == PROVIDED_MAX || (provided[i].name = strdup(name)) == NULL) {
+  } else if (nprovided == PROVIDED_MAX) {
+    free(copy);
+    st = hvd_error(HVD_ERR_INTERNAL, "more than %d provided variables (%s)", PROVIDED_MAX, name);
+  } else if ((provided[i].name = strdup(name)) == NULL) {
     free(copy);
     st = hvd_error(HVD_ERR_NO_MEMORY, "cannot provide %s", name);
   } else {
