@@ -21,13 +21,13 @@ stages=""
 # stage NAME: the time since the previous stage ends, under NAME.
 stage() {
     now=$(date +%s)
-    stages="$stages$(printf '%-28s %4ds' "$1" $((now - last)))
+    stages="$stages$(printf '%-36s %4ds' "$1" $((now - last)))
 "
     last=$now
 }
 report() {
     stage "$1"
-    printf '\ntest.sh: stages\n%s%-28s %4ds\n' "$stages" "total" $(($(date +%s) - started))
+    printf '\ntest.sh: stages\n%s%-36s %4ds\n' "$stages" "total" $(($(date +%s) - started))
 }
 
 quick=0
