@@ -351,14 +351,9 @@ static void keep_inline(struct pending *p, const struct coord_request *req, int 
   }
   if (p->inline_len == 0) { /* the first input: room for every set rank's */
     size_t need = (size_t)p->set_size * req->inline_len;
-    if (need > p->inline_cap) {
-      unsigned char *grown = realloc(p->inline_vals, need);
-      if (grown == NULL) {
-        p->inline_broken = true;
-        return;
-      }
-      p->inline_vals = grown;
-      p->inline_cap = need;
+    if (hvd_array_reserve(&p->inline_vals, &p->inline_cap, need, 1, need) != HVD_OK) {
+      p->inline_broken = true;
+      return;
     }
     p->inline_len = req->inline_len;
   }
@@ -400,14 +395,9 @@ static void move_to_table(struct coord_controller *c, int bit) {
 
 void coord_ctl_retire(struct coord_controller *c, int bit) {
   move_to_table(c, bit);
-  if (c->nretired == c->retired_cap) {
-    uint32_t cap = c->retired_cap ? 2 * c->retired_cap : 16;
-    int32_t *grown = realloc(c->retired, cap * sizeof(*grown));
-    if (grown == NULL)
-      return; /* the bit stays retired on the coordinator only: workers keep a harmless entry */
-    c->retired = grown;
-    c->retired_cap = cap;
-  }
+  if (hvd_array_reserve(&c->retired, &c->retired_cap, (size_t)c->nretired + 1,
+                        sizeof(*c->retired), 16) != HVD_OK)
+    return; /* the bit stays retired on the coordinator only: workers keep a harmless entry */
   coord_cache_retire(&c->s->cache, bit, c->next_seq);
   c->retired[c->nretired++] = bit;
   /* The retirement closes its lane everywhere; the bit's next tensor starts afresh. */

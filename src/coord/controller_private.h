@@ -70,7 +70,8 @@ struct coord_controller {
   uint64_t *acks; /* by global rank: the last response list it applied */
   uint64_t next_seq;
   int32_t *retired; /* cache bits to announce in the next list */
-  uint32_t nretired, retired_cap;
+  uint32_t nretired;
+  size_t retired_cap;
   /* dispatch.c's single responses and their sizes while it builds a list,
    * kept across lists (grown, never shrunk; empty between lists) */
   struct coord_response *singles;

@@ -511,13 +511,8 @@ static hvd_status sleep_in_poll(struct net_comm *comm, int timeout_ms, int wake_
   size_t n = 0;
   bool bell_added = false;
 
-  if (need > comm->pfds_cap) {
-    struct pollfd *p = realloc(comm->pfds, need * 2 * sizeof(*p));
-    if (p == NULL)
-      return hvd_error(HVD_ERR_NO_MEMORY, "cannot grow the poll set to %zu", need * 2);
-    comm->pfds = p;
-    comm->pfds_cap = need * 2;
-  }
+  if (hvd_array_reserve(&comm->pfds, &comm->pfds_cap, need, sizeof(*comm->pfds), 16) != HVD_OK)
+    return hvd_error_prefix("the poll set of %zu entries", need);
   for (int k = 0; k < comm->nactive; k++) {
     struct net_conn *c = &comm->conns[comm->active[k]];
     if (c->ring_rx != NULL) {
