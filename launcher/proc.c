@@ -136,13 +136,50 @@ hvd_status hvdrun_slot_vars(const char *host, const struct hvdrun_slot *s, struc
 
 static bool is_token(const char *kv) { return strncmp(kv, TOKEN_VAR "=", sizeof(TOKEN_VAR)) == 0; }
 
+/* ssh as horovodrun runs it, or --ssh-command's snippet: the words before
+ * HOST and the command. */
+static hvd_status remote_shell_argv(const struct hvdrun_options *o, struct hvdrun_argv *argv) {
+  hvd_status st = HVD_OK;
+  char port[16];
+
+  if (strcmp(o->ssh_command, "ssh") == 0) {
+    /* As horovodrun runs it (stdin carries the token, then ends). */
+    const char *fixed[] = {"ssh", "-o", "PasswordAuthentication=no", "-o",
+                           "StrictHostKeyChecking=no"};
+    for (size_t i = 0; i < HVD_ARRAY_SIZE(fixed) && st == HVD_OK; i++)
+      st = hvdrun_argv_add(argv, fixed[i]);
+    snprintf(port, sizeof(port), "%d", o->ssh_port);
+    if (st == HVD_OK && o->ssh_port > 0 && (st = hvdrun_argv_add(argv, "-p")) == HVD_OK)
+      st = hvdrun_argv_add(argv, port);
+    if (st == HVD_OK && o->ssh_identity != NULL && (st = hvdrun_argv_add(argv, "-i")) == HVD_OK)
+      st = hvdrun_argv_add(argv, o->ssh_identity);
+  } else {
+    /* --ssh-command is a shell snippet: CMD HOST COMMAND. */
+    char *snippet = NULL;
+    size_t sl = 0, sc = 0;
+    st = hvdrun_append(&snippet, &sl, &sc, o->ssh_command);
+    if (st == HVD_OK)
+      st = hvdrun_append(&snippet, &sl, &sc, " \"$@\"");
+    if (st == HVD_OK)
+      st = hvdrun_argv_add(argv, "/bin/sh");
+    if (st == HVD_OK)
+      st = hvdrun_argv_add(argv, "-c");
+    if (st == HVD_OK)
+      st = hvdrun_argv_add(argv, snippet);
+    if (st == HVD_OK)
+      st = hvdrun_argv_add(argv, "hvdrun-remote-shell");
+    free(snippet);
+  }
+  return st;
+}
+
 /* What to exec: argv, and env for a local rank (a remote one carries its
  * variables on its command line, and its token on stdin). */
 static hvd_status command(const struct hvdrun_options *o, const char *host, bool remote,
                           const struct hvdrun_env *rank_vars, struct hvdrun_argv *argv,
                           struct hvdrun_env *env) {
   struct hvdrun_env vars = {0};
-  char cwd[4096], *text = NULL, port[16];
+  char cwd[4096], *text = NULL;
   size_t len = 0, cap = 0;
   hvd_status st = HVD_OK;
 
@@ -183,46 +220,17 @@ static hvd_status command(const struct hvdrun_options *o, const char *host, bool
   }
   hvdrun_env_fini(&vars);
   if (st == HVD_OK && o->srun) {
+    /* srun ... --nodelist=HOST /bin/sh -c TEXT */
     st = hvdrun_srun_argv(host, text, argv);
-    free(text);
-    for (char **e = environ; *e != NULL && st == HVD_OK; e++) /* srun itself: hvdrun's */
-      st = hvdrun_env_put(env, *e);
-    return st;
-  }
-  if (st == HVD_OK && strcmp(o->ssh_command, "ssh") == 0) {
-    /* As horovodrun runs it (stdin carries the token, then ends). */
-    const char *fixed[] = {"ssh", "-o", "PasswordAuthentication=no", "-o",
-                           "StrictHostKeyChecking=no"};
-    for (size_t i = 0; i < HVD_ARRAY_SIZE(fixed) && st == HVD_OK; i++)
-      st = hvdrun_argv_add(argv, fixed[i]);
-    snprintf(port, sizeof(port), "%d", o->ssh_port);
-    if (st == HVD_OK && o->ssh_port > 0 && (st = hvdrun_argv_add(argv, "-p")) == HVD_OK)
-      st = hvdrun_argv_add(argv, port);
-    if (st == HVD_OK && o->ssh_identity != NULL && (st = hvdrun_argv_add(argv, "-i")) == HVD_OK)
-      st = hvdrun_argv_add(argv, o->ssh_identity);
   } else if (st == HVD_OK) {
-    /* --ssh-command is a shell snippet: CMD HOST COMMAND. */
-    char *snippet = NULL;
-    size_t sl = 0, sc = 0;
-    st = hvdrun_append(&snippet, &sl, &sc, o->ssh_command);
+    st = remote_shell_argv(o, argv); /* then HOST TEXT */
     if (st == HVD_OK)
-      st = hvdrun_append(&snippet, &sl, &sc, " \"$@\"");
+      st = hvdrun_argv_add(argv, host);
     if (st == HVD_OK)
-      st = hvdrun_argv_add(argv, "/bin/sh");
-    if (st == HVD_OK)
-      st = hvdrun_argv_add(argv, "-c");
-    if (st == HVD_OK)
-      st = hvdrun_argv_add(argv, snippet);
-    if (st == HVD_OK)
-      st = hvdrun_argv_add(argv, "hvdrun-remote-shell");
-    free(snippet);
+      st = hvdrun_argv_add(argv, text);
   }
-  if (st == HVD_OK)
-    st = hvdrun_argv_add(argv, host);
-  if (st == HVD_OK)
-    st = hvdrun_argv_add(argv, text);
   free(text);
-  for (char **e = environ; *e != NULL && st == HVD_OK; e++) /* ssh itself: hvdrun's */
+  for (char **e = environ; *e != NULL && st == HVD_OK; e++) /* the remote shell itself: hvdrun's */
     st = hvdrun_env_put(env, *e);
   return st;
 }
