@@ -25,33 +25,19 @@ bool hvdrun_in_allocation(void) {
 }
 
 hvd_status hvdrun_allocation_hosts(struct hvdrun_host **out, size_t *n) {
-  const char *nodes = getenv("SLURM_JOB_NODELIST");
   const char *slots_var = getenv("SLURM_NTASKS") != NULL && getenv("SLURM_TASKS_PER_NODE") != NULL
                               ? "SLURM_TASKS_PER_NODE"
                               : "SLURM_JOB_CPUS_PER_NODE";
-  const char *slots = getenv(slots_var);
   struct launch_hostlist list = {0};
   struct hvdrun_host *hosts = NULL;
   int *counts = NULL;
-  size_t ncounts = 0;
   hvd_status st;
 
-  if (nodes == NULL || slots == NULL)
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "inside a Slurm allocation, %s is not set",
-                     nodes == NULL ? "SLURM_JOB_NODELIST" : slots_var);
-  st = launch_hostlist_parse(nodes, HVDRUN_MAX_RANKS, &list);
+  st = launch_slurm_nodes("SLURM_JOB_NODELIST", slots_var, HVDRUN_MAX_RANKS, &list, &counts);
   if (st != HVD_OK)
-    return hvd_error_prefix("SLURM_JOB_NODELIST");
-  counts = malloc(list.count * sizeof(*counts));
-  hosts = calloc(list.count, sizeof(*hosts));
-  if (counts == NULL || hosts == NULL)
+    return hvd_error_prefix("inside a Slurm allocation");
+  if ((hosts = calloc(list.count, sizeof(*hosts))) == NULL)
     st = hvd_error(HVD_ERR_NO_MEMORY, "cannot list the allocation's %zu hosts", list.count);
-  if (st == HVD_OK && (st = launch_tasks_per_node_parse(slots, counts, list.count, &ncounts)) !=
-                          HVD_OK)
-    hvd_error_prefix("%s", slots_var);
-  if (st == HVD_OK && ncounts != list.count)
-    st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s='%s' counts %zu nodes but SLURM_JOB_NODELIST "
-                   "names %zu", slots_var, slots, ncounts, list.count);
   for (size_t i = 0; st == HVD_OK && i < list.count; i++) {
     const char *name = launch_hostlist_get(&list, i);
     if (strlen(name) > HVDRUN_HOST_MAX) {

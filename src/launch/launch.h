@@ -75,6 +75,12 @@ hvd_status launch_detect(struct launch_job *out);
 /* The per-launcher halves of launch_detect: fill everything after kind
  * and why. */
 hvd_status launch_slurm_read(struct launch_job *job);
+/* A Slurm node list and its per-node counts ("2(x3),1"), from the two
+ * variables named: at most max_hosts hosts, and one count each in *counts
+ * (malloc'ed). Errors name the variables (unset, malformed, or counting
+ * another number of nodes). */
+hvd_status launch_slurm_nodes(const char *nodes_var, const char *counts_var, size_t max_hosts,
+                              struct launch_hostlist *hosts, int **counts);
 hvd_status launch_torchrun_read(struct launch_job *job);
 hvd_status launch_k8s_read(struct launch_job *job);
 /* An integer variable in [min, max]; HVD_ERR_NOT_FOUND when unset (no

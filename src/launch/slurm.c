@@ -32,14 +32,14 @@ static hvd_status need_int(const char *name, int min, int max, int *out) {
 }
 
 /* Local size, cross rank and size from the tasks on each node. */
-static hvd_status place(struct launch_job *job, int node, const int *counts, size_t nnodes) {
+static hvd_status place(struct launch_job *job, int node, const char *tasks, const int *counts,
+                        size_t nnodes) {
   int64_t total = 0;
   for (size_t i = 0; i < nnodes; i++)
     total += counts[i];
   if (total != job->size)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                     "SLURM_STEP_TASKS_PER_NODE='%.64s' adds up to %lld tasks, not %d",
-                     hvd_env_real(either("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")),
+                     "SLURM_STEP_TASKS_PER_NODE='%.64s' adds up to %lld tasks, not %d", tasks,
                      (long long)total, job->size);
   if ((size_t)node >= nnodes)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "SLURM_NODEID=%d but the step has %zu nodes", node,
@@ -60,14 +60,42 @@ static hvd_status place(struct launch_job *job, int node, const int *counts, siz
   return HVD_OK;
 }
 
+hvd_status launch_slurm_nodes(const char *nodes_var, const char *counts_var, size_t max_hosts,
+                              struct launch_hostlist *hosts, int **counts) {
+  const char *nodes = hvd_env_real(nodes_var), *text = hvd_env_real(counts_var);
+  struct launch_hostlist l = {0};
+  int *c = NULL;
+  size_t n = 0;
+  hvd_status st = HVD_OK;
+
+  if (nodes == NULL || text == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s is not set",
+                     nodes == NULL ? nodes_var : counts_var);
+  if ((st = launch_hostlist_parse(nodes, max_hosts, &l)) != HVD_OK)
+    return hvd_error_prefix("%s", nodes_var);
+  if ((c = malloc(l.count * sizeof(*c))) == NULL)
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot read the counts of %zu nodes", l.count);
+  if (st == HVD_OK && (st = launch_tasks_per_node_parse(text, c, l.count, &n)) != HVD_OK)
+    hvd_error_prefix("%s", counts_var);
+  if (st == HVD_OK && n != l.count)
+    st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s='%.64s' counts %zu nodes but %s names %zu",
+                   counts_var, text, n, nodes_var, l.count);
+  if (st != HVD_OK) {
+    free(c);
+    launch_hostlist_fini(&l);
+    return st;
+  }
+  *hosts = l;
+  *counts = c;
+  return HVD_OK;
+}
+
 hvd_status launch_slurm_read(struct launch_job *job) {
   const char *nodes_var = either("SLURM_STEP_NODELIST", "SLURM_NODELIST");
   const char *tasks_var = either("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE");
-  const char *nodelist = hvd_env_real(nodes_var), *tasks = hvd_env_real(tasks_var);
   const char *node_name = hvd_env_real("SLURMD_NODENAME");
   struct launch_hostlist hosts = {0};
   int *counts = NULL, node = 0, job_id = 0, step_id = 0, lo, hi;
-  size_t ncounts = 0;
   hvd_status st;
 
   st = need_int(either("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"), 1, 1 << 24, &job->size);
@@ -81,21 +109,10 @@ hvd_status launch_slurm_read(struct launch_job *job) {
     st = need_int(either("SLURM_JOB_ID", "SLURM_JOBID"), 0, 0x7fffffff, &job_id);
   if (st == HVD_OK)
     st = need_int("SLURM_STEP_ID", 0, 0x7fffffff, &step_id);
-  if (st == HVD_OK && (nodelist == NULL || tasks == NULL))
-    st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s is not set",
-                   nodelist == NULL ? "SLURM_STEP_NODELIST" : "SLURM_STEP_TASKS_PER_NODE");
-  if (st == HVD_OK && (st = launch_hostlist_parse(nodelist, LAUNCH_MAX_HOSTS, &hosts)) != HVD_OK)
-    hvd_error_prefix("%s", nodes_var);
-  if (st == HVD_OK && (counts = malloc(hosts.count * sizeof(*counts))) == NULL)
-    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot read the tasks of %zu nodes", hosts.count);
-  if (st == HVD_OK &&
-      (st = launch_tasks_per_node_parse(tasks, counts, hosts.count, &ncounts)) != HVD_OK)
-    hvd_error_prefix("%s", tasks_var);
-  if (st == HVD_OK && ncounts != hosts.count)
-    st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s='%.64s' counts %zu nodes but %s names %zu",
-                   tasks_var, tasks, ncounts, nodes_var, hosts.count);
   if (st == HVD_OK)
-    st = place(job, node, counts, ncounts);
+    st = launch_slurm_nodes(nodes_var, tasks_var, LAUNCH_MAX_HOSTS, &hosts, &counts);
+  if (st == HVD_OK)
+    st = place(job, node, hvd_env_real(tasks_var), counts, hosts.count);
   if (st == HVD_OK) {
     snprintf(job->store_host, sizeof(job->store_host), "%s", launch_hostlist_get(&hosts, 0));
     snprintf(job->host, sizeof(job->host), "%s",
