@@ -303,6 +303,37 @@ START_TEST(responses_bad_lane_rejected) {
 }
 END_TEST
 
+/* Rank 0 decodes request lists into arrays it keeps (the list borrows
+ * them, its requests' names are the list's): the same values, the same
+ * arrays the next time; a broken list fails as without them. */
+START_TEST(requests_decode_into_space) {
+  struct coord_request_space space = {0};
+  struct coord_request_list got;
+  struct hvd_buf buf;
+
+  encode_requests(&buf);
+  for (int round = 0; round < 2; round++) {
+    ck_assert_int_eq(coord_decode_requests_in(buf.data, buf.len, &got, &space), HVD_OK);
+    ck_assert(got.borrowed);
+    ck_assert_ptr_eq(got.reqs, space.reqs);
+    ck_assert_ptr_eq(got.hits, space.hits);
+    ck_assert_ptr_eq(got.inline_hits, space.inline_hits);
+    ck_assert_uint_eq(got.hits[2], 0x81);
+    ck_assert_uint_eq(got.n, 3);
+    ck_assert_str_eq(got.reqs[0].name, "layer1.weight");
+    ck_assert_str_eq(got.reqs[1].group, "grouped.a");
+    ck_assert_int_eq(got.reqs[2].ranks[1], 3);
+    ck_assert_int_eq(got.inline_hits[0].bit, 12);
+    coord_request_list_fini(&got); /* the names, not the arrays (ASan: no double free) */
+  }
+  ck_assert_int_eq(coord_decode_requests_in(buf.data, buf.len - 1, &got, &space),
+                   HVD_ERR_PROTOCOL);
+  ck_assert_ptr_nonnull(strstr(hvd_last_error_message(), "request list"));
+  hvd_buf_fini(&buf);
+  coord_request_space_fini(&space);
+}
+END_TEST
+
 /* A list of cached responses decodes into the worker's kept arrays (the
  * list borrows them); a list with others, or a broken one, decodes as
  * coord_decode_responses does. */
@@ -1387,6 +1418,7 @@ Suite *coord_units_suite(void) {
   tcase_add_test(tc, requests_truncated_rejected);
   tcase_add_test(tc, requests_corruption_contained);
   tcase_add_test(tc, requests_huge_counts_rejected);
+  tcase_add_test(tc, requests_decode_into_space);
   tcase_add_test(tc, responses_round_trip);
   tcase_add_test(tc, responses_bad_lane_rejected);
   tcase_add_test(tc, responses_truncated_rejected);

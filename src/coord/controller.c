@@ -101,20 +101,22 @@ hvd_status coord_controller_create(struct coord_state *s, struct coord_controlle
   return HVD_OK;
 }
 
-/* What p holds, not p itself. */
+/* What p holds but its buffers (name_buf, inline_vals). */
 static void destroy_contents(struct pending *p) {
+  p->first.name = NULL; /* name_buf */
   coord_request_fini(&p->first);
   if (p->submitted != p->submitted_here)
     free(p->submitted);
   free(p->elements);
   free(p->error);
-  free(p->inline_vals);
 }
 
 void coord_ctl_pending_destroy(struct pending *p) {
   if (p == NULL)
     return;
   destroy_contents(p);
+  free(p->inline_vals);
+  free(p->name_buf);
   free(p);
 }
 
@@ -122,27 +124,22 @@ enum { PENDING_SPARES = 16 };
 
 struct pending *coord_ctl_pending_new(struct coord_controller *c) {
   struct pending *p = c->spares;
-  unsigned char *vals;
-  size_t cap;
 
   if (p == NULL) {
-    p = calloc(1, sizeof(*p));
-  } else {
-    c->spares = p->next;
-    c->nspares--;
-    vals = p->inline_vals;
-    cap = p->inline_cap;
-    memset(p, 0, sizeof(*p));
-    p->inline_vals = vals; /* set_size x inline_len of them are written before they are read */
-    p->inline_cap = cap;
+    if ((p = calloc(1, sizeof(*p))) != NULL)
+      p->bit = -1;
+    return p;
   }
-  if (p != NULL)
-    p->bit = -1;
+  c->spares = p->next;
+  c->nspares--;
+  p->next = NULL;
   return p;
 }
 
 void coord_ctl_pending_release(struct coord_controller *c, struct pending *p) {
   unsigned char *vals;
+  char *name;
+  size_t vals_cap, name_cap;
 
   if (p == NULL)
     return;
@@ -150,10 +147,19 @@ void coord_ctl_pending_release(struct coord_controller *c, struct pending *p) {
     coord_ctl_pending_destroy(p);
     return;
   }
-  vals = p->inline_vals;
-  p->inline_vals = NULL;
+  /* Emptied now, so that a spare holds nothing but its buffers, whose
+   * bytes are written before they are read. */
   destroy_contents(p);
+  vals = p->inline_vals;
+  vals_cap = p->inline_cap;
+  name = p->name_buf;
+  name_cap = p->name_cap;
+  memset(p, 0, sizeof(*p));
   p->inline_vals = vals;
+  p->inline_cap = vals_cap;
+  p->name_buf = name;
+  p->name_cap = name_cap;
+  p->bit = -1;
   p->next = c->spares;
   c->spares = p;
   c->nspares++;
@@ -202,8 +208,7 @@ void coord_controller_destroy(struct coord_controller *c) {
   while (c->spares != NULL) {
     struct pending *p = c->spares;
     c->spares = p->next;
-    free(p->inline_vals);
-    free(p);
+    coord_ctl_pending_destroy(p);
   }
   free(c);
 }
@@ -313,18 +318,47 @@ bool coord_ctl_is_ready(const struct coord_controller *c, const struct pending *
   return true;
 }
 
+/* Makes req p's first submission. Its name is copied into p's buffer, so
+ * that a borrowed request (a cache hit's, rank 0's own) is kept without
+ * an allocation; what else it holds (a group, a rank list) is taken when
+ * owned (req is left empty), else copied. False when out of memory. */
+static bool keep_first(struct pending *p, struct coord_request *req, bool owned) {
+  struct coord_request rest = *req;
+  size_t len = req->name_len;
+
+  if (hvd_array_reserve(&p->name_buf, &p->name_cap, len + 1, 1, 64) != HVD_OK) {
+    hvd_error_clear(); /* the caller says what it drops */
+    return false;
+  }
+  rest.name = NULL;
+  rest.name_len = 0;
+  if (!owned && coord_request_copy(&p->first, &rest) != HVD_OK) {
+    hvd_error_clear();
+    return false;
+  }
+  memcpy(p->name_buf, req->name, len);
+  p->name_buf[len] = '\0';
+  if (owned) {
+    p->first = rest;
+    free(req->name);
+    memset(req, 0, sizeof(*req));
+  }
+  p->first.name = p->name_buf;
+  p->first.name_len = (uint32_t)len;
+  return true;
+}
+
 /* An operation that fails at once (an unknown set): ready with its error. */
 static void fail_now(struct coord_controller *c, struct coord_request *req, uint8_t status,
                      const char *why) {
   struct pending *p = coord_ctl_pending_new(c);
   char msg[HVD_ERROR_MESSAGE_MAX];
 
-  if (p == NULL) {
+  if (p == NULL || !keep_first(p, req, true)) {
+    coord_ctl_pending_destroy(p);
     coord_request_fini(req);
     return;
   }
-  p->first = *req;
-  memset(req, 0, sizeof(*req));
   p->first.group_size = 0; /* it fails alone */
   free(p->first.group);
   p->first.group = NULL;
@@ -478,10 +512,11 @@ static void begin_negotiation(struct coord_timeline *t, const struct pending *p)
   coord_timeline_begin(t, p->first.name, phase);
 }
 
-/* A new table entry for the first submission of an operation, which it
- * takes from req; NULL (req dropped) when out of memory. */
+/* A new table entry for the first submission of an operation, req, which
+ * it takes when owned and copies otherwise (keep_first); NULL (the
+ * operation dropped) when out of memory. */
 static struct pending *open_pending(struct coord_controller *c, struct coord_request *req,
-                                    const struct ctl_set *set, int hit) {
+                                    bool owned, const struct ctl_set *set, int hit) {
   struct pending *p = coord_ctl_pending_new(c);
   char key[COORD_KEY_MAX];
 
@@ -491,14 +526,12 @@ static struct pending *open_pending(struct coord_controller *c, struct coord_req
                        : calloc((size_t)set->size / 8 + 1, 1);
   if (p == NULL || p->submitted == NULL ||
       (req->type == COORD_ALLGATHER &&
-       (p->elements = calloc((size_t)set->size, sizeof(*p->elements))) == NULL)) {
+       (p->elements = calloc((size_t)set->size, sizeof(*p->elements))) == NULL) ||
+      !keep_first(p, req, owned)) {
     coord_ctl_pending_destroy(p);
     HVD_LOG_ERROR("out of memory in the coordinator: dropping '%s'", req->name);
-    coord_request_fini(req);
     return NULL;
   }
-  p->first = *req;
-  memset(req, 0, sizeof(*req));
   p->set_size = set->size;
   p->first_ns = hvd_coarse_now_ns(); /* for stall warnings, seconds later */
   if (hit >= 0) {
@@ -576,10 +609,11 @@ static struct coord_request *copy_to_keep(const struct coord_request *req,
 }
 
 /* Submits req. owned: req's allocations are the table's to keep (req is
- * left empty); otherwise they are borrowed, and copied only when the table
- * must keep them (the first submission of an operation, or a failure),
- * which spares the later submissions an allocation each. hit: req is the
- * request of active cache entry `hit` (so it cannot retire it), or -1. */
+ * left empty); otherwise they are borrowed: the first submission of an
+ * operation keeps a copy of its name in an entry's own buffer, and only a
+ * failure copies the request, so a cached operation's submissions
+ * allocate nothing. hit: req is the request of active cache entry `hit`
+ * (so it cannot retire it), or -1. */
 static void submit(struct coord_controller *c, struct coord_request *req, bool owned, int hit) {
   struct coord_request copy;
   char key[COORD_KEY_MAX];
@@ -607,10 +641,7 @@ static void submit(struct coord_controller *c, struct coord_request *req, bool o
     p = hvd_map_get(&c->table, key,
                     coord_key(key, sizeof(key), req->set, req->name, req->name_len));
   if (p == NULL) {
-    if (!owned && (req = copy_to_keep(req, &copy)) == NULL)
-      return;
-    owned = true;
-    if ((p = open_pending(c, req, set, hit)) != NULL)
+    if ((p = open_pending(c, req, owned, set, hit)) != NULL)
       record(c, p, &p->first, srank);
   } else if (check_again(p, req, srank)) {
     record(c, p, req, srank);

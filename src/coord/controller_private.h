@@ -6,7 +6,7 @@
 
 /* One operation that some ranks have submitted. */
 struct pending {
-  struct coord_request first; /* the first submission; owns the name */
+  struct coord_request first; /* the first submission; its name is name_buf */
   int set_size;
   unsigned char *submitted;   /* bit per set rank: submitted_here, or allocated for large sets */
   unsigned char submitted_here[64];
@@ -27,6 +27,11 @@ struct pending {
   size_t inline_cap; /* bytes inline_vals holds (it is kept across reuses) */
   uint32_t inline_len;
   bool inline_broken;
+  /* first.name's bytes, kept across reuses too: the request of a cache hit
+   * or of rank 0 itself, which the table borrows, is copied without an
+   * allocation. */
+  char *name_buf;
+  size_t name_cap;
 };
 
 /* The coordinator's view of a process set. */
@@ -102,9 +107,9 @@ struct coord_controller {
 
   int64_t next_stall_check;
 
-  /* Finished entries kept for the next operations (linked by next): an
-   * operation's entry is a zeroed allocation of half a kilobyte, and its
-   * inline inputs another. */
+  /* Finished entries kept for the next operations (linked by next),
+   * emptied but for their buffers: an operation's entry is a zeroed
+   * allocation of half a kilobyte, its inline inputs and name others. */
   struct pending *spares;
   int nspares;
 };

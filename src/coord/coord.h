@@ -123,6 +123,10 @@ struct coord_request_list {
   uint32_t n;
   struct coord_inline_hit *inline_hits;
   uint32_t ninline_hits;
+  /* reqs, hits and inline_hits belong to whoever decoded the list into
+   * its space (coord_decode_requests_in): fini frees only what the
+   * requests hold. */
+  bool borrowed;
 };
 
 /* Coordinator -> every worker. */
@@ -156,6 +160,21 @@ void coord_response_list_fini(struct coord_response_list *l);
  * is HVD_ERR_PROTOCOL naming what was wrong, and leaves *out empty. */
 hvd_status coord_encode_requests(const struct coord_request_list *l, struct hvd_buf *out);
 hvd_status coord_decode_requests(const void *data, size_t len, struct coord_request_list *out);
+/* Arrays rank 0 keeps for decoding the workers' request lists (grown,
+ * never shrunk): a list of cache bits, a training loop's steady state,
+ * is decoded without allocating. */
+struct coord_request_space {
+  struct coord_request *reqs;
+  unsigned char *hits;
+  struct coord_inline_hit *inline_hits;
+  size_t reqs_cap, hits_cap, inline_hits_cap;
+};
+/* coord_decode_requests, the list's arrays in space's (out->borrowed,
+ * valid until the next decode into space); the requests' names and rank
+ * lists are allocated as there. */
+hvd_status coord_decode_requests_in(const void *data, size_t len, struct coord_request_list *out,
+                                    struct coord_request_space *space);
+void coord_request_space_fini(struct coord_request_space *space);
 hvd_status coord_encode_responses(const struct coord_response_list *l, struct hvd_buf *out);
 hvd_status coord_decode_responses(const void *data, size_t len, struct coord_response_list *out);
 /* Arrays a worker keeps for decoding lists of cached responses (bits and

@@ -116,18 +116,17 @@ static void response_fields(const struct coord_request *q, struct coord_response
 }
 
 /* A response's fields from its request, for one tensor, with no cache bit.
- * The name is q's own (no copy): take_ready hands it over to the response. */
+ * The name is a copy (q's is its table entry's, which is reused). */
 static hvd_status start_response(const struct coord_request *q, struct coord_response *r) {
   response_fields(q, r);
   r->ntensors = 1;
-  r->names = malloc(sizeof(*r->names));
+  r->names = calloc(1, sizeof(*r->names));
   r->bits = malloc(sizeof(*r->bits));
-  if (r->names == NULL || r->bits == NULL) {
-    free(r->names);
-    r->names = NULL;
+  if (r->names == NULL || r->bits == NULL ||
+      (r->names[0] = hvd_strndup(q->name, q->name_len)) == NULL) {
+    coord_response_fini(r);
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response");
   }
-  r->names[0] = q->name;
   r->bits[0] = -1;
   return HVD_OK;
 }
@@ -411,9 +410,6 @@ static hvd_status take_ready(struct coord_controller *c, size_t *n) {
     st = build_single(c, p, &c->singles[*n]);
     if (st == HVD_OK)
       assign_bit(c, p, &c->singles[*n]);
-    /* The response owns the name it shares with p from here on. */
-    if (c->singles[*n].names != NULL && c->singles[*n].names[0] == p->first.name)
-      p->first.name = NULL;
     if (st == HVD_OK)
       (*n)++;
     else

@@ -84,8 +84,10 @@ struct coord_loop {
   bool holding; /* received holds a list (every turn looks: most find none) */
   bool repost;
   /* What a list of cached responses from rank 0 is decoded into (the
-   * received list borrows it until tidy_received). */
+   * received list borrows it until tidy_received); on rank 0, what each
+   * worker's request list is (the controller takes it at once). */
   struct coord_response_space space;
+  struct coord_request_space request_space;
   char **cached_names;
   int32_t *cached_bits;
   int64_t *cached_counts;
@@ -594,7 +596,7 @@ static hvd_status take_requests(struct coord_loop *l, int i, int64_t now) {
     return net_req_result(l->ctl, &l->recvs[i]);
   st = take_message(l, i, &data, &len);
   if (st == HVD_OK)
-    st = coord_decode_requests(data, len, &in);
+    st = coord_decode_requests_in(data, len, &in, &l->request_space);
   if (st != HVD_OK)
     return hvd_error_prefix("from rank %d", i + 1);
   st = coord_controller_receive(l->s->controller, i + 1, &in);
@@ -990,6 +992,7 @@ static void loop_destroy(struct coord_loop *l) {
   /* Only the arrays: the requests and names in them are borrowed. */
   coord_response_list_fini(&l->received);
   coord_response_space_fini(&l->space);
+  coord_request_space_fini(&l->request_space);
   free(l->requests.reqs);
   free(l->requests.inline_hits);
   free(l->requests.hits);

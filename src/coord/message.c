@@ -117,9 +117,11 @@ nomem:
 void coord_request_list_fini(struct coord_request_list *l) {
   for (uint32_t i = 0; i < l->n; i++)
     coord_request_fini(&l->reqs[i]);
-  free(l->reqs);
-  free(l->hits);
-  free(l->inline_hits);
+  if (!l->borrowed) {
+    free(l->reqs);
+    free(l->hits);
+    free(l->inline_hits);
+  }
   free(l->abort_message);
   memset(l, 0, sizeof(*l));
 }
@@ -460,6 +462,25 @@ static void *get_array(struct reader *r, uint32_t n, size_t size, const char *fi
   return a;
 }
 
+/* get_array into an array the caller keeps (*kept, *cap items), grown
+ * as needed: the same zeroed items without an allocation once it is large
+ * enough. */
+static void *get_array_in(struct reader *r, void *kept, size_t *cap, uint32_t n, size_t size,
+                          const char *field) {
+  void *a;
+  if (r->bad != NULL || n == 0)
+    return NULL;
+  if (hvd_array_reserve(kept, cap, n, size, 1) != HVD_OK) {
+    hvd_error_clear(); /* decode_failed says what failed */
+    r->bad = "memory";
+    return NULL;
+  }
+  (void)field;
+  memcpy(&a, kept, sizeof(a));
+  memset(a, 0, (size_t)n * size);
+  return a;
+}
+
 /* A list of cache bits (put_bits), at most max of them, each in 0 .. limit - 1
  * (allocated into *bits; *n their count). */
 static void get_bits(struct reader *r, uint32_t max, int64_t limit, int32_t **bits, uint32_t *n,
@@ -567,18 +588,21 @@ static void get_request(struct reader *r, struct coord_request *q) {
     r->bad = "inline input";
 }
 
-hvd_status coord_decode_requests(const void *data, size_t len, struct coord_request_list *out) {
+/* A request list whose arrays go into space's (the list borrows them). */
+static hvd_status decode_requests(const void *data, size_t len, struct coord_request_list *out,
+                                  struct coord_request_space *space) {
   struct reader r = {data, len, NULL};
   struct coord_request_list l;
 
   memset(&l, 0, sizeof(l));
+  l.borrowed = true;
   get_preamble(&r, KIND_REQUESTS);
   l.ack = get_u64(&r, "ack");
   l.flags = get_u8(&r, "flags");
   l.abort_status = get_u8(&r, "abort status");
   l.abort_message = get_opt_str(&r, HVD_ERROR_MESSAGE_MAX, NULL, "abort message");
   l.hits_bytes = get_count(&r, 1, UINT32_MAX, "hits");
-  l.hits = get_array(&r, l.hits_bytes, 1, "hits");
+  l.hits = get_array_in(&r, &space->hits, &space->hits_cap, l.hits_bytes, 1, "hits");
   if (l.hits != NULL) {
     memcpy(l.hits, r.p, l.hits_bytes);
     r.p += l.hits_bytes;
@@ -586,14 +610,15 @@ hvd_status coord_decode_requests(const void *data, size_t len, struct coord_requ
   }
   /* A request is at least 56 bytes: that bounds the count. */
   l.n = get_count(&r, 56, UINT32_MAX, "request count");
-  l.reqs = get_array(&r, l.n, sizeof(*l.reqs), "requests");
+  l.reqs = get_array_in(&r, &space->reqs, &space->reqs_cap, l.n, sizeof(*l.reqs), "requests");
   if (l.reqs == NULL)
     l.n = 0; /* a failed allocation (r.bad says so): fini must not walk a NULL array */
   for (uint32_t i = 0; i < l.n && r.bad == NULL; i++)
     get_request(&r, &l.reqs[i]);
   /* An inline hit is at least 8 bytes. */
   l.ninline_hits = get_count(&r, 8, UINT32_MAX, "inline hit count");
-  l.inline_hits = get_array(&r, l.ninline_hits, sizeof(*l.inline_hits), "inline hits");
+  l.inline_hits = get_array_in(&r, &space->inline_hits, &space->inline_hits_cap, l.ninline_hits,
+                               sizeof(*l.inline_hits), "inline hits");
   for (uint32_t i = 0; i < l.ninline_hits && r.bad == NULL; i++) {
     l.inline_hits[i].bit = (int32_t)get_u32(&r, "inline hit bit");
     l.inline_hits[i].len = get_inline(&r, l.inline_hits[i].data, "inline hit input");
@@ -608,6 +633,30 @@ hvd_status coord_decode_requests(const void *data, size_t len, struct coord_requ
   }
   *out = l;
   return HVD_OK;
+}
+
+hvd_status coord_decode_requests(const void *data, size_t len, struct coord_request_list *out) {
+  struct coord_request_space space = {0};
+  hvd_status st = decode_requests(data, len, out, &space);
+
+  if (st != HVD_OK) {
+    coord_request_space_fini(&space);
+    return st;
+  }
+  out->borrowed = false; /* its arrays are the fresh space's: the list owns them */
+  return HVD_OK;
+}
+
+hvd_status coord_decode_requests_in(const void *data, size_t len, struct coord_request_list *out,
+                                    struct coord_request_space *space) {
+  return decode_requests(data, len, out, space);
+}
+
+void coord_request_space_fini(struct coord_request_space *space) {
+  free(space->reqs);
+  free(space->hits);
+  free(space->inline_hits);
+  memset(space, 0, sizeof(*space));
 }
 
 /* One response; with a cursor, only a cached one (another stops the
