@@ -6,13 +6,16 @@
  * same bits. Suites: collectives, async, errors, join, sets, lifecycle.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
 
 #include "coord_harness.h"
+#include "stranger.h"
 #include "transport/transport_private.h" /* the control connections */
 
 Suite *coord_units_suite(void);
@@ -1458,6 +1461,84 @@ START_TEST(control_rings_on_rank0_host) {
 }
 END_TEST
 
+/* Pipes between the two ranks of listener_answers_or_refuses, made before
+ * they fork. */
+struct listener_pipes {
+  int port[2];    /* rank 0 -> 1: rank 0's transport port */
+  int stopped[2]; /* rank 0 -> 1: the job has stopped on rank 0 */
+  int probed[2];  /* rank 1 -> 0: done with rank 0's listener */
+};
+
+static bool read_int_within(int fd, int *v, int ms) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  return poll(&p, 1, ms) == 1 && read(fd, v, sizeof(*v)) == (ssize_t)sizeof(*v);
+}
+
+/* Rank 1 plays a stranger at rank 0's transport listener in a job on one
+ * host whose control channel runs through shared memory: while the job
+ * runs, a wrong token is refused and a silent connection dropped at the
+ * handshake deadline (3 s); once the job stopped, a dial is refused or
+ * closed. Neither may hang: 10 s is a bound, not a wait. */
+static int listener_ranks(int rank, int size, void *arg) {
+  const struct listener_pipes *p = arg;
+  int port = 0, one = 1;
+  hvd_status st;
+  (void)size;
+
+  if (rank == 0) {
+    struct coord_state *s = coord_acquire();
+    port = net_ctx_port(s->world->ctx);
+    coord_release();
+    EXPECT(write(p->port[1], &port, sizeof(port)) == (ssize_t)sizeof(port), "write: %s",
+           strerror(errno));
+    CALL(hvd_barrier(HVD_PROCESS_SET_GLOBAL)); /* idle here while rank 1 looks */
+    st = hvd_barrier(HVD_PROCESS_SET_GLOBAL);  /* rank 1 shuts down instead */
+    EXPECT(st == HVD_ERR_ABORTED, "a barrier after rank 1's shutdown gave %s", hvd_strerror(st));
+    EXPECT(write(p->stopped[1], &one, sizeof(one)) == (ssize_t)sizeof(one), "write: %s",
+           strerror(errno));
+    EXPECT(read_int_within(p->probed[0], &one, 30000), "rank 1 did not say it was done");
+    return 0;
+  }
+  struct net_hello h = {.version = NET_PROTOCOL_VERSION, .comm_id = NET_COMM_GLOBAL, .from = 1,
+                        .to = 0, .token = "wrongtoken", .token_len = 10};
+  int silent, status, fd;
+
+  EXPECT(control_ring_to(0), "the control channel to rank 0 is not in shared memory");
+  EXPECT(read_int_within(p->port[0], &port, 30000), "rank 0 did not say its port");
+  silent = stranger_dial(port);
+  EXPECT(silent >= 0, "connect to rank 0's port %d: %s", port, strerror(errno));
+  status = stranger_hello(port, &h, NULL, 0, 10000);
+  EXPECT(status == NET_ACK_BAD_TOKEN, "a wrong token got %d, not a refusal", status);
+  EXPECT(stranger_closed_within(silent, 10000),
+         "a silent connection to a running rank was not dropped");
+  close(silent);
+  CALL(hvd_barrier(HVD_PROCESS_SET_GLOBAL));
+  CALL(hvd_shutdown());
+  EXPECT(read_int_within(p->stopped[0], &one, 30000), "rank 0 did not see the job stop");
+  fd = stranger_dial(port);
+  EXPECT(fd < 0 ? errno == ECONNREFUSED : stranger_closed_within(fd, 10000),
+         "a dial to a stopped rank was %s", fd < 0 ? strerror(errno) : "left hanging");
+  if (fd >= 0)
+    close(fd);
+  EXPECT(write(p->probed[1], &one, sizeof(one)) == (ssize_t)sizeof(one), "write: %s",
+         strerror(errno));
+  return 0;
+}
+
+START_TEST(listener_answers_or_refuses) {
+  struct listener_pipes p;
+  ck_assert_int_eq(pipe(p.port), 0);
+  ck_assert_int_eq(pipe(p.stopped), 0);
+  ck_assert_int_eq(pipe(p.probed), 0);
+  run_ok(2, listener_ranks, &p);
+  for (int i = 0; i < 2; i++) {
+    close(p.port[i]);
+    close(p.stopped[i]);
+    close(p.probed[i]);
+  }
+}
+END_TEST
+
 /* Shuts hvd down once the other thread waits in hvd_handle_wait, driving
  * the loop (it announces itself before it drives). */
 static void *shutdown_later(void *arg) {
@@ -1956,6 +2037,7 @@ static Suite *lifecycle_suite(void) {
   tcase_add_loop_test(tc, init_after_shutdown, 1, 4);
   tcase_add_loop_test(tc, homogeneous_hosts, 0, 3);
   tcase_add_loop_test(tc, control_rings_on_rank0_host, 0, 2);
+  tcase_add_test(tc, listener_answers_or_refuses);
   tcase_add_loop_test(tc, shutdown_aborts_pending, 2, 4);
   tcase_add_loop_test(tc, shutdown_while_waiting, 2, 3);
   tcase_add_loop_test(tc, wait_in_a_callback_is_refused, 2, 3);

@@ -20,6 +20,7 @@
 
 #include "transport/transport_private.h"
 #include "store_process.h"
+#include "stranger.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -787,29 +788,9 @@ static void busy_job_finish(struct busy_job *b) {
   rdzv_client_destroy(b->store);
 }
 
+/* A HELLO from a stranger; 15 s is a bound for a hang, not a wait. */
 static int stray_hello(int port, const struct net_hello *h, const void *raw, size_t raw_len) {
-  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  struct timeval tv = {.tv_sec = 15};
-  unsigned char buf[NET_HELLO_MAX], ack[NET_ACK_BYTES];
-  size_t len = raw != NULL ? raw_len : net_hello_encode(h, buf);
-  size_t have = 0;
-  uint16_t version, status;
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-  ck_assert_int_eq(send(fd, raw != NULL ? raw : buf, len, MSG_NOSIGNAL), (ssize_t)len);
-  while (have < NET_ACK_BYTES) {
-    ssize_t n = recv(fd, ack + have, NET_ACK_BYTES - have, 0);
-    if (n <= 0)
-      break;
-    have += (size_t)n;
-  }
-  close(fd);
-  if (have < NET_ACK_BYTES || net_ack_decode(ack, &version, &status) != HVD_OK)
-    return -1;
-  return status;
+  return stranger_hello(port, h, raw, raw_len, 15000);
 }
 
 START_TEST(stray_connections_rejected) {
@@ -833,28 +814,17 @@ START_TEST(stray_connections_rejected) {
   h.generation = 99;
   ck_assert_int_eq(stray_hello(port, &h, NULL, 0), NET_ACK_BAD_GENERATION);
   static const char http[] = "GET / HTTP/1.1\r\nHost: somewhere.example\r\n\r\n"; /* > 36 bytes */
-  ck_assert_int_eq(stray_hello(port, NULL, http, sizeof(http) - 1), -1);
-  ck_assert_int_eq(stray_hello(port, NULL, "", 0), -1); /* connects and says nothing... */
+  ck_assert_int_eq(stray_hello(port, NULL, http, sizeof(http) - 1), STRANGER_CLOSED);
+  /* connects and says nothing... */
+  ck_assert_int_eq(stray_hello(port, NULL, "", 0), STRANGER_CLOSED);
   busy_job_finish(&b); /* ...and the job went on */
 }
 END_TEST
 
 static int dial(int port) {
-  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ck_assert_int_ge(fd, 0);
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+  int fd = stranger_dial(port);
+  ck_assert_msg(fd >= 0, "connect to port %d: %s", port, strerror(errno));
   return fd;
-}
-
-/* Whether the rank closes fd within ms (EOF or a reset). */
-static bool closed_within(int fd, int ms) {
-  struct pollfd p = {.fd = fd, .events = POLLIN};
-  char c;
-  if (poll(&p, 1, ms) <= 0)
-    return false;
-  return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
 }
 
 enum { FLOOD = 600 };
@@ -877,7 +847,8 @@ START_TEST(stray_flood_is_bounded_and_parked_sockets_expire) {
   for (int i = 0; i < FLOOD; i++)
     flood[i] = dial(b.port);
   /* The handshake deadline is 3 s; the first are gone long before. */
-  ck_assert_msg(closed_within(flood[0], 1500), "the oldest stranger was not dropped for newer ones");
+  ck_assert_msg(stranger_closed_within(flood[0], 1500),
+                "the oldest stranger was not dropped for newer ones");
   parked = dial(b.port);
   len = net_hello_encode(&h, buf);
   ck_assert_int_eq(send(parked, buf, len, MSG_NOSIGNAL), (ssize_t)len);
@@ -885,11 +856,11 @@ START_TEST(stray_flood_is_bounded_and_parked_sockets_expire) {
   ck_assert_int_eq(net_ack_decode(ack, &version, &status), HVD_OK);
   ck_assert_int_eq(status, NET_ACK_OK);
   for (int i = 0; i < FLOOD; i++) {
-    ck_assert_msg(closed_within(flood[i], 10000), "stranger %d still connected", i);
+    ck_assert_msg(stranger_closed_within(flood[i], 10000), "stranger %d still connected", i);
     close(flood[i]);
   }
   /* Communicator 777 never exists: the parked socket goes after the timeout. */
-  ck_assert_msg(closed_within(parked, 15000), "an unclaimed socket stayed parked");
+  ck_assert_msg(stranger_closed_within(parked, 15000), "an unclaimed socket stayed parked");
   close(parked);
   busy_job_finish(&b);
 }

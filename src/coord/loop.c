@@ -886,6 +886,9 @@ static bool step(struct coord_loop *l, struct hvd_handle_s *h, int64_t until) {
     fail_job(l, st);
   if (st != HVD_OK || stopped(s)) {
     s->lane_waits.n = 0; /* their entries were failed with the job */
+    /* This state talks to nobody again and nothing would service the
+     * listener until hvd_shutdown: dials are refused from now on. */
+    net_ctx_stop_listening(s->world->ctx);
     atomic_store(&l->finished, true);
     return false;
   }

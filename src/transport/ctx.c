@@ -20,6 +20,18 @@
  * nobody claims within the job's timeout is closed, and at EMFILE a reserve
  * descriptor lets the listener accept and close what waits instead of
  * waking for it forever. Drops are logged at most once a second.
+ *
+ * The listener stays open, and serviced, for as long as the job runs,
+ * even where every communicator so far meets in shared memory: a process
+ * set added later, a segment a host refuses, a TCP algorithm asked for by
+ * name, all dial on first use, and a shared segment is itself set up over
+ * token-checked TCP links. Whoever waits on any communicator services it
+ * (the loop does while idle), so a stranger is answered or dropped within
+ * HANDSHAKE_TIMEOUT_MS. Once the owner stops talking to other ranks (the
+ * coordinator's loop ended: the job stopped or failed), nobody would
+ * service it again, so net_ctx_stop_listening closes it: a dial is then
+ * refused, as it would be once the process exits, instead of hanging in
+ * the backlog until hvd_shutdown.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -168,19 +180,24 @@ static bool log_due(struct net_log_limit *l, unsigned *suppressed) {
   return true;
 }
 
-void net_ctx_destroy(struct net_ctx *ctx) {
-  if (ctx == NULL)
-    return;
+void net_ctx_stop_listening(struct net_ctx *ctx) {
   while (ctx->handshaking.head != NULL)
     drop_incoming(&ctx->handshaking, ctx->handshaking.head);
   while (ctx->parked.head != NULL)
     drop_incoming(&ctx->parked, ctx->parked.head);
+  if (ctx->listen_fd >= 0)
+    close(ctx->listen_fd); /* leaves the epoll set with it */
+  ctx->listen_fd = -1;
+}
+
+void net_ctx_destroy(struct net_ctx *ctx) {
+  if (ctx == NULL)
+    return;
+  net_ctx_stop_listening(ctx);
   if (ctx->epoll_fd >= 0)
     close(ctx->epoll_fd);
   if (ctx->reserve_fd >= 0)
     close(ctx->reserve_fd);
-  if (ctx->listen_fd >= 0)
-    close(ctx->listen_fd);
   free(ctx);
 }
 
@@ -416,7 +433,7 @@ void net_ctx_progress_incoming(struct net_ctx *ctx, bool *progressed) {
     else
       settle(ctx, events[i].data.ptr, progressed);
   }
-  if (listener)
+  if (listener && ctx->listen_fd >= 0)
     accept_new(ctx, progressed);
   if (ctx->handshaking.head != NULL || ctx->parked.head != NULL)
     expire(ctx, hvd_now_ns());

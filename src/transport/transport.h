@@ -117,6 +117,12 @@ struct net_ctx_config {
 hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out);
 void net_ctx_destroy(struct net_ctx *ctx);
 int net_ctx_port(const struct net_ctx *ctx);
+/* Closes the listener and every connection that has not been claimed by a
+ * communicator: later dials are refused. For when no communicator of this
+ * context will take a connection again (its owner stopped talking to other
+ * ranks); established connections stay as they are. Not thread-safe with
+ * anything else on the context. Idempotent. */
+void net_ctx_stop_listening(struct net_ctx *ctx);
 
 /* Well-known communicator ids; the coordinator's process sets use
  * NET_COMM_PROCESS_SET + a registration number. */
