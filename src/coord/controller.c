@@ -203,6 +203,7 @@ void coord_controller_destroy(struct coord_controller *c) {
   free(c->light);
   free(c->light_bits);
   free(c->light_data);
+  free(c->light_lanes);
   free(c->lane_grants);
   free(c->by_bit);
   while (c->spares != NULL) {

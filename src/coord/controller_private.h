@@ -87,7 +87,8 @@ struct coord_controller {
   struct coord_response *light;
   int32_t *light_bits;
   unsigned char *light_data; /* COORD_INLINE_MAX a response */
-  size_t light_cap, light_bits_cap, light_data_cap;
+  int32_t *light_lanes;      /* the lanes such a list grants */
+  size_t light_cap, light_bits_cap, light_data_cap, light_lanes_cap;
 
   /* Lanes (lanes.c), the granting side: per cache bit below COORD_LANES,
    * the epoch of its last grant (0: none since its last negotiated

@@ -141,9 +141,9 @@ struct coord_response_list {
   uint32_t nlanes;
   struct coord_response *resps;
   uint32_t n;
-  /* resps, and each response's bits and data, belong to whoever built the
-   * list (a list of cached results made without allocating): fini leaves
-   * them. */
+  /* resps, each response's bits and data, and lanes belong to whoever
+   * built the list (a list of cached results made without allocating):
+   * fini leaves them. */
   bool borrowed;
   unsigned char tune[TUNE_SETTING_BYTES]; /* COORD_FLAG_TUNE: applied before resps */
 };
@@ -183,7 +183,8 @@ struct coord_response_space {
   struct coord_response *resps;
   int32_t *bits;
   unsigned char *data;
-  size_t resps_cap, bits_cap, data_cap;
+  int32_t *lanes;
+  size_t resps_cap, bits_cap, data_cap, lanes_cap;
 };
 /* coord_decode_responses, into space's arrays (out->borrowed, valid until
  * the next decode into space) when every response is cached; other lists

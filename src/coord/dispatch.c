@@ -434,15 +434,16 @@ static void free_responses(struct coord_response *rs, size_t n) {
 /* Every rank has joined: the JOIN response ends the list, and joining
  * starts over. */
 static hvd_status append_join(struct coord_controller *c, struct coord_response **rs, size_t *n) {
-  struct coord_response *grown = realloc(*rs, (*n + 1) * sizeof(*grown));
+  size_t cap = *n; /* at least what coord_fuse allocated */
+  struct coord_response *join;
 
-  if (grown == NULL)
-    return hvd_error(HVD_ERR_NO_MEMORY, "cannot build a response list");
-  *rs = grown;
-  memset(&grown[*n], 0, sizeof(grown[*n]));
-  grown[*n].type = COORD_JOIN;
-  grown[*n].last_joined = c->last_joined;
-  grown[*n].new_set = -1;
+  if (hvd_array_reserve(rs, &cap, *n + 1, sizeof(**rs), *n + 1) != HVD_OK)
+    return hvd_error_prefix("the join response");
+  join = &(*rs)[*n];
+  memset(join, 0, sizeof(*join));
+  join->type = COORD_JOIN;
+  join->last_joined = c->last_joined;
+  join->new_set = -1;
   (*n)++;
   c->join_due = false;
   c->njoined = 0;
@@ -460,8 +461,23 @@ static hvd_status append_join(struct coord_controller *c, struct coord_response 
  * next grant; one that served that many is granted again at once. */
 enum { LANE_LONG = 16, LANE_MAX_LEVEL = 10 };
 
+/* Room for a grant per response of out: the controller's for a borrowed
+ * list (a lane granted again after it closed, a loaded machine's steady
+ * state, allocates nothing), else the list's own. NULL when out of memory. */
+static int32_t *grants_array(struct coord_controller *c, const struct coord_response_list *out) {
+  if (!out->borrowed)
+    return malloc((size_t)out->n * sizeof(*out->lanes));
+  if (hvd_array_reserve(&c->light_lanes, &c->light_lanes_cap, out->n, sizeof(*c->light_lanes),
+                        16) != HVD_OK) {
+    hvd_error_clear();
+    return NULL;
+  }
+  return c->light_lanes;
+}
+
 static void grant_lanes(struct coord_controller *c, struct coord_response_list *out) {
   uint64_t epoch = coord_lane_epoch(out->seq);
+  int32_t *lanes = NULL;
 
   if (c->lane_grants == NULL || c->njoined > 0 || c->shutdown || epoch == 0)
     return;
@@ -470,7 +486,6 @@ static void grant_lanes(struct coord_controller *c, struct coord_response_list *
     int bit = r->ntensors == 1 && r->bits != NULL ? r->bits[0] : -1;
     const struct coord_cache_entry *e = coord_cache_entry(&c->s->cache, bit);
     struct lane_grant *g;
-    int32_t *grown;
 
     if (r->data_len == 0 || r->data_len > COORD_LANE_VALUE_MAX || r->set != 0 || bit < 0 ||
         bit >= COORD_LANES || e == NULL || e->state != COORD_CACHE_ACTIVE)
@@ -489,12 +504,14 @@ static void grant_lanes(struct coord_controller *c, struct coord_response_list *
       g->skip--;
       continue;
     }
-    if ((grown = realloc(out->lanes, (out->nlanes + 1) * sizeof(*grown))) == NULL)
+    if (lanes == NULL && (lanes = grants_array(c, out)) == NULL)
       return; /* no grant: negotiation goes on as before */
-    out->lanes = grown;
-    out->lanes[out->nlanes++] = bit;
-    out->flags |= COORD_FLAG_LANES;
+    lanes[out->nlanes++] = bit;
     g->epoch = epoch;
+  }
+  if (out->nlanes > 0) {
+    out->lanes = lanes;
+    out->flags |= COORD_FLAG_LANES;
   }
 }
 
@@ -521,17 +538,17 @@ static hvd_status assemble(struct coord_controller *c, struct coord_response *fu
   return HVD_OK;
 }
 
-/* Whether p's response is the one its cache bit already stands for, with
- * a result reduced here: a cached inline allreduce, the steady state of a
- * training loop's small tensors. (What assign_bit and known_bits would
- * find, decided before anything is built.) */
-static bool cached_inline(const struct coord_controller *c, const struct pending *p) {
+/* Whether p's response is the one its cache bit already stands for: a
+ * cached allreduce, the steady state of a training loop's small tensors
+ * (what assign_bit and known_bits would find, decided before anything is
+ * built). */
+static bool cached_allreduce(const struct coord_controller *c, const struct pending *p) {
   const struct coord_request *q = &p->first;
   const struct coord_cache_entry *e;
   struct coord_response r;
   int64_t elements = 0;
 
-  if (p->error != NULL || !reduced_here(p) || !cacheable(c, q))
+  if (p->error != NULL || q->type != COORD_ALLREDUCE || !cacheable(c, q))
     return false;
   if ((e = hinted_entry(c, p)) == NULL || e->assigned_seq >= c->next_seq)
     return false;
@@ -542,18 +559,19 @@ static bool cached_inline(const struct coord_controller *c, const struct pending
   return same_response(&e->resp, &r);
 }
 
-/* When every ready operation is a cached inline allreduce, the list of
- * their bits and results, in arrays the controller keeps (out->borrowed):
- * no allocation, no fusion (inline results travel one a response). False,
- * with nothing taken, when not (or when the arrays cannot grow). */
+/* When every ready operation is a cached allreduce, at most one of them
+ * run by a collective (two might fuse) and the others reduced here, the
+ * list of their bits and results, in arrays the controller keeps
+ * (out->borrowed): no allocation, nothing to fuse. False, with nothing
+ * taken, when not (or when the arrays cannot grow). */
 static bool light_list(struct coord_controller *c, struct coord_response_list *out) {
-  size_t n = 0;
+  size_t n = 0, collectives = 0;
 
   /* Lists that carry more than responses take the general way. */
   if (c->join_due || c->nretired > 0 || c->shutdown || c->s->tuner != NULL)
     return false;
   for (const struct pending *p = c->ready_head; p != NULL; p = p->next_ready) {
-    if (!cached_inline(c, p))
+    if (!cached_allreduce(c, p) || (!reduced_here(p) && ++collectives > 1))
       return false;
     n++;
   }
@@ -575,12 +593,14 @@ static bool light_list(struct coord_controller *c, struct coord_response_list *o
     r->ntensors = 1;
     r->bits = &c->light_bits[i];
     r->bits[0] = p->bit;
-    r->data = c->light_data + i * COORD_INLINE_MAX;
-    r->data_len = p->inline_len;
     r->last_joined = -1;
     r->new_set = -1;
     r->set = p->first.set; /* not sent: grant_lanes reads it */
-    inline_result(p, r->data);
+    if (reduced_here(p)) {
+      r->data = c->light_data + i * COORD_INLINE_MAX;
+      r->data_len = p->inline_len;
+      inline_result(p, r->data);
+    }
     coord_cache_touch(&c->s->cache, p->bit);
     coord_ctl_pending_release(c, p);
   }

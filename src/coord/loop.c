@@ -455,7 +455,7 @@ static hvd_status apply(struct coord_loop *l, struct coord_response_list *list) 
   for (uint32_t i = 0; i < list->n && st == HVD_OK; i++) {
     struct coord_response *r = &list->resps[i];
     /* Bits only: from rank 0's wire, or rank 0's own list of cached
-     * inline results (dispatch.c's light_list); rank 0's other responses
+     * allreduces (dispatch.c's light_list); rank 0's other responses
      * carry every field. */
     bool bits_only = r->cached && r->names == NULL;
     if (l->coordinator && !bits_only) {

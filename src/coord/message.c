@@ -132,7 +132,8 @@ void coord_response_list_fini(struct coord_response_list *l) {
   if (!l->borrowed)
     free(l->resps);
   free(l->retired);
-  free(l->lanes);
+  if (!l->borrowed)
+    free(l->lanes);
   free(l->abort_message);
   memset(l, 0, sizeof(*l));
 }
@@ -481,12 +482,15 @@ static void *get_array_in(struct reader *r, void *kept, size_t *cap, uint32_t n,
   return a;
 }
 
-/* A list of cache bits (put_bits), at most max of them, each in 0 .. limit - 1
- * (allocated into *bits; *n their count). */
+/* A list of cache bits (put_bits), at most max of them, each in 0 .. limit - 1,
+ * into *bits (*n their count): allocated, or in the caller's array *kept
+ * (*kept_cap of them) when kept is not NULL. */
 static void get_bits(struct reader *r, uint32_t max, int64_t limit, int32_t **bits, uint32_t *n,
-                     const char *count_field, const char *field) {
+                     int32_t **kept, size_t *kept_cap, const char *count_field,
+                     const char *field) {
   *n = get_count(r, 4, max, count_field);
-  *bits = get_array(r, *n, sizeof(**bits), field);
+  *bits = kept != NULL ? get_array_in(r, kept, kept_cap, *n, sizeof(**bits), field)
+                       : get_array(r, *n, sizeof(**bits), field);
   for (uint32_t i = 0; i < *n && r->bad == NULL; i++) {
     (*bits)[i] = (int32_t)get_u32(r, field);
     if ((*bits)[i] < 0 || (*bits)[i] >= limit)
@@ -769,20 +773,23 @@ static hvd_status decode_responses(const void *data, size_t len, struct coord_re
       r.bad = "tuning setting";
     }
   }
-  get_bits(&r, UINT32_MAX, (int64_t)INT32_MAX + 1, &l.retired, &l.nretired, "retired count",
-           "retired");
+  /* Retirements are rare: their bits are the list's own even in space. */
+  get_bits(&r, UINT32_MAX, (int64_t)INT32_MAX + 1, &l.retired, &l.nretired, NULL, NULL,
+           "retired count", "retired");
+  /* Grants are not (a lane that closed is granted again). */
+  l.borrowed = cur != NULL;
   if (l.flags & COORD_FLAG_LANES)
-    get_bits(&r, COORD_LANES, COORD_LANES, &l.lanes, &l.nlanes, "lane count", "lanes");
+    get_bits(&r, COORD_LANES, COORD_LANES, &l.lanes, &l.nlanes,
+             cur != NULL ? &cur->space->lanes : NULL, cur != NULL ? &cur->space->lanes_cap : NULL,
+             "lane count", "lanes");
   /* A response is at least 13 bytes (a cached one with one bit). */
   l.n = get_count(&r, 13, UINT32_MAX, "response count");
   /* Into space, each response is zeroed as it is reached: a list of full
    * responses stops at its first. */
-  if (cur != NULL && r.bad == NULL && l.n > 0) {
-    l.resps = cur->space->resps;
-    l.borrowed = true;
-  } else {
+  if (cur != NULL)
+    l.resps = r.bad == NULL && l.n > 0 ? cur->space->resps : NULL;
+  else
     l.resps = get_array(&r, l.n, sizeof(*l.resps), "responses");
-  }
   if (l.resps == NULL)
     l.n = 0; /* as for requests */
   for (uint32_t i = 0; i < l.n && r.bad == NULL; i++) {
@@ -822,5 +829,6 @@ void coord_response_space_fini(struct coord_response_space *space) {
   free(space->resps);
   free(space->bits);
   free(space->data);
+  free(space->lanes);
   memset(space, 0, sizeof(*space));
 }
