@@ -31,15 +31,13 @@ static hvd_status set_put(struct coord_controller *c, int id, const int32_t *ran
   if (copy == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot record process set %d", id);
   if (id >= c->nsets) {
-    int cap = id + 8;
-    struct ctl_set *grown = realloc(c->sets, (size_t)cap * sizeof(*grown));
-    if (grown == NULL) {
+    size_t cap = (size_t)c->nsets;
+    if (hvd_array_reserve(&c->sets, &cap, (size_t)id + 1, sizeof(*c->sets), 8) != HVD_OK) {
       free(copy);
-      return hvd_error(HVD_ERR_NO_MEMORY, "cannot record process set %d", id);
+      return hvd_error_prefix("cannot record process set %d", id);
     }
-    memset(grown + c->nsets, 0, (size_t)(cap - c->nsets) * sizeof(*grown));
-    c->sets = grown;
-    c->nsets = cap;
+    memset(c->sets + c->nsets, 0, (cap - (size_t)c->nsets) * sizeof(*c->sets)); /* unused */
+    c->nsets = (int)cap;
   }
   memcpy(copy, ranks, (size_t)n * sizeof(*copy));
   free(c->sets[id].ranks);

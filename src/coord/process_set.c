@@ -121,16 +121,14 @@ hvd_status coord_sets_add(struct coord_sets *s, struct net_comm *global, int id,
   }
   pthread_mutex_lock(&s->lock);
   if (id >= s->cap) {
-    int cap = id + 8;
-    struct coord_set **grown = realloc(s->sets, (size_t)cap * sizeof(*grown));
-    if (grown == NULL) {
+    size_t cap = (size_t)s->cap;
+    if (hvd_array_reserve(&s->sets, &cap, (size_t)id + 1, sizeof(*s->sets), 8) != HVD_OK) {
       pthread_mutex_unlock(&s->lock);
-      st = hvd_error(HVD_ERR_NO_MEMORY, "cannot grow the process sets");
+      st = hvd_error_prefix("the process sets, for set %d", id);
       goto out;
     }
-    memset(grown + s->cap, 0, (size_t)(cap - s->cap) * sizeof(*grown));
-    s->sets = grown;
-    s->cap = cap;
+    memset(s->sets + s->cap, 0, (cap - (size_t)s->cap) * sizeof(*s->sets)); /* free ids */
+    s->cap = (int)cap;
   }
   if (s->sets[id] != NULL) {
     pthread_mutex_unlock(&s->lock);
