@@ -1105,8 +1105,8 @@ static void cpu_model(char *out, size_t size) {
 static void print_header(const struct options *o) {
   struct utsname u;
   char cpu[128], rmem[64], wmem[64], rmax[32], wmax[32], when[32];
-  const char *spin = getenv("HVD_SPIN_US");
-  const char *sockbuf = getenv("HVD_SOCKET_BUFFER_BYTES");
+  const char *spin = hvd_setting_given(HVD_SET_SPIN_US);
+  const char *sockbuf = hvd_setting_given(HVD_SET_SOCKET_BUFFER_BYTES);
   time_t now = time(NULL);
   struct tm tm;
   bool first = true;

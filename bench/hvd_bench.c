@@ -698,7 +698,7 @@ static int bench_rank(const struct options *o, struct net_world *w) {
            coll_names[o->coll], b.n, hvd_dtype_name(o->dtype), hvd_reduce_op_name(o->op),
            iter_text, o->warmup, o->check, o->hierarchical ? ", hierarchical" : "");
     if (o->gpu) {
-      const char *mode = hvd_env_str("HVD_GPU_COLLECTIVES");
+      const char *mode = hvd_setting_given(HVD_SET_GPU_COLLECTIVES);
       int gpus = 0;
       hvd_cuda_device_count(&gpus);
       printf("# gpu: device memory, rank 0 on GPU %d of %d; hvd's API (negotiation included), "
@@ -998,20 +998,20 @@ static int run_env(const struct options *o) {
   struct net_world_config cfg;
   struct rdzv_client *store = NULL;
   struct net_world *w = NULL;
-  const char *host = hvd_env_str("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  const char *host = hvd_setting_given(HVD_SET_RENDEZVOUS_ADDR);
   int64_t port = 0;
   int rc;
 
   if (net_world_config_from_env(&cfg) != HVD_OK ||
       (cfg.size > 1 && rdzv_client_create_from_env(&store) != HVD_OK) ||
-      hvd_env_int("HOROVOD_GLOO_RENDEZVOUS_PORT", 0, 0, 65535, &port) != HVD_OK) {
+      hvd_setting_int(HVD_SET_RENDEZVOUS_PORT, &port) != HVD_OK) {
     fprintf(stderr, "hvd-bench: %s\n", hvd_last_error_message());
     return EXIT_FAIL;
   }
   hvd_log_set_rank(cfg.ctx.rank);
   cfg.ctx.store = store;
   cfg.ctx.store_host = host;
-  cfg.ctx.store_port = (int)port;
+  cfg.ctx.store_port = port > 0 ? (int)port : 0; /* -1: unset */
   if (net_world_create(&cfg, &w) != HVD_OK) {
     fprintf(stderr, "hvd-bench: %s\n", hvd_last_error_message());
     rdzv_client_destroy(store);
@@ -1037,7 +1037,8 @@ int main(int argc, char **argv) {
   }
   /* A rank of a job: started by hvdrun (HOROVOD_RANK), or a pod that
    * learns its rank from the store (HVD_POD=1). */
-  if (o.np > 0 || (hvd_env_str("HOROVOD_RANK") == NULL && hvd_env_str("HVD_POD") == NULL)) {
+  if (o.np > 0 ||
+      (hvd_setting_given(HVD_SET_RANK) == NULL && hvd_setting_given(HVD_SET_POD) == NULL)) {
     if (o.np == 0)
       o.np = 1;
     return run_local(&o);

@@ -846,7 +846,7 @@ int main(int argc, char **argv) {
       return EXIT_FAIL;
     }
   }
-  if (o.np > 0 || getenv("HOROVOD_RANK") == NULL) {
+  if (o.np > 0 || hvd_setting_given(HVD_SET_RANK) == NULL) {
     if (o.np == 0)
       o.np = 1;
     return run_local(&o);

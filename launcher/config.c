@@ -35,45 +35,28 @@ enum kind {
   K_IGNORED,    /* known and unused: a warning */
 };
 
-static const struct key {
+struct key {
   const char *section; /* NULL: top level */
   const char *name;
   enum kind kind;
   const char *flag; /* K_IGNORED: why it is ignored */
   bool invert;      /* true in the file is the flag's "0" */
-} KEYS[] = {
+};
+
+/* The keys that are no setting; the settings' own come from their table
+ * (src/common/settings.def: .key, .key_off). */
+static const struct key KEYS[] = {
     {NULL, "controller", K_CONTROLLER, NULL, false},
-    {"params", "fusion_threshold_mb", K_NUMBER, "--fusion-threshold-mb", false},
-    {"params", "cycle_time_ms", K_NUMBER, "--cycle-time-ms", false},
-    {"params", "cache_capacity", K_NUMBER, "--cache-capacity", false},
-    {"params", "hierarchical_allreduce", K_SWITCH, "--hierarchical-allreduce", false},
-    {"params", "hierarchical_allgather", K_SWITCH, "--hierarchical-allgather", false},
-    {"autotune", "enabled", K_SWITCH, "--autotune", false},
-    {"autotune", "log_file", K_TEXT, "--autotune-log-file", false},
-    {"autotune", "warmup_samples", K_NUMBER, "--autotune-warmup-samples", false},
-    {"autotune", "steps_per_sample", K_NUMBER, "--autotune-steps-per-sample", false},
-    {"autotune", "bayes_opt_max_samples", K_NUMBER, "--autotune-bayes-opt-max-samples", false},
-    {"autotune", "gaussian_process_noise", K_NUMBER, "--autotune-gaussian-process-noise", false},
     {"autotune", "cycles_per_sample", K_IGNORED,
      "an old name that horovodrun ignores now (write steps_per_sample)", false},
-    {"timeline", "filename", K_TEXT, "--timeline-filename", false},
-    {"timeline", "mark_cycles", K_SWITCH, "--timeline-mark-cycles", false},
     {"timeline", "enabled", K_IGNORED,
      "horovodrun ignores it too (timeline.filename turns the timeline on)", false},
-    {"stall_check", "enabled", K_SWITCH, "--stall-check", false},
-    {"stall_check", "warning_time_seconds", K_NUMBER, "--stall-check-warning-time-seconds", false},
-    {"stall_check", "shutdown_time_seconds", K_NUMBER, "--stall-check-shutdown-time-seconds",
-     false},
-    {"library_options", "gloo_timeout_seconds", K_NUMBER, "--gloo-timeout-seconds", false},
     {"library_options", "mpi_threads_disable", K_IGNORED, "hvd has no MPI", false},
     {"library_options", "mpi_threads_disabled", K_IGNORED, "hvd has no MPI", false},
     {"library_options", "num_nccl_streams", K_IGNORED,
      "hvd has no setting for its number of NCCL streams", false},
     {"library_options", "ccl_bgt_affinity", K_IGNORED, "hvd has no oneCCL", false},
     {"library_options", "mlsl_bgt_affinity", K_IGNORED, "hvd has no MLSL", false},
-    {"logging", "level", K_TEXT, "--log-level", false},
-    {"logging", "hide_timestamp", K_SWITCH, "--log-without-timestamp", false},
-    {"logging", "with_timestamp", K_SWITCH, "--log-without-timestamp", true},
 };
 
 static const char *const SECTIONS[] = {"params",      "autotune",        "timeline",
@@ -202,6 +185,12 @@ static hvd_status yaml_failure(const yaml_parser_t *p, FILE *f, const char *path
   }
 }
 
+/* The key's name when `full` ("section.key") is in section, else NULL. */
+static const char *in_section(const char *full, const char *section) {
+  size_t n = strlen(section);
+  return full != NULL && strncmp(full, section, n) == 0 && full[n] == '.' ? full + n + 1 : NULL;
+}
+
 /* The names known in a section ("" for the top level), for an unknown key's message. */
 static hvd_status known_names(const char *section, struct hvd_buf *out) {
   hvd_status st = HVD_OK;
@@ -210,10 +199,13 @@ static hvd_status known_names(const char *section, struct hvd_buf *out) {
       st = hvd_buf_printf(out, "%s, ", SECTIONS[i]);
     return st == HVD_OK ? hvd_buf_printf(out, "controller") : st;
   }
-  for (size_t i = 0; i < HVD_ARRAY_SIZE(KEYS) && st == HVD_OK; i++) {
-    if (KEYS[i].section != NULL && strcmp(KEYS[i].section, section) == 0 &&
-        KEYS[i].kind != K_IGNORED)
-      st = hvd_buf_printf(out, "%s%s", out->len > 0 ? ", " : "", KEYS[i].name);
+  for (int id = 1; id < HVD_SETTING_COUNT && st == HVD_OK; id++) {
+    const struct hvd_setting_info *s = hvd_setting_info((enum hvd_setting)id);
+    const char *keys[] = {in_section(s->key, section), in_section(s->key_off, section)};
+    for (size_t i = 0; i < HVD_ARRAY_SIZE(keys) && st == HVD_OK; i++) {
+      if (keys[i] != NULL)
+        st = hvd_buf_printf(out, "%s%s", out->len > 0 ? ", " : "", keys[i]);
+    }
   }
   return st;
 }
@@ -301,15 +293,36 @@ static hvd_status key_of(const struct reader *r, const yaml_node_t *map,
   return HVD_OK;
 }
 
-static const struct key *find(const char *section, const char *name) {
+/* A setting's key, as a key of this file: its flag and its YAML type. */
+static bool setting_key(const char *section, const char *name, struct key *out) {
+  static const enum kind kinds[] = {[HVD_SETTING_INT] = K_NUMBER,
+                                    [HVD_SETTING_NUMBER] = K_NUMBER,
+                                    [HVD_SETTING_BOOL] = K_SWITCH,
+                                    [HVD_SETTING_TEXT] = K_TEXT,
+                                    [HVD_SETTING_WORD] = K_TEXT};
+  for (int id = 1; id < HVD_SETTING_COUNT && section != NULL; id++) {
+    const struct hvd_setting_info *s = hvd_setting_info((enum hvd_setting)id);
+    const char *on = in_section(s->key, section), *off = in_section(s->key_off, section);
+    bool is_on = on != NULL && strcmp(on, name) == 0;
+    if (is_on || (off != NULL && strcmp(off, name) == 0)) {
+      *out = (struct key){section, name, kinds[s->type], s->flag, !is_on};
+      return true;
+    }
+  }
+  return false;
+}
+
+static bool find(const char *section, const char *name, struct key *out) {
   for (size_t i = 0; i < HVD_ARRAY_SIZE(KEYS); i++) {
     bool same_section = section == NULL
                             ? KEYS[i].section == NULL
                             : KEYS[i].section != NULL && strcmp(KEYS[i].section, section) == 0;
-    if (same_section && strcmp(KEYS[i].name, name) == 0)
-      return &KEYS[i];
+    if (same_section && strcmp(KEYS[i].name, name) == 0) {
+      *out = KEYS[i];
+      return true;
+    }
   }
-  return NULL;
+  return setting_key(section, name, out);
 }
 
 static hvd_status read_section(const struct reader *r, const char *section,
@@ -318,12 +331,12 @@ static hvd_status read_section(const struct reader *r, const char *section,
   for (const yaml_node_pair_t *p = map->data.mapping.pairs.start;
        p < map->data.mapping.pairs.top && st == HVD_OK; p++) {
     const yaml_node_t *key;
-    const struct key *k;
+    struct key k;
     if ((st = key_of(r, map, p, &key)) != HVD_OK)
       break;
-    if ((k = find(section, text_of(key))) == NULL)
+    if (!find(section, text_of(key), &k))
       return unknown(r, key, section);
-    st = set(r, k, key, yaml_document_get_node(r->doc, p->value));
+    st = set(r, &k, key, yaml_document_get_node(r->doc, p->value));
   }
   return st;
 }
@@ -345,14 +358,15 @@ static hvd_status read_document(const struct reader *r) {
   for (const yaml_node_pair_t *p = root->data.mapping.pairs.start;
        p < root->data.mapping.pairs.top && st == HVD_OK; p++) {
     const yaml_node_t *key, *value;
+    struct key top;
     bool section = false;
     if ((st = key_of(r, root, p, &key)) != HVD_OK)
       break;
     value = yaml_document_get_node(r->doc, p->value);
     for (size_t i = 0; i < HVD_ARRAY_SIZE(SECTIONS); i++)
       section = section || strcmp(SECTIONS[i], text_of(key)) == 0;
-    if (!section && find(NULL, text_of(key)) != NULL) {
-      st = set(r, find(NULL, text_of(key)), key, value);
+    if (!section && find(NULL, text_of(key), &top)) {
+      st = set(r, &top, key, value);
     } else if (!section) {
       st = unknown(r, key, NULL);
     } else if (value->type == YAML_MAPPING_NODE) {

@@ -274,7 +274,7 @@ static hvd_status start_worker(struct driver *d, const struct hvdrun_slot *s, co
   SET("HOROVOD_ELASTIC", "1");
   SET("HVD_ELASTIC_ROUND", "%llu", (unsigned long long)d->round);
   SET("HVD_ELASTIC_UPDATES", "%llu", (unsigned long long)d->updates);
-  SET("HOROVOD_ELASTIC_TIMEOUT", "%d", d->o->elastic_timeout_s);
+  SET(hvd_setting_name(HVD_SET_ELASTIC_TIMEOUT), "%d", d->o->elastic_timeout_s);
 #undef SET
   if (st == HVD_OK)
     st = hvdrun_slot_vars(host, s, &vars);

@@ -23,25 +23,18 @@ struct hvdrun_options {
   const char *ssh_identity;
   const char *ssh_command; /* --ssh-command; default "ssh" */
   bool srun;               /* remote ranks start through srun (hosts of an allocation) */
-  const char *iface;       /* --network-interface */
+  const char *iface;       /* --network-interface: settings[HVD_SET_IFACE] */
   int start_timeout_s;     /* --start-timeout (HOROVOD_START_TIMEOUT, 30) */
   int rendezvous_port;     /* --rendezvous-port; 0: ephemeral */
   const char *output_dir;  /* --output-filename */
   bool timestamp;          /* --prefix-output-with-timestamp */
   bool prefix;             /* false with --disable-output-prefix */
   bool verbose;
-  /* Knobs handed to the ranks as HOROVOD_* variables; NULL: not given.
-   * The command line's values point into argv, the config file's into
-   * owned. */
-  const char *log_level, *timeline, *fusion_mb, *cycle_ms, *cache_capacity, *gloo_timeout_s;
-  bool hier_allreduce, hier_allgather;
-  bool timeline_mark_cycles; /* only with a timeline */
-  bool log_hide_time;        /* --log-without-timestamp */
-  int stall_check;           /* 1: --stall-check, -1: --no-stall-check, 0: not given */
-  const char *stall_warn_s, *stall_shutdown_s;
-  bool autotune; /* the autotune_* values reach the ranks only with it */
-  const char *autotune_log, *autotune_warmup, *autotune_steps, *autotune_max_samples,
-      *autotune_noise;
+  /* The settings' flags (settings.def) as the ranks' variables' values,
+   * checked ("1"/"0" for a switch, whole bytes for --fusion-threshold-mb);
+   * NULL: not given. Handed to the ranks except hvdrun's own, and a
+   * setting that needs another only with that one on. */
+  char *settings[HVD_SETTING_COUNT];
   const char *config_file; /* --config-file: horovodrun's YAML; the command line wins */
   bool check_build;        /* --check-build: print what this build has and exit */
   bool version;            /* -v, --version: print hvd's version and exit */
@@ -74,8 +67,8 @@ struct hvdrun_options {
  * are not checked. hvdrun_options_fini is safe after a failure. */
 hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *help);
 void hvdrun_options_fini(struct hvdrun_options *o);
-/* --elastic-timeout's default: HOROVOD_ELASTIC_TIMEOUT (1 to 86400), else 600. */
-hvd_status hvdrun_elastic_timeout_from_env(int *seconds);
+/* Whether a setting was given and is on (a switch's "1"; any other value). */
+bool hvdrun_setting_on(const struct hvdrun_options *o, enum hvd_setting id);
 void hvdrun_usage(FILE *out);
 
 /* ==== the config file (config.c) =========================================== */

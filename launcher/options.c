@@ -24,94 +24,66 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tune/tune.h"
 #include "hvdrun.h"
 
 enum opt {
-  O_NP, O_HOSTS, O_HOSTFILE, O_SSH_PORT, O_SSH_IDENTITY, O_SSH_COMMAND, O_IFACE, O_START_TIMEOUT,
-  O_RDZV_PORT, O_OUTPUT, O_TIMESTAMP, O_NO_PREFIX, O_VERBOSE, O_LOG_LEVEL, O_TIMELINE, O_FUSION,
-  O_CYCLE, O_CACHE, O_HIER_ALLREDUCE, O_HIER_ALLGATHER, O_GLOO_TIMEOUT, O_EXPORT, O_MIN_NP,
-  O_MAX_NP, O_DISCOVERY, O_SLOTS, O_ELASTIC_TIMEOUT, O_RESET_LIMIT, O_COOLDOWN, O_HOROVOD_COMPAT,
-  O_GLOO, O_MPI, O_MARK_CYCLES, O_LOG_HIDE_TIME, O_STALL_CHECK, O_STALL_WARN, O_STALL_SHUTDOWN,
-  O_AUTOTUNE, O_AUTOTUNE_LOG, O_AUTOTUNE_WARMUP, O_AUTOTUNE_STEPS, O_AUTOTUNE_MAX_SAMPLES,
-  O_AUTOTUNE_NOISE, O_DISABLE_CACHE, O_CONFIG, O_CHECK_BUILD, O_VERSION, O_JSRUN, O_HELP
+  O_SETTING, /* a flag of the settings table (src/common/settings.def) */
+  O_NP, O_HOSTS, O_HOSTFILE, O_SSH_PORT, O_SSH_IDENTITY, O_SSH_COMMAND, O_RDZV_PORT, O_OUTPUT,
+  O_TIMESTAMP, O_NO_PREFIX, O_VERBOSE, O_EXPORT, O_MIN_NP, O_MAX_NP, O_DISCOVERY, O_SLOTS,
+  O_RESET_LIMIT, O_COOLDOWN, O_HOROVOD_COMPAT, O_GLOO, O_MPI, O_DISABLE_CACHE, O_CONFIG,
+  O_CHECK_BUILD, O_VERSION, O_JSRUN, O_HELP
 };
 enum { OPT_COUNT = O_HELP + 1 };
 
-static const struct spelling {
+struct spelling {
   const char *name;
   enum opt id;
-  int values;      /* how many arguments follow */
-  const char *set; /* a switch's value: "1" or "0" */
-} SPELLINGS[] = {
-    {"-np", O_NP, 1, NULL},
-    {"--num-proc", O_NP, 1, NULL},
-    {"-H", O_HOSTS, 1, NULL},
-    {"--hosts", O_HOSTS, 1, NULL},
-    {"--hostfile", O_HOSTFILE, 1, NULL},
-    {"-hostfile", O_HOSTFILE, 1, NULL},
-    {"-p", O_SSH_PORT, 1, NULL},
-    {"--ssh-port", O_SSH_PORT, 1, NULL},
-    {"-i", O_SSH_IDENTITY, 1, NULL},
-    {"--ssh-identity-file", O_SSH_IDENTITY, 1, NULL},
-    {"--ssh-command", O_SSH_COMMAND, 1, NULL},
-    {"--network-interface", O_IFACE, 1, NULL},
-    {"--start-timeout", O_START_TIMEOUT, 1, NULL},
-    {"--rendezvous-port", O_RDZV_PORT, 1, NULL},
-    {"--output-filename", O_OUTPUT, 1, NULL},
-    {"--prefix-output-with-timestamp", O_TIMESTAMP, 0, NULL},
-    {"-prefix-timestamp", O_TIMESTAMP, 0, NULL},
-    {"--disable-output-prefix", O_NO_PREFIX, 0, NULL},
-    {"--verbose", O_VERBOSE, 0, NULL},
-    {"--log-level", O_LOG_LEVEL, 1, NULL},
-    {"--timeline-filename", O_TIMELINE, 1, NULL},
-    {"--fusion-threshold-mb", O_FUSION, 1, NULL},
-    {"--cycle-time-ms", O_CYCLE, 1, NULL},
-    {"--cache-capacity", O_CACHE, 1, NULL},
-    {"--hierarchical-allreduce", O_HIER_ALLREDUCE, 0, "1"},
-    {"--no-hierarchical-allreduce", O_HIER_ALLREDUCE, 0, "0"},
-    {"--hierarchical-allgather", O_HIER_ALLGATHER, 0, "1"},
-    {"--no-hierarchical-allgather", O_HIER_ALLGATHER, 0, "0"},
-    {"--timeline-mark-cycles", O_MARK_CYCLES, 0, "1"},
-    {"--no-timeline-mark-cycles", O_MARK_CYCLES, 0, "0"},
-    {"--log-without-timestamp", O_LOG_HIDE_TIME, 0, "1"},
-    {"--log-hide-timestamp", O_LOG_HIDE_TIME, 0, "1"},
-    {"--log-with-timestamp", O_LOG_HIDE_TIME, 0, "0"},
-    {"--stall-check", O_STALL_CHECK, 0, "1"},
-    {"--no-stall-check", O_STALL_CHECK, 0, "0"},
-    {"--stall-check-warning-time-seconds", O_STALL_WARN, 1, NULL},
-    {"--stall-check-shutdown-time-seconds", O_STALL_SHUTDOWN, 1, NULL},
-    {"--autotune", O_AUTOTUNE, 0, "1"},
-    {"--no-autotune", O_AUTOTUNE, 0, "0"},
-    {"--autotune-log-file", O_AUTOTUNE_LOG, 1, NULL},
-    {"--autotune-warmup-samples", O_AUTOTUNE_WARMUP, 1, NULL},
-    {"--autotune-steps-per-sample", O_AUTOTUNE_STEPS, 1, NULL},
-    {"--autotune-bayes-opt-max-samples", O_AUTOTUNE_MAX_SAMPLES, 1, NULL},
-    {"--autotune-gaussian-process-noise", O_AUTOTUNE_NOISE, 1, NULL},
-    {"--disable-cache", O_DISABLE_CACHE, 0, NULL},
-    {"--config-file", O_CONFIG, 1, NULL},
-    {"-cb", O_CHECK_BUILD, 0, NULL},
-    {"--check-build", O_CHECK_BUILD, 0, NULL},
-    {"--gloo-timeout-seconds", O_GLOO_TIMEOUT, 1, NULL},
-    {"-x", O_EXPORT, 1, NULL},
-    {"--min-np", O_MIN_NP, 1, NULL},
-    {"--min-num-proc", O_MIN_NP, 1, NULL},
-    {"--max-np", O_MAX_NP, 1, NULL},
-    {"--max-num-proc", O_MAX_NP, 1, NULL},
-    {"--host-discovery-script", O_DISCOVERY, 1, NULL},
-    {"--slots-per-host", O_SLOTS, 1, NULL},
-    {"--slots", O_SLOTS, 1, NULL},
-    {"--elastic-timeout", O_ELASTIC_TIMEOUT, 1, NULL},
-    {"--reset-limit", O_RESET_LIMIT, 1, NULL},
-    {"--blacklist-cooldown-range", O_COOLDOWN, 2, NULL},
-    {"--horovod-compat", O_HOROVOD_COMPAT, 0, NULL},
-    {"--gloo", O_GLOO, 0, NULL},
-    {"--mpi", O_MPI, 0, NULL},
-    {"--jsrun", O_JSRUN, 0, NULL},
-    {"-v", O_VERSION, 0, NULL},
-    {"--version", O_VERSION, 0, NULL},
-    {"-h", O_HELP, 0, NULL},
-    {"--help", O_HELP, 0, NULL},
+  int values;              /* how many arguments follow */
+  const char *set;         /* a switch's value: "1" or "0" */
+  enum hvd_setting setting; /* O_SETTING: which */
+};
+
+/* hvdrun's own options; the settings' flags come from the table. */
+static const struct spelling SPELLINGS[] = {
+    {"-np", O_NP, 1, NULL, HVD_SET_NONE},
+    {"--num-proc", O_NP, 1, NULL, HVD_SET_NONE},
+    {"-H", O_HOSTS, 1, NULL, HVD_SET_NONE},
+    {"--hosts", O_HOSTS, 1, NULL, HVD_SET_NONE},
+    {"--hostfile", O_HOSTFILE, 1, NULL, HVD_SET_NONE},
+    {"-hostfile", O_HOSTFILE, 1, NULL, HVD_SET_NONE},
+    {"-p", O_SSH_PORT, 1, NULL, HVD_SET_NONE},
+    {"--ssh-port", O_SSH_PORT, 1, NULL, HVD_SET_NONE},
+    {"-i", O_SSH_IDENTITY, 1, NULL, HVD_SET_NONE},
+    {"--ssh-identity-file", O_SSH_IDENTITY, 1, NULL, HVD_SET_NONE},
+    {"--ssh-command", O_SSH_COMMAND, 1, NULL, HVD_SET_NONE},
+    {"--rendezvous-port", O_RDZV_PORT, 1, NULL, HVD_SET_NONE},
+    {"--output-filename", O_OUTPUT, 1, NULL, HVD_SET_NONE},
+    {"--prefix-output-with-timestamp", O_TIMESTAMP, 0, NULL, HVD_SET_NONE},
+    {"-prefix-timestamp", O_TIMESTAMP, 0, NULL, HVD_SET_NONE},
+    {"--disable-output-prefix", O_NO_PREFIX, 0, NULL, HVD_SET_NONE},
+    {"--verbose", O_VERBOSE, 0, NULL, HVD_SET_NONE},
+    {"--disable-cache", O_DISABLE_CACHE, 0, NULL, HVD_SET_NONE},
+    {"--config-file", O_CONFIG, 1, NULL, HVD_SET_NONE},
+    {"-cb", O_CHECK_BUILD, 0, NULL, HVD_SET_NONE},
+    {"--check-build", O_CHECK_BUILD, 0, NULL, HVD_SET_NONE},
+    {"-x", O_EXPORT, 1, NULL, HVD_SET_NONE},
+    {"--min-np", O_MIN_NP, 1, NULL, HVD_SET_NONE},
+    {"--min-num-proc", O_MIN_NP, 1, NULL, HVD_SET_NONE},
+    {"--max-np", O_MAX_NP, 1, NULL, HVD_SET_NONE},
+    {"--max-num-proc", O_MAX_NP, 1, NULL, HVD_SET_NONE},
+    {"--host-discovery-script", O_DISCOVERY, 1, NULL, HVD_SET_NONE},
+    {"--slots-per-host", O_SLOTS, 1, NULL, HVD_SET_NONE},
+    {"--slots", O_SLOTS, 1, NULL, HVD_SET_NONE},
+    {"--reset-limit", O_RESET_LIMIT, 1, NULL, HVD_SET_NONE},
+    {"--blacklist-cooldown-range", O_COOLDOWN, 2, NULL, HVD_SET_NONE},
+    {"--horovod-compat", O_HOROVOD_COMPAT, 0, NULL, HVD_SET_NONE},
+    {"--gloo", O_GLOO, 0, NULL, HVD_SET_NONE},
+    {"--mpi", O_MPI, 0, NULL, HVD_SET_NONE},
+    {"--jsrun", O_JSRUN, 0, NULL, HVD_SET_NONE},
+    {"-v", O_VERSION, 0, NULL, HVD_SET_NONE},
+    {"--version", O_VERSION, 0, NULL, HVD_SET_NONE},
+    {"-h", O_HELP, 0, NULL, HVD_SET_NONE},
+    {"--help", O_HELP, 0, NULL, HVD_SET_NONE},
 };
 
 void hvdrun_usage(FILE *out) {
@@ -130,10 +102,6 @@ void hvdrun_usage(FILE *out) {
       "  -i, --ssh-identity-file F   ssh private key\n"
       "  --ssh-command CMD           remote shell instead of ssh, run as CMD HOST COMMAND\n"
       "                              (e.g. a wrapper around 'kubectl exec')\n"
-      "  --network-interface SPEC    interfaces the ranks use (HOROVOD_GLOO_IFACE:\n"
-      "                              names, prefixes, '^' to exclude; comma list)\n"
-      "  --start-timeout S           seconds for every rank to reach the store\n"
-      "                              (HOROVOD_START_TIMEOUT, default 30)\n"
       "  --rendezvous-port PORT      the store's port (default: any free port)\n"
       "\n"
       "Output:\n"
@@ -142,45 +110,12 @@ void hvdrun_usage(FILE *out) {
       "                              put the time before each line's prefix\n"
       "  --disable-output-prefix     pass lines through without '[rank]<stdout>:'\n"
       "  --verbose                   say what hvdrun does (commands, store, exits)\n"
-      "  --log-level LEVEL           the ranks' HOROVOD_LOG_LEVEL\n"
-      "                              (trace debug info warning error fatal)\n"
-      "  --log-without-timestamp     HOROVOD_LOG_HIDE_TIME=1: no time in the ranks' log\n"
-      "                              lines (also --log-hide-timestamp;\n"
-      "                              --log-with-timestamp: 0)\n"
       "\n"
-      "Tuning (handed to the ranks as HOROVOD_* variables):\n"
-      "  --timeline-filename FILE    HOROVOD_TIMELINE: rank 0 writes a Chrome trace\n"
-      "  --timeline-mark-cycles      HOROVOD_TIMELINE_MARK_CYCLES=1 (needs a timeline;\n"
-      "                              --no-timeline-mark-cycles: off)\n"
-      "  --fusion-threshold-mb MB    HOROVOD_FUSION_THRESHOLD (default 128; 0: off)\n"
-      "  --cycle-time-ms MS          HOROVOD_CYCLE_TIME (default 1)\n"
-      "  --cache-capacity N          HOROVOD_CACHE_CAPACITY (default 1024; 0: off)\n"
-      "  --hierarchical-allreduce    HOROVOD_HIERARCHICAL_ALLREDUCE=1\n"
-      "  --hierarchical-allgather    HOROVOD_HIERARCHICAL_ALLGATHER=1\n"
-      "  --no-hierarchical-allreduce, --no-hierarchical-allgather\n"
-      "                              off, whatever the config file says\n"
-      "  --gloo-timeout-seconds S    HOROVOD_GLOO_TIMEOUT_SECONDS (default 30)\n"
-      "  --no-stall-check            HOROVOD_STALL_CHECK_DISABLE=1: no stall warnings\n"
-      "                              (--stall-check: 0)\n"
-      "  --stall-check-warning-time-seconds S\n"
-      "                              HOROVOD_STALL_CHECK_TIME_SECONDS: warn when ranks\n"
-      "                              have waited S for the others (default 60)\n"
-      "  --stall-check-shutdown-time-seconds S\n"
-      "                              HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: stop the job\n"
-      "                              after S (default 0: never; must exceed the warning\n"
-      "                              time)\n"
-      "  --autotune                  HOROVOD_AUTOTUNE=1: tune fusion and cycle time as\n"
-      "                              the job runs (--no-autotune: off); the flags\n"
-      "                              below reach the ranks only with it\n"
-      "  --autotune-log-file FILE    HOROVOD_AUTOTUNE_LOG: rank 0's CSV of the samples\n"
-      "  --autotune-warmup-samples N HOROVOD_AUTOTUNE_WARMUP_SAMPLES (default 3)\n"
-      "  --autotune-steps-per-sample N\n"
-      "                              HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE (default 10)\n"
-      "  --autotune-bayes-opt-max-samples N\n"
-      "                              HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES (default 20)\n"
-      "  --autotune-gaussian-process-noise X\n"
-      "                              HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE, 0 to 1\n"
-      "                              (default 0.8)\n"
+      "Settings (each flag sets the variable it names, for every rank; all of them\n"
+      "are in docs/environment.md):\n",
+      out);
+  hvd_setting_flag_help(out);
+  fputs(
       "  --config-file FILE          horovodrun's YAML config file (params, autotune,\n"
       "                              timeline, stall_check, library_options, logging);\n"
       "                              the command line's flags win over it\n"
@@ -196,14 +131,13 @@ void hvdrun_usage(FILE *out) {
       "                              per line; run through /bin/sh, again and again;\n"
       "                              turns elastic mode on (not with -H or --hostfile)\n"
       "  --slots-per-host, --slots N slots of a 'host' line without ':slots' (default 1)\n"
-      "  --elastic-timeout S         seconds to wait for --min-np slots to be there\n"
-      "                              (HOROVOD_ELASTIC_TIMEOUT, default 600)\n"
       "  --reset-limit N             allow at most N resets, then stop the job\n"
       "                              (default: no limit)\n"
       "  --blacklist-cooldown-range MIN MAX\n"
       "                              let a failed host back after MIN to MAX seconds,\n"
       "                              longer each time it fails (1 to 3600; default:\n"
       "                              never)\n"
+      "  (and --elastic-timeout above)\n"
       "\n"
       "Python (hvd's own package goes first on the ranks' PYTHONPATH):\n"
       "  --horovod-compat            put hvd's 'horovod' compatibility tree before it,\n"
@@ -241,26 +175,6 @@ static bool int_in(const char *text, long lo, long hi, int *out) {
   return true;
 }
 
-/* A decimal number >= 0 (the knobs' values go to the ranks as text). */
-static bool number_ok(const char *text) {
-  char *end;
-  double v;
-  if (text == NULL || *text == '\0')
-    return false;
-  v = strtod(text, &end);
-  return *end == '\0' && v >= 0 && v < 1e15;
-}
-
-/* A decimal number in [lo, hi]. */
-static bool number_in(const char *text, double lo, double hi) {
-  char *end;
-  double v;
-  if (text == NULL || *text == '\0')
-    return false;
-  v = strtod(text, &end);
-  return *end == '\0' && v >= lo && v <= hi;
-}
-
 /* Seconds for the cooldown range: a plain decimal ("30", "1.5"), 1 to 3600. */
 static bool seconds_ok(const char *text, double *out) {
   size_t whole = strspn(text, "0123456789"), frac = 0;
@@ -275,23 +189,53 @@ static bool seconds_ok(const char *text, double *out) {
   return true;
 }
 
-static const struct spelling *lookup(const char *arg, const char **value) {
+static bool named(const char *name, const char *arg, size_t len) {
+  return name != NULL && strlen(name) == len && strncmp(name, arg, len) == 0;
+}
+
+/* The option arg spells (hvdrun's own, or a setting's flag); false if none. */
+static bool lookup(const char *arg, const char **value, struct spelling *out) {
   const char *eq = strchr(arg, '=');
   size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
 
+  *value = eq != NULL ? eq + 1 : NULL;
   for (size_t i = 0; i < HVD_ARRAY_SIZE(SPELLINGS); i++) {
-    if (strlen(SPELLINGS[i].name) == len && strncmp(SPELLINGS[i].name, arg, len) == 0) {
-      *value = eq != NULL ? eq + 1 : NULL;
-      return &SPELLINGS[i];
+    if (named(SPELLINGS[i].name, arg, len)) {
+      *out = SPELLINGS[i];
+      return true;
     }
   }
-  return NULL;
+  for (int id = 1; id < HVD_SETTING_COUNT; id++) {
+    const struct hvd_setting_info *s = hvd_setting_info((enum hvd_setting)id);
+    const char *name = named(s->flag, arg, len)       ? s->flag
+                       : named(s->flag_alt, arg, len) ? s->flag_alt
+                       : named(s->flag_off, arg, len) ? s->flag_off
+                                                      : NULL;
+    bool sw = s->type == HVD_SETTING_BOOL;
+    if (name != NULL) {
+      *out = (struct spelling){name, O_SETTING, sw ? 0 : 1,
+                               sw ? (name == s->flag_off ? "0" : "1") : NULL,
+                               (enum hvd_setting)id};
+      return true;
+    }
+  }
+  return false;
 }
 
 /* v2: the second value, for the one option that takes two. */
 static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, const char *v,
                         const char *v2) {
   switch (sp->id) {
+  case O_SETTING: {
+    /* Checked as the ranks will read it; kept as the variable's value. */
+    char *value;
+    hvd_status st = hvd_setting_check(sp->setting, v, sp->name, true, &value);
+    if (st != HVD_OK)
+      return st;
+    free(o->settings[sp->setting]);
+    o->settings[sp->setting] = value;
+    break;
+  }
   case O_NP:
     if (!int_in(v, 1, HVDRUN_MAX_RANKS, &o->np))
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a number of ranks (1 to %d)",
@@ -316,16 +260,6 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: empty command", sp->name);
     o->ssh_command = v;
     break;
-  case O_IFACE:
-    if (*v == '\0')
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: empty interface spec", sp->name);
-    o->iface = v;
-    break;
-  case O_START_TIMEOUT:
-    if (!int_in(v, 1, 86400, &o->start_timeout_s))
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a number of seconds (1 to 86400)",
-                       sp->name, v);
-    break;
   case O_RDZV_PORT:
     if (!int_in(v, 1, 65535, &o->rendezvous_port))
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a port (1 to 65535)", sp->name,
@@ -344,103 +278,6 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
     break;
   case O_VERBOSE:
     o->verbose = true;
-    break;
-  case O_LOG_LEVEL: {
-    enum hvd_log_level level;
-    if (hvd_log_parse_level(v, &level) != HVD_OK)
-      return hvd_error_prefix("%s", sp->name);
-    o->log_level = v;
-    break;
-  }
-  case O_TIMELINE:
-    o->timeline = v;
-    break;
-  case O_CACHE:
-  case O_GLOO_TIMEOUT: {
-    int n;
-    /* The ranks' limits: 2^20 cache entries (HOROVOD_CACHE_CAPACITY), a
-     * week (HOROVOD_GLOO_TIMEOUT_SECONDS). */
-    if (!int_in(v, sp->id == O_CACHE ? 0 : 1, sp->id == O_CACHE ? 1048576 : 604800, &n))
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a whole number%s", sp->name, v,
-                       sp->id == O_CACHE ? " from 0 to 1048576" : " from 1 to 604800");
-    if (sp->id == O_CACHE)
-      o->cache_capacity = v;
-    else
-      o->gloo_timeout_s = v;
-    break;
-  }
-  case O_FUSION:
-  case O_CYCLE:
-    if (!number_ok(v))
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a number >= 0", sp->name, v);
-    if (sp->id == O_CYCLE && !number_in(v, 0, 60000)) /* the ranks' HOROVOD_CYCLE_TIME */
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is more than 60000 ms", sp->name, v);
-    if (sp->id == O_FUSION)
-      o->fusion_mb = v;
-    else
-      o->cycle_ms = v;
-    break;
-  case O_HIER_ALLREDUCE:
-    o->hier_allreduce = v[0] == '1';
-    break;
-  case O_HIER_ALLGATHER:
-    o->hier_allgather = v[0] == '1';
-    break;
-  case O_MARK_CYCLES:
-    o->timeline_mark_cycles = v[0] == '1';
-    break;
-  case O_LOG_HIDE_TIME:
-    o->log_hide_time = v[0] == '1';
-    break;
-  case O_STALL_CHECK:
-    o->stall_check = v[0] == '1' ? 1 : -1;
-    break;
-  case O_STALL_WARN:
-    /* The ranks refuse 0 (HOROVOD_STALL_CHECK_TIME_SECONDS): it is no threshold. */
-    if (!number_in(v, 0.001, 1e7))
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                       "%s: '%s' is not a number of seconds from 0.001 to 10000000 (to turn the "
-                       "stall check off, use --no-stall-check)",
-                       sp->name, v);
-    o->stall_warn_s = v;
-    break;
-  case O_STALL_SHUTDOWN:
-    if (!number_in(v, 0, 1e7))
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                       "%s: '%s' is not a number of seconds from 0 (never) to 10000000", sp->name,
-                       v);
-    o->stall_shutdown_s = v;
-    break;
-  case O_AUTOTUNE:
-    o->autotune = v[0] == '1';
-    break;
-  case O_AUTOTUNE_LOG:
-    if (*v == '\0')
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: empty file name", sp->name);
-    o->autotune_log = v;
-    break;
-  case O_AUTOTUNE_WARMUP:
-  case O_AUTOTUNE_STEPS:
-  case O_AUTOTUNE_MAX_SAMPLES: {
-    /* The ranks' limits (src/coord/tuner.c), so that a bad value stops here. */
-    int n, lo = sp->id == O_AUTOTUNE_STEPS ? 1 : 0;
-    int hi = sp->id == O_AUTOTUNE_MAX_SAMPLES ? TUNE_MAX_SAMPLES : 1000000;
-    if (!int_in(v, lo, hi, &n))
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a whole number from %d to %d",
-                       sp->name, v, lo, hi);
-    if (sp->id == O_AUTOTUNE_WARMUP)
-      o->autotune_warmup = v;
-    else if (sp->id == O_AUTOTUNE_STEPS)
-      o->autotune_steps = v;
-    else
-      o->autotune_max_samples = v;
-    break;
-  }
-  case O_AUTOTUNE_NOISE:
-    if (!number_in(v, 0, 1))
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a number from 0 to 1", sp->name,
-                       v);
-    o->autotune_noise = v;
     break;
   case O_DISABLE_CACHE: /* horovodrun's cache of host checks (~/.horovod); hvdrun has none */
     break;
@@ -497,11 +334,6 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a number of slots (1 to %d)",
                        sp->name, v, HVDRUN_MAX_RANKS);
     break;
-  case O_ELASTIC_TIMEOUT:
-    if (!int_in(v, 1, 86400, &o->elastic_timeout_s))
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a number of seconds (1 to 86400)",
-                       sp->name, v);
-    break;
   case O_RESET_LIMIT:
     if (!int_in(v, 0, 1000000000, &o->reset_limit))
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a whole number >= 0", sp->name,
@@ -538,18 +370,25 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
   return HVD_OK;
 }
 
-hvd_status hvdrun_elastic_timeout_from_env(int *seconds) {
-  int64_t timeout;
-  hvd_status st = hvd_env_int("HOROVOD_ELASTIC_TIMEOUT", 600, 1, 86400, &timeout);
+/* A setting hvdrun uses itself: the flag's value, else the environment's
+ * (or the default). */
+static hvd_status own_setting(const struct hvdrun_options *o, enum hvd_setting id, int *out) {
+  int64_t v;
+  hvd_status st = HVD_OK;
+  if (o->settings[id] == NULL)
+    st = hvd_setting_int(id, &v);
+  else if (!hvd_parse_int64(o->settings[id], strlen(o->settings[id]), &v))
+    st = hvd_error(HVD_ERR_INTERNAL, "%s: '%s' was checked", hvd_setting_name(id),
+                   o->settings[id]);
   if (st == HVD_OK)
-    *seconds = (int)timeout;
+    *out = (int)v;
   return st;
 }
 
 /* The elastic flags, once parsing is done. only_elastic: the first flag
  * given that means something in elastic mode only (NULL: none). */
 static hvd_status check_elastic(struct hvdrun_options *o, const char *only_elastic,
-                                const char *slots_flag, bool timeout_given) {
+                                const char *slots_flag) {
   if (o->discovery_script != NULL && (o->hosts != NULL || o->hostfile != NULL))
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "--host-discovery-script and %s exclude each other (one source of hosts)",
@@ -579,8 +418,6 @@ static hvd_status check_elastic(struct hvdrun_options *o, const char *only_elast
   if (o->max_np > 0 && o->max_np < o->np)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "--max-np %d is less than -np %d", o->max_np,
                      o->np);
-  if (!timeout_given)
-    return hvdrun_elastic_timeout_from_env(&o->elastic_timeout_s);
   return HVD_OK;
 }
 
@@ -588,7 +425,12 @@ static hvd_status check_elastic(struct hvdrun_options *o, const char *only_elast
 struct parse_state {
   struct hvdrun_options *o;
   const char *given[OPT_COUNT]; /* the spelling the command line used; NULL: none */
+  const char *given_setting[HVD_SETTING_COUNT]; /* the same for settings */
 };
+
+static const char **given_slot(struct parse_state *ps, const struct spelling *sp) {
+  return sp->id == O_SETTING ? &ps->given_setting[sp->setting] : &ps->given[sp->id];
+}
 
 /* A config file's setting, unless the command line gave one. */
 static hvd_status from_file_cb(void *arg, const char *flag, const char *value,
@@ -596,16 +438,15 @@ static hvd_status from_file_cb(void *arg, const char *flag, const char *value,
   struct parse_state *ps = arg;
   struct hvdrun_options *o = ps->o;
   const char *ignored;
-  const struct spelling *sp = lookup(flag, &ignored);
   struct spelling labelled;
   char *copy = NULL, **grown;
 
-  if (sp == NULL)
+  if (!lookup(flag, &ignored, &labelled))
     return hvd_error(HVD_ERR_INTERNAL, "%s: hvdrun has no flag %s for it", where, flag);
-  if (ps->given[sp->id] != NULL)
+  if (*given_slot(ps, &labelled) != NULL)
     return HVD_OK;
   /* --gloo and --mpi both answer the file's controller (as in horovodrun). */
-  if ((sp->id == O_GLOO || sp->id == O_MPI) && (ps->given[O_GLOO] || ps->given[O_MPI]))
+  if ((labelled.id == O_GLOO || labelled.id == O_MPI) && (ps->given[O_GLOO] || ps->given[O_MPI]))
     return HVD_OK;
   if (value != NULL) {
     grown = realloc(o->owned, (o->nowned + 1) * sizeof(*grown));
@@ -616,33 +457,37 @@ static hvd_status from_file_cb(void *arg, const char *flag, const char *value,
       return hvd_error(HVD_ERR_NO_MEMORY, "%s: out of memory", where);
     o->owned[o->nowned++] = copy;
   }
-  labelled = *sp;
   labelled.name = where;
   return apply(o, &labelled, copy, NULL);
 }
 
 /* Flags of the command line that mean nothing without another setting
- * (which may come from the config file): errors, not silently dropped. */
+ * (which may come from the config file): errors, not silently dropped. A
+ * switch turned off needs nothing. */
 static hvd_status check_needs(const struct hvdrun_options *o, const struct parse_state *ps) {
-  static const enum opt autotune_parts[] = {O_AUTOTUNE_LOG, O_AUTOTUNE_WARMUP, O_AUTOTUNE_STEPS,
-                                            O_AUTOTUNE_MAX_SAMPLES, O_AUTOTUNE_NOISE};
-  for (size_t i = 0; i < HVD_ARRAY_SIZE(autotune_parts) && !o->autotune; i++) {
-    if (ps->given[autotune_parts[i]] != NULL)
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                       "%s applies to autotuning: add --autotune (or autotune: enabled: true in "
-                       "the config file)",
-                       ps->given[autotune_parts[i]]);
-  }
-  if (o->timeline_mark_cycles && o->timeline == NULL && ps->given[O_MARK_CYCLES] != NULL)
+  for (int id = 1; id < HVD_SETTING_COUNT; id++) {
+    const struct hvd_setting_info *s = hvd_setting_info((enum hvd_setting)id);
+    const struct hvd_setting_info *need = hvd_setting_info(s->needs);
+    if (s->needs == HVD_SET_NONE || ps->given_setting[id] == NULL ||
+        !hvdrun_setting_on(o, (enum hvd_setting)id) || hvdrun_setting_on(o, s->needs))
+      continue;
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                     "--timeline-mark-cycles marks the timeline: add --timeline-filename FILE");
+                     "%s has no effect without %s: add %s%s%s (or %s%s in the config file)",
+                     ps->given_setting[id], need->env, need->flag,
+                     need->flag_arg != NULL ? " " : "", need->flag_arg != NULL ? need->flag_arg : "",
+                     need->key, need->type == HVD_SETTING_BOOL ? ": true" : "");
+  }
   return HVD_OK;
 }
 
+bool hvdrun_setting_on(const struct hvdrun_options *o, enum hvd_setting id) {
+  const char *v = o->settings[id];
+  return v != NULL && (hvd_setting_info(id)->type != HVD_SETTING_BOOL || strcmp(v, "1") == 0);
+}
+
 hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *help) {
-  struct parse_state ps = {o, {NULL}};
+  struct parse_state ps = {o, {NULL}, {NULL}};
   const char *only_elastic = NULL, *slots_flag = NULL;
-  bool timeout_given = false;
   hvd_status st;
   int i = 1;
 
@@ -654,24 +499,18 @@ hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *h
   o->min_np = -1;
   o->max_np = -1;
   o->slots_per_host = 1;
-  o->elastic_timeout_s = 600;
   o->reset_limit = -1;
   *help = false;
-  if (getenv("HOROVOD_START_TIMEOUT") != NULL &&
-      !int_in(getenv("HOROVOD_START_TIMEOUT"), 1, 86400, &o->start_timeout_s))
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                     "HOROVOD_START_TIMEOUT='%s' is not a number of seconds (1 to 86400)",
-                     getenv("HOROVOD_START_TIMEOUT"));
   while (i < argc) {
     const char *arg = argv[i], *value, *value2 = NULL;
-    const struct spelling *sp;
+    struct spelling spelt, *sp = &spelt;
     if (strcmp(arg, "--") == 0) {
       i++;
       break;
     }
     if (arg[0] != '-' || arg[1] == '\0')
       break; /* the command */
-    if ((sp = lookup(arg, &value)) == NULL)
+    if (!lookup(arg, &value, sp))
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "unknown option '%s' (see hvdrun --help)", arg);
     if (sp->id == O_HELP) {
       *help = true;
@@ -698,22 +537,23 @@ hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *h
     }
     if ((st = apply(o, sp, value, value2)) != HVD_OK)
       return st;
-    ps.given[sp->id] = sp->name;
-    if (only_elastic == NULL && (sp->id == O_MAX_NP || sp->id == O_SLOTS ||
-                                 sp->id == O_ELASTIC_TIMEOUT || sp->id == O_RESET_LIMIT ||
-                                 sp->id == O_COOLDOWN))
+    *given_slot(&ps, sp) = sp->name;
+    if (only_elastic == NULL &&
+        (sp->id == O_MAX_NP || sp->id == O_SLOTS || sp->id == O_RESET_LIMIT ||
+         sp->id == O_COOLDOWN || (sp->id == O_SETTING && sp->setting == HVD_SET_ELASTIC_TIMEOUT)))
       only_elastic = sp->name;
     if (sp->id == O_SLOTS)
       slots_flag = sp->name;
-    if (sp->id == O_ELASTIC_TIMEOUT)
-      timeout_given = true;
     i++;
   }
   if (o->config_file != NULL &&
       (st = hvdrun_config_read(o->config_file, stderr, from_file_cb, &ps)) != HVD_OK)
     return st;
-  if ((st = check_needs(o, &ps)) != HVD_OK)
+  if ((st = check_needs(o, &ps)) != HVD_OK ||
+      (st = own_setting(o, HVD_SET_START_TIMEOUT, &o->start_timeout_s)) != HVD_OK ||
+      (st = own_setting(o, HVD_SET_ELASTIC_TIMEOUT, &o->elastic_timeout_s)) != HVD_OK)
     return st;
+  o->iface = o->settings[HVD_SET_IFACE];
   o->command = argv + i;
   o->ncommand = argc - i;
   if (o->check_build || o->version)
@@ -723,12 +563,16 @@ hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *h
                      "no command to run (hvdrun [options] [--] COMMAND [ARGS...])");
   if (o->hosts != NULL && o->hostfile != NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "-H and --hostfile exclude each other");
-  return check_elastic(o, only_elastic, slots_flag, timeout_given);
+  return check_elastic(o, only_elastic, slots_flag);
 }
 
 void hvdrun_options_fini(struct hvdrun_options *o) {
   for (size_t i = 0; i < o->nowned; i++)
     free(o->owned[i]);
+  for (int id = 0; id < HVD_SETTING_COUNT; id++) {
+    free(o->settings[id]);
+    o->settings[id] = NULL;
+  }
   free(o->owned);
   free(o->exports);
   free(o->pythonpath);

@@ -50,50 +50,16 @@ hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int
   SET("HOROVOD_CONTROLLER", "gloo");
   SET("HOROVOD_CPU_OPERATIONS", "gloo");
   SET("HVD_TOKEN", "%s", token);
-  if (o->iface != NULL) {
-    SET("HOROVOD_GLOO_IFACE", "%s", o->iface);
+  /* The settings given, as horovodrun passes its flags: a setting that
+   * needs another (the autotuner's parts, the timeline's marks) only with it. */
+  for (int id = 1; id < HVD_SETTING_COUNT; id++) {
+    const struct hvd_setting_info *info = hvd_setting_info((enum hvd_setting)id);
+    if (o->settings[id] != NULL && info->scope != HVD_SCOPE_HVDRUN &&
+        (info->needs == HVD_SET_NONE || hvdrun_setting_on(o, info->needs)))
+      SET(info->env, "%s", o->settings[id]);
+  }
+  if (o->iface != NULL)
     SET("NCCL_SOCKET_IFNAME", "%s", o->iface);
-  }
-  if (o->log_level != NULL)
-    SET("HOROVOD_LOG_LEVEL", "%s", o->log_level);
-  if (o->timeline != NULL)
-    SET("HOROVOD_TIMELINE", "%s", o->timeline);
-  if (o->fusion_mb != NULL)
-    SET("HOROVOD_FUSION_THRESHOLD", "%.0f", strtod(o->fusion_mb, NULL) * 1024 * 1024);
-  if (o->cycle_ms != NULL)
-    SET("HOROVOD_CYCLE_TIME", "%s", o->cycle_ms);
-  if (o->cache_capacity != NULL)
-    SET("HOROVOD_CACHE_CAPACITY", "%s", o->cache_capacity);
-  if (o->gloo_timeout_s != NULL)
-    SET("HOROVOD_GLOO_TIMEOUT_SECONDS", "%s", o->gloo_timeout_s);
-  if (o->hier_allreduce)
-    SET("HOROVOD_HIERARCHICAL_ALLREDUCE", "1");
-  if (o->hier_allgather)
-    SET("HOROVOD_HIERARCHICAL_ALLGATHER", "1");
-  if (o->timeline != NULL && o->timeline_mark_cycles)
-    SET("HOROVOD_TIMELINE_MARK_CYCLES", "1");
-  if (o->log_hide_time)
-    SET("HOROVOD_LOG_HIDE_TIME", "1");
-  if (o->stall_check != 0)
-    SET("HOROVOD_STALL_CHECK_DISABLE", "%d", o->stall_check < 0);
-  if (o->stall_warn_s != NULL)
-    SET("HOROVOD_STALL_CHECK_TIME_SECONDS", "%s", o->stall_warn_s);
-  if (o->stall_shutdown_s != NULL)
-    SET("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "%s", o->stall_shutdown_s);
-  /* As horovodrun: the autotuner's settings go only with the autotuner. */
-  if (o->autotune) {
-    SET("HOROVOD_AUTOTUNE", "1");
-    if (o->autotune_log != NULL)
-      SET("HOROVOD_AUTOTUNE_LOG", "%s", o->autotune_log);
-    if (o->autotune_warmup != NULL)
-      SET("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "%s", o->autotune_warmup);
-    if (o->autotune_steps != NULL)
-      SET("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "%s", o->autotune_steps);
-    if (o->autotune_max_samples != NULL)
-      SET("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "%s", o->autotune_max_samples);
-    if (o->autotune_noise != NULL)
-      SET("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "%s", o->autotune_noise);
-  }
   for (size_t i = 0; i < o->nexports && st == HVD_OK; i++) {
     const char *x = o->exports[i];
     if (strchr(x, '=') != NULL)

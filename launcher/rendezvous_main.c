@@ -154,8 +154,12 @@ static int check_driver(struct options *o) {
     return usage_error("--np %d is below --min-np %d", d->np, d->min_np);
   if (d->max_np >= 0 && d->max_np < d->np)
     return usage_error("--max-np %d is below --np %d", d->max_np, d->np);
-  if (d->elastic_timeout_s == 0 && hvdrun_elastic_timeout_from_env(&d->elastic_timeout_s) != HVD_OK)
-    return usage_error("%s", hvd_last_error_message());
+  if (d->elastic_timeout_s == 0) {
+    int64_t timeout;
+    if (hvd_setting_int(HVD_SET_ELASTIC_TIMEOUT, &timeout) != HVD_OK)
+      return usage_error("%s", hvd_last_error_message());
+    d->elastic_timeout_s = (int)timeout;
+  }
   return -1;
 }
 
@@ -265,13 +269,17 @@ static int parse_args(int argc, char **argv, struct options *o) {
       if (opt != OPT_MIN_NP && o->only_elastic == NULL)
         o->only_elastic = opt == OPT_NP ? "--np" : "--max-np";
       break;
-    case OPT_ELASTIC_TIMEOUT:
-      if (!parse_number(optarg, 1, 86400, &n))
-        return usage_error("--elastic-timeout '%s' must be 1-86400 seconds", optarg);
-      o->driver.elastic_timeout_s = (int)n;
+    case OPT_ELASTIC_TIMEOUT: {
+      char *seconds; /* HOROVOD_ELASTIC_TIMEOUT's range */
+      if (hvd_setting_check(HVD_SET_ELASTIC_TIMEOUT, optarg, "--elastic-timeout", false,
+                            &seconds) != HVD_OK)
+        return usage_error("%s", hvd_last_error_message());
+      o->driver.elastic_timeout_s = atoi(seconds);
+      free(seconds);
       if (o->only_elastic == NULL)
         o->only_elastic = "--elastic-timeout";
       break;
+    }
     case OPT_POD_TIMEOUT:
       if (!parse_number(optarg, 2, 3600, &n))
         return usage_error("--pod-timeout '%s' must be 2-3600 seconds", optarg);
@@ -323,7 +331,7 @@ int main(int argc, char **argv) {
     }
     o.server.token = token;
   } else {
-    o.server.token = hvd_env_str("HVD_TOKEN");
+    o.server.token = hvd_setting_given(HVD_SET_TOKEN);
   }
 
   /* Signals are taken by sigwait below, never by a handler in another thread. */

@@ -597,12 +597,21 @@ START_TEST(test_parse_bool) {
 }
 END_TEST
 
-/* ---- env ---------------------------------------------------------------- */
+/* ---- env and settings ---------------------------------------------------- */
 
+/* Real settings of each type (src/common/settings.def), and a name of none. */
 #define ENV_NAME "HVD_TEST_COMMON_KNOB"
+#define INT_VAR "HVD_RING_WINDOW"                      /* 1 … 64, default 4 */
+#define WIDE_VAR "HVD_ELASTIC_ROUND"                   /* 0 … 2^63-1 */
+#define NUMBER_VAR "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE" /* 0 … 1, default 0.8 */
+#define BOOL_VAR "HVD_SPIN_YIELD"                      /* default 1 */
+#define WORD_VAR "HVD_ALLREDUCE_ALGORITHM"             /* auto ring rd|… hd|… */
 
 static void env_clear(void) {
-  unsetenv(ENV_NAME);
+  static const char *const names[] = {ENV_NAME, INT_VAR, WIDE_VAR, NUMBER_VAR, BOOL_VAR,
+                                      WORD_VAR};
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(names); i++)
+    unsetenv(names[i]);
   hvd_error_clear();
 }
 
@@ -610,30 +619,25 @@ START_TEST(test_env_int_values) {
   static const struct {
     const char *text;
     int64_t value;
-  } cases[] = {{"42", 42}, {" 42 ", 42}, {"\t42\n", 42}, {"-7", -7}, {"+3", 3}};
+  } cases[] = {{"42", 42}, {" 42 ", 42}, {"\t42\n", 42}, {"+3", 3}, {"64", 64}, {"1", 1}};
   int64_t v = UNTOUCHED;
 
-  ck_assert_int_eq(hvd_env_int(ENV_NAME, 5, 0, 100, &v), HVD_OK);
-  ck_assert_int_eq(v, 5);
-  setenv(ENV_NAME, "", 1);
+  ck_assert_int_eq(hvd_setting_int(HVD_SET_RING_WINDOW, &v), HVD_OK);
+  ck_assert_int_eq(v, 4);
+  setenv(INT_VAR, "", 1);
   v = UNTOUCHED;
-  ck_assert_int_eq(hvd_env_int(ENV_NAME, 5, 0, 100, &v), HVD_OK);
-  ck_assert_int_eq(v, 5);
+  ck_assert_int_eq(hvd_setting_int(HVD_SET_RING_WINDOW, &v), HVD_OK);
+  ck_assert_int_eq(v, 4);
 
   for (size_t i = 0; i < HVD_ARRAY_SIZE(cases); i++) {
-    setenv(ENV_NAME, cases[i].text, 1);
+    setenv(INT_VAR, cases[i].text, 1);
     v = UNTOUCHED;
-    ck_assert_int_eq(hvd_env_int(ENV_NAME, 5, -100, 100, &v), HVD_OK);
+    ck_assert_int_eq(hvd_setting_int(HVD_SET_RING_WINDOW, &v), HVD_OK);
     ck_assert_int_eq(v, cases[i].value);
   }
-
-  /* The bounds are inclusive. */
-  setenv(ENV_NAME, "100", 1);
-  ck_assert_int_eq(hvd_env_int(ENV_NAME, 5, 0, 100, &v), HVD_OK);
-  ck_assert_int_eq(v, 100);
-  setenv(ENV_NAME, "-9223372036854775808", 1);
-  ck_assert_int_eq(hvd_env_int(ENV_NAME, 5, INT64_MIN, INT64_MAX, &v), HVD_OK);
-  ck_assert_int_eq(v, INT64_MIN);
+  setenv(WIDE_VAR, "9223372036854775807", 1);
+  ck_assert_int_eq(hvd_setting_int(HVD_SET_ELASTIC_ROUND, &v), HVD_OK);
+  ck_assert_int_eq(v, INT64_MAX);
 }
 END_TEST
 
@@ -641,32 +645,29 @@ START_TEST(test_env_int_malformed) {
   static const char *const bad[] = {"abc", "4 2", "42abc", "0x10", "1.5", "99999999999999999999"};
   for (size_t i = 0; i < HVD_ARRAY_SIZE(bad); i++) {
     int64_t v = UNTOUCHED;
-    setenv(ENV_NAME, bad[i], 1);
+    setenv(INT_VAR, bad[i], 1);
     hvd_error_clear();
-    ck_assert_msg(hvd_env_int(ENV_NAME, 5, 0, 100, &v) == HVD_ERR_INVALID_ARGUMENT,
+    ck_assert_msg(hvd_setting_int(HVD_SET_RING_WINDOW, &v) == HVD_ERR_INVALID_ARGUMENT,
                   "'%s' accepted", bad[i]);
     ck_assert_int_eq(v, UNTOUCHED);
     ck_assert_int_eq(hvd_error_status(), HVD_ERR_INVALID_ARGUMENT);
-    ck_assert_contains(hvd_last_error_message(), ENV_NAME);
+    ck_assert_contains(hvd_last_error_message(), INT_VAR);
     ck_assert_contains(hvd_last_error_message(), bad[i]);
   }
 }
 END_TEST
 
 START_TEST(test_env_int_out_of_range) {
-  int64_t v = UNTOUCHED;
-
-  setenv(ENV_NAME, "101", 1);
-  ck_assert_int_eq(hvd_env_int(ENV_NAME, 5, 1, 100, &v), HVD_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(v, UNTOUCHED);
-  ck_assert_contains(hvd_last_error_message(), ENV_NAME);
-  ck_assert_contains(hvd_last_error_message(), "101");
-  ck_assert_contains(hvd_last_error_message(), "1 to 100");
-
-  setenv(ENV_NAME, "0", 1);
-  ck_assert_int_eq(hvd_env_int(ENV_NAME, 5, 1, 100, &v), HVD_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(v, UNTOUCHED);
-  ck_assert_contains(hvd_last_error_message(), "1 to 100");
+  static const char *const bad[] = {"65", "0", "-7"};
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(bad); i++) {
+    int64_t v = UNTOUCHED;
+    setenv(INT_VAR, bad[i], 1);
+    ck_assert_int_eq(hvd_setting_int(HVD_SET_RING_WINDOW, &v), HVD_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(v, UNTOUCHED);
+    ck_assert_contains(hvd_last_error_message(), INT_VAR "='");
+    ck_assert_contains(hvd_last_error_message(), bad[i]);
+    ck_assert_contains(hvd_last_error_message(), "from 1 to 64");
+  }
 }
 END_TEST
 
@@ -675,79 +676,106 @@ START_TEST(test_env_int_huge_value) {
   char *big = repeat('1', 1000);
   int64_t v = UNTOUCHED;
 
-  setenv(ENV_NAME, big, 1);
-  ck_assert_int_eq(hvd_env_int(ENV_NAME, 5, INT64_MIN, INT64_MAX, &v), HVD_ERR_INVALID_ARGUMENT);
+  setenv(WIDE_VAR, big, 1);
+  ck_assert_int_eq(hvd_setting_int(HVD_SET_ELASTIC_ROUND, &v), HVD_ERR_INVALID_ARGUMENT);
   ck_assert_int_eq(v, UNTOUCHED);
-  ck_assert_contains(hvd_last_error_message(), ENV_NAME);
+  ck_assert_contains(hvd_last_error_message(), WIDE_VAR);
   ck_assert_uint_lt(strlen(hvd_last_error_message()), HVD_ERROR_MESSAGE_MAX);
   free(big);
 }
 END_TEST
 
 START_TEST(test_env_double) {
-  static const char *const bad[] = {"abc", "1.5x", "1 .5", "nan", "inf"};
+  static const char *const bad[] = {"abc", "1.5x", "1 .5", "nan", "inf", "1.5", "-0.1"};
   double v = UNTOUCHED;
 
-  ck_assert_int_eq(hvd_env_double(ENV_NAME, 2.5, 0, 10, &v), HVD_OK);
-  ck_assert_double_eq(v, 2.5);
-  setenv(ENV_NAME, "", 1);
-  v = UNTOUCHED;
-  ck_assert_int_eq(hvd_env_double(ENV_NAME, 2.5, 0, 10, &v), HVD_OK);
-  ck_assert_double_eq(v, 2.5);
-  setenv(ENV_NAME, " 0.75 ", 1);
-  ck_assert_int_eq(hvd_env_double(ENV_NAME, 2.5, 0, 10, &v), HVD_OK);
+  ck_assert_int_eq(hvd_setting_number(HVD_SET_AUTOTUNE_NOISE, &v), HVD_OK);
+  ck_assert_double_eq(v, 0.8);
+  setenv(NUMBER_VAR, " 0.75 ", 1);
+  ck_assert_int_eq(hvd_setting_number(HVD_SET_AUTOTUNE_NOISE, &v), HVD_OK);
   ck_assert_double_eq(v, 0.75);
-  setenv(ENV_NAME, "1e1", 1);
-  ck_assert_int_eq(hvd_env_double(ENV_NAME, 2.5, 0, 10, &v), HVD_OK);
-  ck_assert_double_eq(v, 10.0);
+  setenv(NUMBER_VAR, "1e0", 1);
+  ck_assert_int_eq(hvd_setting_number(HVD_SET_AUTOTUNE_NOISE, &v), HVD_OK);
+  ck_assert_double_eq(v, 1.0);
 
   for (size_t i = 0; i < HVD_ARRAY_SIZE(bad); i++) {
-    setenv(ENV_NAME, bad[i], 1);
+    setenv(NUMBER_VAR, bad[i], 1);
     v = UNTOUCHED;
-    ck_assert_msg(hvd_env_double(ENV_NAME, 2.5, 0, 10, &v) == HVD_ERR_INVALID_ARGUMENT,
+    ck_assert_msg(hvd_setting_number(HVD_SET_AUTOTUNE_NOISE, &v) == HVD_ERR_INVALID_ARGUMENT,
                   "'%s' accepted", bad[i]);
     ck_assert_double_eq(v, UNTOUCHED);
-    ck_assert_contains(hvd_last_error_message(), ENV_NAME);
+    ck_assert_contains(hvd_last_error_message(), NUMBER_VAR);
     ck_assert_contains(hvd_last_error_message(), bad[i]);
+    ck_assert_contains(hvd_last_error_message(), "from 0 to 1");
   }
-
-  setenv(ENV_NAME, "10.5", 1);
-  v = UNTOUCHED;
-  ck_assert_int_eq(hvd_env_double(ENV_NAME, 2.5, 0.5, 10, &v), HVD_ERR_INVALID_ARGUMENT);
-  ck_assert_double_eq(v, UNTOUCHED);
-  ck_assert_contains(hvd_last_error_message(), ENV_NAME);
-  ck_assert_contains(hvd_last_error_message(), "10.5");
-  ck_assert_contains(hvd_last_error_message(), "0.5 to 10");
 }
 END_TEST
 
 START_TEST(test_env_bool) {
   static const char *const bad[] = {"maybe", "2", "y e s"};
-  bool v = true;
+  bool v = false;
 
-  ck_assert_int_eq(hvd_env_bool(ENV_NAME, false, &v), HVD_OK);
-  ck_assert(!v);
-  setenv(ENV_NAME, "", 1);
-  v = false;
-  ck_assert_int_eq(hvd_env_bool(ENV_NAME, true, &v), HVD_OK);
+  ck_assert_int_eq(hvd_setting_bool(HVD_SET_SPIN_YIELD, &v), HVD_OK);
   ck_assert(v);
-  setenv(ENV_NAME, " Yes ", 1);
-  v = false;
-  ck_assert_int_eq(hvd_env_bool(ENV_NAME, false, &v), HVD_OK);
-  ck_assert(v);
-  setenv(ENV_NAME, "OFF", 1);
-  ck_assert_int_eq(hvd_env_bool(ENV_NAME, true, &v), HVD_OK);
+  setenv(BOOL_VAR, " No ", 1);
+  ck_assert_int_eq(hvd_setting_bool(HVD_SET_SPIN_YIELD, &v), HVD_OK);
   ck_assert(!v);
+  setenv(BOOL_VAR, "ON", 1);
+  ck_assert_int_eq(hvd_setting_bool(HVD_SET_SPIN_YIELD, &v), HVD_OK);
+  ck_assert(v);
 
   for (size_t i = 0; i < HVD_ARRAY_SIZE(bad); i++) {
-    setenv(ENV_NAME, bad[i], 1);
-    v = true;
-    ck_assert_msg(hvd_env_bool(ENV_NAME, false, &v) == HVD_ERR_INVALID_ARGUMENT,
+    setenv(BOOL_VAR, bad[i], 1);
+    v = false;
+    ck_assert_msg(hvd_setting_bool(HVD_SET_SPIN_YIELD, &v) == HVD_ERR_INVALID_ARGUMENT,
                   "'%s' accepted", bad[i]);
-    ck_assert(v);
-    ck_assert_contains(hvd_last_error_message(), ENV_NAME);
+    ck_assert(!v);
+    ck_assert_contains(hvd_last_error_message(), BOOL_VAR);
     ck_assert_contains(hvd_last_error_message(), bad[i]);
   }
+}
+END_TEST
+
+/* Words: any other spelling counts as its first; the message lists them. */
+START_TEST(test_env_word) {
+  int w = -2;
+  char text[32];
+
+  ck_assert_int_eq(hvd_setting_word(HVD_SET_ALLREDUCE_ALGORITHM, &w), HVD_OK);
+  ck_assert_int_eq(w, 0);
+  setenv(WORD_VAR, "hd", 1);
+  ck_assert_int_eq(hvd_setting_word(HVD_SET_ALLREDUCE_ALGORITHM, &w), HVD_OK);
+  ck_assert_int_eq(w, 3);
+  hvd_setting_format_bits(HVD_SET_ALLREDUCE_ALGORITHM, 3, text, sizeof(text));
+  ck_assert_str_eq(text, "halving_doubling");
+  setenv(WORD_VAR, "Ring", 1); /* exact case for this one */
+  ck_assert_int_eq(hvd_setting_word(HVD_SET_ALLREDUCE_ALGORITHM, &w), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_contains(hvd_last_error_message(),
+                     WORD_VAR "='Ring' is not one of auto, ring, recursive_doubling, "
+                              "halving_doubling");
+}
+END_TEST
+
+/* hvdrun's checks: the same rules, the flag named, its units scaled. */
+START_TEST(test_setting_check) {
+  char *out = NULL;
+
+  ck_assert_int_eq(hvd_setting_check(HVD_SET_FUSION_THRESHOLD, "1.5", "--fusion-threshold-mb",
+                                     true, &out),
+                   HVD_OK);
+  ck_assert_str_eq(out, "1572864");
+  free(out);
+  ck_assert_int_eq(hvd_setting_check(HVD_SET_FUSION_THRESHOLD, "1048577", "--fusion-threshold-mb",
+                                     true, &out),
+                   HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(out);
+  ck_assert_str_eq(hvd_last_error_message(),
+                   "--fusion-threshold-mb: '1048577' is not a number from 0 to 1048576");
+  ck_assert_int_eq(hvd_setting_check(HVD_SET_SPIN_YIELD, "off", "x.yaml:2: k", true, &out), HVD_OK);
+  ck_assert_str_eq(out, "0");
+  free(out);
+  ck_assert_int_eq(hvd_setting_check(HVD_SET_AUTOTUNE_LOG, "", "--autotune-log-file", true, &out),
+                   HVD_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -767,21 +795,21 @@ START_TEST(test_env_provided) {
   const char *first;
   int64_t v = 0;
 
-  ck_assert_int_eq(hvd_env_provide(ENV_NAME, "7"), HVD_OK);
-  ck_assert_str_eq(hvd_env_str(ENV_NAME), "7");
-  ck_assert_ptr_null(hvd_env_real(ENV_NAME));
-  ck_assert_int_eq(hvd_env_int(ENV_NAME, 0, 0, 10, &v), HVD_OK);
+  ck_assert_int_eq(hvd_setting_provide(HVD_SET_RING_WINDOW, "7"), HVD_OK);
+  ck_assert_str_eq(hvd_setting_given(HVD_SET_RING_WINDOW), "7");
+  ck_assert_ptr_null(hvd_setting_real(HVD_SET_RING_WINDOW));
+  ck_assert_int_eq(hvd_setting_int(HVD_SET_RING_WINDOW, &v), HVD_OK);
   ck_assert_int_eq(v, 7);
-  first = hvd_env_str(ENV_NAME);
-  ck_assert_int_eq(hvd_env_provide(ENV_NAME, "8"), HVD_OK);
-  ck_assert_str_eq(hvd_env_str(ENV_NAME), "8");
+  first = hvd_setting_given(HVD_SET_RING_WINDOW);
+  ck_assert_int_eq(hvd_setting_provide(HVD_SET_RING_WINDOW, "8"), HVD_OK);
+  ck_assert_str_eq(hvd_setting_given(HVD_SET_RING_WINDOW), "8");
   ck_assert_str_eq(first, "7");
-  setenv(ENV_NAME, "9", 1); /* the environment wins */
-  ck_assert_str_eq(hvd_env_str(ENV_NAME), "9");
-  ck_assert_int_eq(hvd_env_int(ENV_NAME, 0, 0, 10, &v), HVD_OK);
+  setenv(INT_VAR, "9", 1); /* the environment wins */
+  ck_assert_str_eq(hvd_setting_given(HVD_SET_RING_WINDOW), "9");
+  ck_assert_int_eq(hvd_setting_int(HVD_SET_RING_WINDOW, &v), HVD_OK);
   ck_assert_int_eq(v, 9);
-  unsetenv(ENV_NAME);
-  ck_assert_str_eq(hvd_env_str(ENV_NAME), "8");
+  unsetenv(INT_VAR);
+  ck_assert_str_eq(hvd_setting_given(HVD_SET_RING_WINDOW), "8");
 }
 END_TEST
 
@@ -1481,6 +1509,8 @@ static Suite *env_suite(void) {
   tcase_add_test(tc, test_env_int_huge_value);
   tcase_add_test(tc, test_env_double);
   tcase_add_test(tc, test_env_bool);
+  tcase_add_test(tc, test_env_word);
+  tcase_add_test(tc, test_setting_check);
   tcase_add_test(tc, test_env_str);
   tcase_add_test(tc, test_env_provided);
   suite_add_tcase(s, tc);

@@ -758,6 +758,40 @@ START_TEST(settings_follow_rank_0) {
 }
 END_TEST
 
+static int never_runs(int rank, int size, void *arg) {
+  (void)arg;
+  return report(1, "rank %d of %d started although the settings differ", rank, size);
+}
+
+/* Settings every rank must have alike (how the collectives cut and order
+ * their messages) fail hvd_init on the ranks that differ, naming the
+ * variable and both values, instead of a hang or a wrong sum later. */
+START_TEST(settings_must_match) {
+  char path[] = "/tmp/hvd-test-settings-XXXXXX", text[4096] = "";
+  int codes[2], saved = dup(STDERR_FILENO), fd = mkstemp(path);
+  ssize_t n;
+
+  ck_assert_int_ge(fd, 0);
+  job.rank_env[1][0] = "HVD_RING_WINDOW=8";
+  fflush(stderr);
+  dup2(fd, STDERR_FILENO); /* the ranks' messages, to read back */
+  run_ranks(2, never_runs, NULL, codes, 30);
+  fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  n = pread(fd, text, sizeof(text) - 1, 0);
+  close(fd);
+  unlink(path);
+  ck_assert_int_gt(n, 0);
+  ck_assert_int_eq(codes[0], EXIT_SETUP);
+  ck_assert_int_eq(codes[1], EXIT_SETUP);
+  ck_assert_msg(strstr(text, "HVD_RING_WINDOW is 4 here but 8 on rank 1: every rank must have "
+                             "the same value") != NULL,
+                "%s", text);
+  ck_assert_msg(strstr(text, "HVD_RING_WINDOW is 8 here but 4 on rank 0") != NULL, "%s", text);
+}
+END_TEST
+
 /* Long request and response lists cross at once (small socket buffers,
  * long names): neither side may block the other. */
 static int long_lists(int rank, int size, void *arg) {
@@ -1995,6 +2029,7 @@ static Suite *async_suite(void) {
   tcase_add_loop_test(tc, async_in_flight, 0, (int)HVD_ARRAY_SIZE(async_settings));
   tcase_add_test(tc, user_threads);
   tcase_add_test(tc, settings_follow_rank_0);
+  tcase_add_test(tc, settings_must_match);
   tcase_add_test(tc, long_lists_cross);
   tcase_add_test(tc, autotune_keeps_every_rank_in_step);
   return s;

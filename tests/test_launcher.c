@@ -46,12 +46,13 @@ START_TEST(options_horovodrun_names) {
   ck_assert_int_eq(o.ssh_port, 2222);
   ck_assert_str_eq(o.ssh_identity, "key");
   ck_assert_str_eq(o.iface, "eth");
-  ck_assert_str_eq(o.fusion_mb, "64");
-  ck_assert_str_eq(o.cycle_ms, "0.5");
-  ck_assert_str_eq(o.cache_capacity, "0");
+  ck_assert_str_eq(o.settings[HVD_SET_FUSION_THRESHOLD], "67108864"); /* MiB to bytes */
+  ck_assert_str_eq(o.settings[HVD_SET_CYCLE_TIME], "0.5");
+  ck_assert_str_eq(o.settings[HVD_SET_CACHE_CAPACITY], "0");
   ck_assert_uint_eq(o.nexports, 2);
   ck_assert_str_eq(o.exports[1], "BAR");
-  ck_assert(o.hier_allreduce && !o.hier_allgather);
+  ck_assert(hvdrun_setting_on(&o, HVD_SET_HIERARCHICAL_ALLREDUCE));
+  ck_assert_ptr_null(o.settings[HVD_SET_HIERARCHICAL_ALLGATHER]);
   ck_assert_int_eq(o.ncommand, 3);
   ck_assert_str_eq(o.command[0], "train");
   ck_assert_str_eq(o.command[1], "--steps"); /* the command's own options stay its own */
@@ -76,9 +77,9 @@ START_TEST(options_errors_name_the_argument) {
       {{"-p", "70000", "x", NULL}, "port"},
       {{"--cache-capacity", "1.5", "x", NULL}, "whole number"},
       {{"--cache-capacity", "1048577", "x", NULL}, "from 0 to 1048576"},
-      {{"--cycle-time-ms", "60001", "x", NULL}, "more than 60000 ms"},
+      {{"--cycle-time-ms", "60001", "x", NULL}, "'60001' is not a number of ms from 0 to 60000"},
       {{"--jsrun", "-np", "2", "x", NULL}, "--jsrun: hvd does not launch through jsrun"},
-      {{"--log-level", "loud", "x", NULL}, "log level"},
+      {{"--log-level", "loud", "x", NULL}, "'loud' is not one of trace, debug"},
       {{"-x", "=v", "x", NULL}, "variable name"},
       {{"--mpi", "-np", "2", "x", NULL}, "--mpi: hvd has no MPI; drop --mpi"},
       {{"--gloo=yes", "x", NULL}, "--gloo takes no value"},

@@ -122,8 +122,10 @@ START_TEST(flags_reach_the_ranks) {
                         "-np", "2", "train", NULL};
 
   ck_assert_int_eq(parse(&o, args), HVD_OK);
-  ck_assert_int_eq(o.stall_check, -1);
-  ck_assert(o.autotune && o.timeline_mark_cycles && o.log_hide_time && !o.check_build);
+  ck_assert_str_eq(o.settings[HVD_SET_STALL_CHECK_DISABLE], "1");
+  ck_assert(hvdrun_setting_on(&o, HVD_SET_AUTOTUNE) &&
+            hvdrun_setting_on(&o, HVD_SET_TIMELINE_MARK_CYCLES) &&
+            hvdrun_setting_on(&o, HVD_SET_LOG_HIDE_TIME) && !o.check_build);
   job_vars(&o, &e);
   var_is(&e, "HOROVOD_STALL_CHECK_DISABLE", "1");
   var_is(&e, "HOROVOD_STALL_CHECK_TIME_SECONDS", "30");
@@ -147,14 +149,15 @@ END_TEST
 
 START_TEST(flags_not_given_set_nothing) {
   static const char *const names[] = {
-      "HOROVOD_STALL_CHECK_DISABLE",         "HOROVOD_STALL_CHECK_TIME_SECONDS",
-      "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_AUTOTUNE",
-      "HOROVOD_AUTOTUNE_LOG",                "HOROVOD_TIMELINE_MARK_CYCLES",
-      "HOROVOD_LOG_HIDE_TIME",               "HOROVOD_HIERARCHICAL_ALLREDUCE"};
+      "HOROVOD_STALL_CHECK_DISABLE",         "HOROVOD_AUTOTUNE",
+      "HOROVOD_HIERARCHICAL_ALLREDUCE",      "HOROVOD_LOG_HIDE_TIME",
+      "HOROVOD_STALL_CHECK_TIME_SECONDS",    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+      "HOROVOD_AUTOTUNE_LOG",                "HOROVOD_TIMELINE_MARK_CYCLES"};
   struct hvdrun_options o;
   struct hvdrun_env e = {0};
   const char *plain[] = {"-np", "1", "x", NULL};
-  /* Switches turned off; the autotuner's values stay home without it. */
+  /* Switches turned off say so (over a variable hvdrun's environment may
+   * have); the timeline's marks stay home without a timeline. */
   const char *off[] = {"--stall-check", "--no-autotune", "--no-hierarchical-allreduce",
                        "--log-with-timestamp", "--no-timeline-mark-cycles", "x", NULL};
 
@@ -166,10 +169,10 @@ START_TEST(flags_not_given_set_nothing) {
   hvdrun_options_fini(&o);
 
   ck_assert_int_eq(parse(&o, off), HVD_OK);
-  ck_assert_int_eq(o.stall_check, 1);
   job_vars(&o, &e);
-  var_is(&e, "HOROVOD_STALL_CHECK_DISABLE", "0");
-  for (size_t i = 1; i < HVD_ARRAY_SIZE(names); i++)
+  for (size_t i = 0; i < 4; i++)
+    var_is(&e, names[i], "0");
+  for (size_t i = 4; i < HVD_ARRAY_SIZE(names); i++)
     var_is(&e, names[i], NULL);
   hvdrun_env_fini(&e);
   hvdrun_options_fini(&o);
@@ -179,8 +182,9 @@ START_TEST(flags_not_given_set_nothing) {
                         "--hierarchical-allgather", "--no-hierarchical-allgather",
                         "--hierarchical-allgather", "x", NULL};
   ck_assert_int_eq(parse(&o, last), HVD_OK);
-  ck_assert_int_eq(o.stall_check, 1);
-  ck_assert(o.log_hide_time && o.hier_allgather);
+  ck_assert_str_eq(o.settings[HVD_SET_STALL_CHECK_DISABLE], "0");
+  ck_assert(hvdrun_setting_on(&o, HVD_SET_LOG_HIDE_TIME) &&
+            hvdrun_setting_on(&o, HVD_SET_HIERARCHICAL_ALLGATHER));
   hvdrun_options_fini(&o);
 }
 END_TEST
@@ -214,11 +218,11 @@ START_TEST(flags_rejected) {
        "--autotune-gaussian-process-noise: '1.5' is not a number from 0 to 1"},
       {{"--autotune", "--autotune-gaussian-process-noise", "-0.1", "x", NULL},
        "--autotune-gaussian-process-noise: '-0.1'"},
-      {{"--autotune", "--autotune-log-file", "", "x", NULL}, "--autotune-log-file: empty"},
+      {{"--autotune", "--autotune-log-file", "", "x", NULL}, "--autotune-log-file: '' is no value"},
       {{"--autotune-log-file", "t.csv", "x", NULL},
-       "--autotune-log-file applies to autotuning: add --autotune"},
+       "--autotune-log-file has no effect without HOROVOD_AUTOTUNE: add --autotune"},
       {{"--autotune-warmup-samples", "3", "--no-autotune", "x", NULL},
-       "--autotune-warmup-samples applies to autotuning"},
+       "--autotune-warmup-samples has no effect without HOROVOD_AUTOTUNE"},
       {{"--timeline-mark-cycles", "x", NULL}, "add --timeline-filename"},
       {{"--no-stall-check=1", "x", NULL}, "--no-stall-check takes no value"},
       {{"--disable-cache=yes", "x", NULL}, "--disable-cache takes no value"},
@@ -319,7 +323,7 @@ START_TEST(command_line_wins) {
   ck_assert_int_eq(parse(&o, args), HVD_OK);
   job_vars(&o, &e);
   var_is(&e, "HOROVOD_CACHE_CAPACITY", "16");
-  var_is(&e, "HOROVOD_HIERARCHICAL_ALLREDUCE", NULL);
+  var_is(&e, "HOROVOD_HIERARCHICAL_ALLREDUCE", "0");
   var_is(&e, "HOROVOD_HIERARCHICAL_ALLGATHER", "1"); /* the file's */
   var_is(&e, "HOROVOD_STALL_CHECK_DISABLE", "0");
   var_is(&e, "HOROVOD_STALL_CHECK_TIME_SECONDS", "9");
@@ -327,7 +331,7 @@ START_TEST(command_line_wins) {
   var_is(&e, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "7");
   var_is(&e, "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "20");
   var_is(&e, "HOROVOD_LOG_LEVEL", "error");
-  var_is(&e, "HOROVOD_LOG_HIDE_TIME", NULL);
+  var_is(&e, "HOROVOD_LOG_HIDE_TIME", "0");
   var_is(&e, "HOROVOD_TIMELINE", "mine.json");
   var_is(&e, "HOROVOD_TIMELINE_MARK_CYCLES", "1");
   hvdrun_env_fini(&e);
@@ -336,7 +340,7 @@ START_TEST(command_line_wins) {
   /* --no-autotune keeps the file's autotune section from the ranks. */
   ck_assert_int_eq(parse(&o, no_autotune), HVD_OK);
   job_vars(&o, &e);
-  var_is(&e, "HOROVOD_AUTOTUNE", NULL);
+  var_is(&e, "HOROVOD_AUTOTUNE", "0");
   var_is(&e, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", NULL);
   var_is(&e, "HOROVOD_CACHE_CAPACITY", "2048");
   hvdrun_env_fini(&e);
@@ -366,15 +370,17 @@ START_TEST(file_details) {
   const char *empty[] = {"--config-file", write_file("empty.yaml", "# nothing\n"), "x", NULL};
 
   ck_assert_int_eq(parse(&o, args), HVD_OK);
-  ck_assert(!o.autotune && o.timeline_mark_cycles && !o.log_hide_time);
-  ck_assert_ptr_null(o.cache_capacity);
-  ck_assert_ptr_null(o.cycle_ms);
+  ck_assert(!hvdrun_setting_on(&o, HVD_SET_AUTOTUNE) &&
+            hvdrun_setting_on(&o, HVD_SET_TIMELINE_MARK_CYCLES) &&
+            !hvdrun_setting_on(&o, HVD_SET_LOG_HIDE_TIME));
+  ck_assert_ptr_null(o.settings[HVD_SET_CACHE_CAPACITY]);
+  ck_assert_ptr_null(o.settings[HVD_SET_CYCLE_TIME]);
   job_vars(&o, &e);
-  var_is(&e, "HOROVOD_AUTOTUNE", NULL);
+  var_is(&e, "HOROVOD_AUTOTUNE", "0");
   var_is(&e, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", NULL);
   var_is(&e, "HOROVOD_TIMELINE_MARK_CYCLES", NULL);
   var_is(&e, "HOROVOD_STALL_CHECK_DISABLE", NULL);
-  var_is(&e, "HOROVOD_LOG_HIDE_TIME", NULL);
+  var_is(&e, "HOROVOD_LOG_HIDE_TIME", "0");
   hvdrun_env_fini(&e);
   hvdrun_options_fini(&o);
 
@@ -429,7 +435,7 @@ START_TEST(horovods_default_file_warns) {
   fclose(warn);
   ck_assert_str_eq(r.text, "--gloo= --fusion-threshold-mb=64 --hierarchical-allreduce=0 "
                            "--autotune=0 --timeline-filename=horovod_timeline.json "
-                           "--stall-check=1 --log-without-timestamp=1");
+                           "--no-stall-check=0 --log-without-timestamp=1");
   ck_assert_ptr_nonnull(strstr(warned, "default.yaml:7: autotune.cycles_per_sample is ignored"));
   ck_assert_ptr_nonnull(strstr(warned, "steps_per_sample"));
   ck_assert_ptr_nonnull(strstr(warned, "default.yaml:9: timeline.enabled is ignored"));
@@ -486,7 +492,7 @@ START_TEST(file_errors) {
        "stall_check.warning_time_seconds: '0' is not a number of seconds"},
       {"stall_check:\n  shutdown_time_seconds: -3\n", "stall_check.shutdown_time_seconds: '-3'"},
       {"library_options:\n  gloo_timeout_seconds: 0\n", "library_options.gloo_timeout_seconds"},
-      {"logging:\n  level: loud\n", "bad.yaml:2: logging.level: 'loud' is not a log level"},
+      {"logging:\n  level: loud\n", "bad.yaml:2: logging.level: 'loud' is not one of trace, debug"},
       {"controller: mpi\n", "bad.yaml:1: controller is mpi, but hvd has no MPI"},
       {"controller: jsrun\n", "bad.yaml:1: controller: expected gloo"},
   };
@@ -580,7 +586,7 @@ START_TEST(check_build_needs_no_command) {
   hvdrun_options_fini(&o);
   ck_assert_int_eq(parse(&o, short_name), HVD_OK);
   ck_assert(o.check_build);
-  ck_assert_str_eq(o.cache_capacity, "3");
+  ck_assert_str_eq(o.settings[HVD_SET_CACHE_CAPACITY], "3");
   hvdrun_options_fini(&o);
   /* As horovodrun: the config file is still checked first. */
   fails(bad_file, "invalid YAML", "no.yaml");

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "hvd/hvd.h"
+#include "settings.h"
 
 #define HVD_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define HVD_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -92,13 +93,10 @@ bool hvd_parse_bool(const char *text, bool *out);
 hvd_status hvd_parse_port_range(const char *text, int *lo, int *hi);
 
 /* ---- environment (env.c) --------------------------------------------------
- * An unset or empty variable gives the default. A malformed or out-of-range
- * value is HVD_ERR_INVALID_ARGUMENT with a message naming the variable, the
- * value and what is accepted; *out is written only on success.
+ * Raw text by name. hvd's own variables are read through the settings
+ * table (settings.h), which parses and checks them; these serve it, and the
+ * launch module's reads of a launcher's variables (SLURM_*, RANK).
  */
-hvd_status hvd_env_int(const char *name, int64_t def, int64_t min, int64_t max, int64_t *out);
-hvd_status hvd_env_double(const char *name, double def, double min, double max, double *out);
-hvd_status hvd_env_bool(const char *name, bool def, bool *out);
 /* Returns the value, or NULL when unset or empty: the environment's, else
  * the one provided (below). */
 const char *hvd_env_str(const char *name);

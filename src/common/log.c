@@ -45,17 +45,15 @@ hvd_status hvd_log_parse_level(const char *text, enum hvd_log_level *out) {
 }
 
 hvd_status hvd_log_configure_from_env(void) {
-  const char *level_text = hvd_env_str("HOROVOD_LOG_LEVEL");
-  enum hvd_log_level level = HVD_LOG_WARNING;
+  int level = HVD_LOG_WARNING; /* the table's words are the levels, in order */
   bool hide = false;
-  hvd_status st;
+  hvd_status st = hvd_setting_word(HVD_SET_LOG_LEVEL, &level);
 
-  if (level_text != NULL && hvd_log_parse_level(level_text, &level) != HVD_OK)
-    return hvd_error_prefix("HOROVOD_LOG_LEVEL");
-  st = hvd_env_bool("HOROVOD_LOG_HIDE_TIME", false, &hide);
+  if (st == HVD_OK)
+    st = hvd_setting_bool(HVD_SET_LOG_HIDE_TIME, &hide);
   if (st != HVD_OK)
     return st;
-  hvd_log_set_level(level);
+  hvd_log_set_level((enum hvd_log_level)level);
   hvd_log_set_hide_time(hide);
   return HVD_OK;
 }

@@ -19,24 +19,24 @@
 
 #include "coord.h"
 
-static bool set_by_user(const char *name) { return hvd_env_str(name) != NULL; }
+static bool set_by_user(enum hvd_setting id) { return hvd_setting_given(id) != NULL; }
 
 static unsigned tunable_knobs(const struct coord_state *s) {
   unsigned m = 0;
   bool hosts = s->homogeneous && s->world->local_size > 1 && s->world->local_size < s->size;
-  if (!set_by_user("HOROVOD_FUSION_THRESHOLD"))
+  if (!set_by_user(HVD_SET_FUSION_THRESHOLD))
     m |= TUNE_BIT(TUNE_FUSION);
-  if (!set_by_user("HOROVOD_CYCLE_TIME"))
+  if (!set_by_user(HVD_SET_CYCLE_TIME))
     m |= TUNE_BIT(TUNE_CYCLE);
-  if (s->cfg.cache_capacity > 0 && !set_by_user("HOROVOD_CACHE_CAPACITY"))
+  if (s->cfg.cache_capacity > 0 && !set_by_user(HVD_SET_CACHE_CAPACITY))
     m |= TUNE_BIT(TUNE_CACHE);
-  if (hosts && !set_by_user("HOROVOD_HIERARCHICAL_ALLREDUCE"))
+  if (hosts && !set_by_user(HVD_SET_HIERARCHICAL_ALLREDUCE))
     m |= TUNE_BIT(TUNE_HIER_ALLREDUCE);
-  if (hosts && !set_by_user("HOROVOD_HIERARCHICAL_ALLGATHER"))
+  if (hosts && !set_by_user(HVD_SET_HIERARCHICAL_ALLGATHER))
     m |= TUNE_BIT(TUNE_HIER_ALLGATHER);
-  if (!set_by_user("HVD_ALLREDUCE_RING_BYTES") && !set_by_user("HVD_ALLREDUCE_ALGORITHM"))
+  if (!set_by_user(HVD_SET_ALLREDUCE_RING_BYTES) && !set_by_user(HVD_SET_ALLREDUCE_ALGORITHM))
     m |= TUNE_BIT(TUNE_RING_BYTES);
-  if (!set_by_user("HVD_RING_SEGMENT_BYTES"))
+  if (!set_by_user(HVD_SET_RING_SEGMENT_BYTES))
     m |= TUNE_BIT(TUNE_SEGMENT_BYTES);
   return m;
 }

@@ -1,12 +1,15 @@
 /*
- * The coordinator's tunables, read once by hvd_init. Horovod's variables
- * keep Horovod's names and defaults; hvd's own start with HVD_.
+ * The coordinator's tunables, read once by hvd_init from the settings
+ * table (src/common/settings.def: names, ranges, defaults), and the
+ * settings every rank takes from rank 0 in the start-up handshake.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coord.h"
+
+_Static_assert(COORD_INLINE_MAX == 64, "settings.def: HVD_INLINE_BYTES's limit");
 
 /* HOROVOD_THREAD_AFFINITY: one core id per local rank, comma-separated. */
 static hvd_status parse_affinity(const char *text, int local_rank, int local_size, int *core) {
@@ -44,42 +47,46 @@ hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_co
   struct coord_config c;
   int64_t fusion, inplace, cache, inline_bytes, spin_us, timeout_s;
   double cycle_ms, warn_s, shutdown_s;
+  const char *timeline = NULL, *affinity = NULL;
   bool disable = false;
   hvd_status st;
 
   memset(&c, 0, sizeof(c));
-  st = hvd_env_int("HOROVOD_FUSION_THRESHOLD", 128 << 20, 0, (int64_t)1 << 40, &fusion);
+  st = hvd_setting_int(HVD_SET_FUSION_THRESHOLD, &fusion);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_FUSION_INPLACE_BYTES", 1 << 20, 0, (int64_t)1 << 40, &inplace);
+    st = hvd_setting_int(HVD_SET_FUSION_INPLACE_BYTES, &inplace);
   if (st == HVD_OK)
-    st = hvd_env_double("HOROVOD_CYCLE_TIME", 1.0, 0.0, 60000.0, &cycle_ms);
+    st = hvd_setting_number(HVD_SET_CYCLE_TIME, &cycle_ms);
   if (st == HVD_OK)
-    st = hvd_env_int("HOROVOD_CACHE_CAPACITY", 1024, 0, 1 << 20, &cache);
+    st = hvd_setting_int(HVD_SET_CACHE_CAPACITY, &cache);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_INLINE_BYTES", COORD_INLINE_MAX, 0, COORD_INLINE_MAX, &inline_bytes);
+    st = hvd_setting_int(HVD_SET_INLINE_BYTES, &inline_bytes);
   if (st == HVD_OK)
-    st = hvd_env_bool("HOROVOD_STALL_CHECK_DISABLE", false, &disable);
+    st = hvd_setting_bool(HVD_SET_STALL_CHECK_DISABLE, &disable);
   if (st == HVD_OK)
-    st = hvd_env_double("HOROVOD_STALL_CHECK_TIME_SECONDS", 60.0, 0.001, 1e7, &warn_s);
+    st = hvd_setting_number(HVD_SET_STALL_CHECK_TIME, &warn_s);
   if (st == HVD_OK)
-    st = hvd_env_double("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0, 0.0, 1e7, &shutdown_s);
+    st = hvd_setting_number(HVD_SET_STALL_SHUTDOWN_TIME, &shutdown_s);
   if (st == HVD_OK)
-    st = hvd_env_bool("HOROVOD_HIERARCHICAL_ALLREDUCE", false, &c.hierarchical_allreduce);
+    st = hvd_setting_bool(HVD_SET_HIERARCHICAL_ALLREDUCE, &c.hierarchical_allreduce);
   if (st == HVD_OK)
-    st = hvd_env_bool("HOROVOD_HIERARCHICAL_ALLGATHER", false, &c.hierarchical_allgather);
+    st = hvd_setting_bool(HVD_SET_HIERARCHICAL_ALLGATHER, &c.hierarchical_allgather);
   if (st == HVD_OK)
     st = coord_gpu_mode_from_env(&c.gpu_host_staged);
   if (st == HVD_OK)
-    st = hvd_env_bool("HOROVOD_TIMELINE_MARK_CYCLES", false, &c.timeline_mark_cycles);
+    st = hvd_setting_bool(HVD_SET_TIMELINE_MARK_CYCLES, &c.timeline_mark_cycles);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_SPIN_US", 50, 0, 1000000, &spin_us);
+    st = hvd_setting_int(HVD_SET_SPIN_US, &spin_us);
   if (st == HVD_OK)
-    st = hvd_env_bool("HVD_SHM_LANES", true, &c.lanes);
+    st = hvd_setting_bool(HVD_SET_SHM_LANES, &c.lanes);
   if (st == HVD_OK)
-    st = hvd_env_int("HOROVOD_GLOO_TIMEOUT_SECONDS", 30, 1, 7 * 24 * 3600, &timeout_s);
+    st = hvd_setting_int(HVD_SET_TIMEOUT, &timeout_s);
   if (st == HVD_OK)
-    st = parse_affinity(hvd_env_str("HOROVOD_THREAD_AFFINITY"), local_rank, local_size,
-                        &c.affinity_core);
+    st = hvd_setting_text(HVD_SET_TIMELINE, &timeline);
+  if (st == HVD_OK)
+    st = hvd_setting_text(HVD_SET_THREAD_AFFINITY, &affinity);
+  if (st == HVD_OK)
+    st = parse_affinity(affinity, local_rank, local_size, &c.affinity_core);
   if (st != HVD_OK)
     return st;
   c.fusion_threshold = (size_t)fusion;
@@ -96,14 +103,45 @@ hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_co
                  shutdown_s, warn_s);
     c.stall_shutdown_ns = 0;
   }
-  if (hvd_env_str("HOROVOD_TIMELINE") != NULL) {
-    if (strlen(hvd_env_str("HOROVOD_TIMELINE")) >= sizeof(c.timeline))
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "HOROVOD_TIMELINE is longer than %zu bytes",
-                       sizeof(c.timeline) - 1);
-    snprintf(c.timeline, sizeof(c.timeline), "%s", hvd_env_str("HOROVOD_TIMELINE"));
-  }
+  if (timeline != NULL) /* the table's limit: it fits */
+    snprintf(c.timeline, sizeof(c.timeline), "%s", timeline);
   c.spin_ns = spin_us * 1000;
   c.timeout_ns = timeout_s * 1000000000LL;
   *out = c;
   return HVD_OK;
+}
+
+size_t coord_handshake_settings(enum hvd_setting *ids, size_t max) {
+  size_t n = 0;
+  for (int id = 1; id < HVD_SETTING_COUNT && n < max; id++) {
+    enum hvd_setting_scope scope = hvd_setting_info((enum hvd_setting)id)->scope;
+    if (scope == HVD_SCOPE_AGREE || scope == HVD_SCOPE_SAME)
+      ids[n++] = (enum hvd_setting)id;
+  }
+  return n;
+}
+
+void coord_config_adopt(struct coord_config *c, enum hvd_setting id, uint64_t v) {
+  switch (id) {
+  case HVD_SET_CACHE_CAPACITY:
+    c->cache_capacity = (size_t)v;
+    break;
+  case HVD_SET_FUSION_INPLACE_BYTES:
+    c->fusion_inplace_bytes = (size_t)v;
+    break;
+  case HVD_SET_INLINE_BYTES:
+    c->inline_bytes = v <= COORD_INLINE_MAX ? (size_t)v : 0;
+    break;
+  case HVD_SET_HIERARCHICAL_ALLREDUCE:
+    c->hierarchical_allreduce = v != 0;
+    break;
+  case HVD_SET_HIERARCHICAL_ALLGATHER:
+    c->hierarchical_allgather = v != 0;
+    break;
+  case HVD_SET_GPU_COLLECTIVES:
+    c->gpu_host_staged = v == COORD_GPU_HOST;
+    break;
+  default: /* a SAME setting: never adopted, a difference fails the handshake */
+    break;
+  }
 }

@@ -219,6 +219,11 @@ struct coord_config {
 
 /* Reads the variables; a malformed value is HVD_ERR_INVALID_ARGUMENT naming it. */
 hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_config *out);
+/* The settings of the start-up handshake (scope AGREE or SAME in
+ * settings.def), in the table's order; returns how many. */
+size_t coord_handshake_settings(enum hvd_setting *ids, size_t max);
+/* Takes rank 0's value of an AGREE setting (its handshake bits). */
+void coord_config_adopt(struct coord_config *c, enum hvd_setting id, uint64_t v);
 
 /* ==== handles and entries (handle.c) ============================================ */
 
@@ -566,6 +571,8 @@ void coord_gpu_override(const struct coord_gpu_backend *b);
 /* The backend hvd_init picks: the override, else the built-in. */
 const struct coord_gpu_backend *coord_gpu_backend(void);
 /* HVD_GPU_COLLECTIVES: "nccl" (the backend's own, default) or "host". */
+/* HVD_GPU_COLLECTIVES's words, in settings.def's order. */
+enum { COORD_GPU_NCCL, COORD_GPU_HOST };
 hvd_status coord_gpu_mode_from_env(bool *host_staged);
 
 /* Opens the device on first use, makes the stream wait for the inputs'

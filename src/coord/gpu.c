@@ -29,16 +29,11 @@ const struct coord_gpu_backend *coord_gpu_backend(void) {
 }
 
 hvd_status coord_gpu_mode_from_env(bool *host_staged) {
-  const char *v = hvd_env_str("HVD_GPU_COLLECTIVES");
-  *host_staged = false;
-  if (v == NULL || strcmp(v, "nccl") == 0)
-    return HVD_OK;
-  if (strcmp(v, "host") == 0) {
-    *host_staged = true;
-    return HVD_OK;
-  }
-  return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                   "HVD_GPU_COLLECTIVES is '%s'; expected 'nccl' or 'host'", v);
+  int mode;
+  hvd_status st = hvd_setting_word(HVD_SET_GPU_COLLECTIVES, &mode);
+  if (st == HVD_OK)
+    *host_staged = mode == COORD_GPU_HOST;
+  return st;
 }
 
 void coord_gpu_id_scope(const struct coord_state *s, char *out, size_t size) {

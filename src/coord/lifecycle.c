@@ -107,16 +107,11 @@ static void state_destroy(struct coord_state *s) {
   free(s);
 }
 
-/* Settings every rank must share, as rank 0 answers the hello, then what
- * rank 0 learned from the hellos (whether every host runs as many ranks). */
-enum {
-  SETTINGS_BYTES = 32,
-  ANSWER_BYTES = SETTINGS_BYTES + 8,
-  HELLO_BYTES = 8,
-  HIER_ALLREDUCE = 1,
-  HIER_ALLGATHER = 2,
-  GPU_HOST_STAGED = 4
-};
+/* The start-up handshake: a worker's hello is its local size, then its
+ * values of the handshake's settings (coord_handshake_settings); rank 0's
+ * answer is its values of the same settings, then whether every host runs
+ * as many ranks. */
+enum { HANDSHAKE_MAX = HVD_SETTING_COUNT, HELLO_MAX = 8 + 8 * HANDSHAKE_MAX };
 
 /* The control channel's segment: no collectives run on it (its data
  * buffers hold the lanes, lanes.c), and rings that hold a long response
@@ -151,82 +146,92 @@ static hvd_status control_rings_on_host(struct coord_state *s) {
   return st;
 }
 
-static void put_settings(const struct coord_config *c, unsigned char *out) {
-  hvd_put_le64(out, c->cache_capacity);
-  hvd_put_le64(out + 8, c->fusion_inplace_bytes);
-  hvd_put_le64(out + 16, (c->hierarchical_allreduce ? HIER_ALLREDUCE : 0) |
-                             (c->hierarchical_allgather ? HIER_ALLGATHER : 0) |
-                             (c->gpu_host_staged ? GPU_HOST_STAGED : 0));
-  hvd_put_le64(out + 24, c->inline_bytes);
+/* Each handshake setting's value here, 8 bytes each, from out on. */
+static hvd_status put_settings(const enum hvd_setting *ids, size_t n, unsigned char *out) {
+  hvd_status st = HVD_OK;
+  for (size_t i = 0; i < n && st == HVD_OK; i++) {
+    uint64_t v = 0;
+    st = hvd_setting_bits(ids[i], &v);
+    hvd_put_le64(out + 8 * i, v);
+  }
+  return st;
 }
 
-static void adopt(const char *name, uint64_t mine, uint64_t theirs, uint64_t *out) {
-  if (mine != theirs)
-    HVD_LOG_WARN("%s is %llu here but %llu on rank 0; using rank 0's (every rank must agree)",
-                 name, (unsigned long long)mine, (unsigned long long)theirs);
-  *out = theirs;
+/* Compares another rank's handshake values with this one's: a difference
+ * in a setting every rank must have alike fails; otherwise, on a worker,
+ * rank 0's value is taken with a warning. `who` names the other rank. */
+static hvd_status compare_settings(struct coord_config *c, const enum hvd_setting *ids, size_t n,
+                                   const unsigned char *mine, const unsigned char *theirs,
+                                   int who, bool adopt) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t a = hvd_get_le64(mine + 8 * i), b = hvd_get_le64(theirs + 8 * i);
+    char here[64], there[64];
+    if (a == b)
+      continue;
+    hvd_setting_format_bits(ids[i], a, here, sizeof(here));
+    hvd_setting_format_bits(ids[i], b, there, sizeof(there));
+    if (hvd_setting_info(ids[i])->scope == HVD_SCOPE_SAME)
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                       "%s is %s here but %s on rank %d: every rank must have the same value",
+                       hvd_setting_name(ids[i]), here, there, who);
+    if (adopt) {
+      HVD_LOG_WARN("%s is %s here but %s on rank 0; using rank 0's (every rank must agree)",
+                   hvd_setting_name(ids[i]), here, there);
+      coord_config_adopt(c, ids[i], b);
+    }
+  }
+  return HVD_OK;
 }
 
-/* Rank 0's settings win where ranks must agree (cache bits, which tensors
- * are reduced in place or inline, hierarchical collectives): a worker that differs
- * warns and takes rank 0's. */
-static void take_settings(struct coord_config *c, const unsigned char *in) {
-  unsigned char mine[SETTINGS_BYTES];
-  uint64_t v, flags, my_flags;
-  put_settings(c, mine);
-  adopt("HOROVOD_CACHE_CAPACITY", hvd_get_le64(mine), hvd_get_le64(in), &v);
-  c->cache_capacity = (size_t)v;
-  adopt("HVD_FUSION_INPLACE_BYTES", hvd_get_le64(mine + 8), hvd_get_le64(in + 8), &v);
-  c->fusion_inplace_bytes = (size_t)v;
-  my_flags = hvd_get_le64(mine + 16);
-  flags = hvd_get_le64(in + 16);
-  adopt("HOROVOD_HIERARCHICAL_ALLREDUCE", my_flags & HIER_ALLREDUCE ? 1 : 0,
-        flags & HIER_ALLREDUCE ? 1 : 0, &v);
-  c->hierarchical_allreduce = v != 0;
-  adopt("HOROVOD_HIERARCHICAL_ALLGATHER", my_flags & HIER_ALLGATHER ? 1 : 0,
-        flags & HIER_ALLGATHER ? 1 : 0, &v);
-  c->hierarchical_allgather = v != 0;
-  adopt("HVD_GPU_COLLECTIVES=host", my_flags & GPU_HOST_STAGED ? 1 : 0,
-        flags & GPU_HOST_STAGED ? 1 : 0, &v);
-  c->gpu_host_staged = v != 0;
-  adopt("HVD_INLINE_BYTES", hvd_get_le64(mine + 24), hvd_get_le64(in + 24), &v);
-  c->inline_bytes = v <= COORD_INLINE_MAX ? (size_t)v : 0;
-}
-
-/* Workers say hello (with their host's rank count) to rank 0 and rank 0
- * answers everybody with the settings that must agree and whether the
+/* Workers say hello (with their host's rank count and their settings) to
+ * rank 0 and rank 0 answers everybody with its settings and whether the
  * hosts are homogeneous: every control connection exists before the loop
  * starts (a peer that dies is then seen as a closed connection), and
- * nobody starts before everybody has. */
+ * nobody starts before everybody has. Rank 0 answers every worker even
+ * when one differs where all must agree, so each of them can say which. */
 static hvd_status control_handshake(struct coord_state *s) {
-  unsigned char hello[HELLO_BYTES], answer[ANSWER_BYTES];
+  enum hvd_setting ids[HANDSHAKE_MAX];
+  size_t n = coord_handshake_settings(ids, HANDSHAKE_MAX);
+  unsigned char hello[HELLO_MAX], answer[HELLO_MAX], mine[HELLO_MAX], differs[HELLO_MAX];
+  size_t hello_bytes = 8 + 8 * n, answer_bytes = 8 * n + 8;
   bool homogeneous = true;
-  hvd_status st = HVD_OK;
+  int differing = 0; /* the first worker whose settings rank 0 refuses */
+  hvd_status st;
 
   s->homogeneous = true;
   if (s->size == 1)
     return HVD_OK;
+  if ((st = put_settings(ids, n, mine)) != HVD_OK)
+    return st;
   if (s->rank != 0) {
     hvd_put_le64(hello, (uint64_t)s->world->local_size);
-    st = net_send(s->control, 0, hello, sizeof(hello));
+    memcpy(hello + 8, mine, 8 * n);
+    st = net_send(s->control, 0, hello, hello_bytes);
     if (st == HVD_OK)
-      st = net_recv(s->control, 0, answer, sizeof(answer));
-    if (st == HVD_OK) {
-      take_settings(&s->cfg, answer);
-      s->homogeneous = hvd_get_le64(answer + SETTINGS_BYTES) != 0;
-    }
+      st = net_recv(s->control, 0, answer, answer_bytes);
+    if (st == HVD_OK)
+      st = compare_settings(&s->cfg, ids, n, mine, answer, 0, true);
+    if (st == HVD_OK)
+      s->homogeneous = hvd_get_le64(answer + 8 * n) != 0;
     return st;
   }
   for (int r = 1; r < s->size && st == HVD_OK; r++) {
-    st = net_recv(s->control, r, hello, sizeof(hello));
+    st = net_recv(s->control, r, hello, hello_bytes);
     if (st == HVD_OK && hvd_get_le64(hello) != (uint64_t)s->world->local_size)
       homogeneous = false;
+    if (st == HVD_OK && differing == 0 &&
+        compare_settings(&s->cfg, ids, n, mine, hello + 8, r, false) != HVD_OK) {
+      differing = r;
+      memcpy(differs, hello + 8, 8 * n);
+    }
   }
-  put_settings(&s->cfg, answer);
-  hvd_put_le64(answer + SETTINGS_BYTES, homogeneous ? 1 : 0);
+  memcpy(answer, mine, 8 * n);
+  hvd_put_le64(answer + 8 * n, homogeneous ? 1 : 0);
   for (int r = 1; r < s->size && st == HVD_OK; r++)
-    st = net_send(s->control, r, answer, sizeof(answer));
+    st = net_send(s->control, r, answer, answer_bytes);
   s->homogeneous = homogeneous;
+  if (st == HVD_OK && differing > 0) /* its message again, after the sends' own */
+    st = compare_settings(&s->cfg, ids, n, mine, differs, differing, false);
   return st;
 }
 
@@ -280,12 +285,13 @@ static hvd_status state_create(const struct coord_start *how, uint64_t nth, int 
   if (st == HVD_OK && s->store != NULL && cancel_fd >= 0)
     st = rdzv_client_set_cancel_fd(s->store, cancel_fd);
   if (st == HVD_OK)
-    st = hvd_env_int("HOROVOD_GLOO_RENDEZVOUS_PORT", 0, 0, 65535, &port);
+    st = hvd_setting_int(HVD_SET_RENDEZVOUS_PORT, &port);
+  if (st == HVD_OK)
+    st = hvd_setting_text(HVD_SET_RENDEZVOUS_ADDR, &wcfg.ctx.store_host);
   if (st != HVD_OK)
     goto fail;
   wcfg.ctx.store = s->store;
-  wcfg.ctx.store_host = hvd_env_str("HOROVOD_GLOO_RENDEZVOUS_ADDR");
-  wcfg.ctx.store_port = (int)port;
+  wcfg.ctx.store_port = port > 0 ? (int)port : 0;
   /* A pod learns its rank from the store: until then it has none to show. */
   hvd_log_set_rank(wcfg.rank_from_store ? -1 : wcfg.ctx.rank);
   if ((st = net_world_create(&wcfg, &s->world)) != HVD_OK)
@@ -354,9 +360,14 @@ static hvd_status state_create(const struct coord_start *how, uint64_t nth, int 
     (void)rdzv_client_set_cancel_fd(s->store, -1); /* the start's eventfd goes with it */
   *out = s;
   return HVD_OK;
-fail:
+fail: {
+  /* Tearing down notes failures of its own (a peer that has left): the
+   * cause reported stays the one that stopped the start. */
+  char cause[HVD_ERROR_MESSAGE_MAX];
+  snprintf(cause, sizeof(cause), "%s", hvd_last_error_message());
   state_destroy(s);
-  return st;
+  return hvd_error(st, "%s", cause);
+}
 }
 
 /* Under g_life: whether a start may begin; sets the error if not. */

@@ -28,37 +28,38 @@
 
 #include "elastic.h"
 
-enum { ELASTIC_TIMEOUT_DEFAULT_S = 600, WAIT_MARGIN_MS = 60000 };
+enum { WAIT_MARGIN_MS = 60000 };
 
 hvd_status elastic_read_env(struct elastic_env *out) {
   int64_t timeout_s, limit, round, updates, local_rank;
+  const char *host = NULL;
   hvd_status st;
 
   memset(out, 0, sizeof(*out));
-  st = hvd_env_bool("HOROVOD_ELASTIC", false, &out->elastic);
+  st = hvd_setting_bool(HVD_SET_ELASTIC, &out->elastic);
   if (st == HVD_OK)
-    st = hvd_env_bool("HVD_POD", false, &out->pod);
+    st = hvd_setting_bool(HVD_SET_POD, &out->pod);
   if (st == HVD_OK)
-    st = hvd_env_int("HOROVOD_ELASTIC_TIMEOUT", ELASTIC_TIMEOUT_DEFAULT_S, 1, 7 * 24 * 3600,
-                     &timeout_s);
+    st = hvd_setting_int(HVD_SET_ELASTIC_TIMEOUT, &timeout_s);
   if (st == HVD_OK)
-    st = hvd_env_int("HOROVOD_ELASTIC_RESET_LIMIT", -1, -1, INT32_MAX, &limit);
+    st = hvd_setting_int(HVD_SET_ELASTIC_RESET_LIMIT, &limit);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_ELASTIC_ROUND", 0, 0, INT64_MAX, &round);
+    st = hvd_setting_int(HVD_SET_ELASTIC_ROUND, &round);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_ELASTIC_UPDATES", 0, 0, INT64_MAX, &updates);
+    st = hvd_setting_int(HVD_SET_ELASTIC_UPDATES, &updates);
   if (st == HVD_OK)
-    st = hvd_env_int("HOROVOD_LOCAL_RANK", 0, 0, 1 << 24, &local_rank);
+    st = hvd_setting_int(HVD_SET_LOCAL_RANK, &local_rank);
+  if (st == HVD_OK)
+    st = hvd_setting_text(HVD_SET_HOSTNAME, &host);
   if (st != HVD_OK)
     return st;
   out->timeout_ms = timeout_s * 1000;
   out->reset_limit = limit;
   out->round = (uint64_t)round;
   out->updates = (uint64_t)updates;
-  out->local_rank = (int)local_rank;
+  out->local_rank = local_rank < 0 ? 0 : (int)local_rank; /* unset: the host's only rank */
   out->pod = out->pod && out->elastic;
-  snprintf(out->host, sizeof(out->host), "%s",
-           hvd_env_str("HOROVOD_HOSTNAME") != NULL ? hvd_env_str("HOROVOD_HOSTNAME") : "");
+  snprintf(out->host, sizeof(out->host), "%s", host != NULL ? host : "");
   /* A pod is named by its host name, as the transport names it. */
   if (out->pod && out->host[0] == '\0' && gethostname(out->host, sizeof(out->host) - 1) != 0)
     snprintf(out->host, sizeof(out->host), "localhost");

@@ -56,7 +56,7 @@ int launch_port_for(const char *job, int lo, int hi) {
 }
 
 hvd_status launch_store_range(int *lo, int *hi) {
-  const char *range = hvd_env_real("HVD_PORT_RANGE");
+  const char *range = hvd_setting_real(HVD_SET_PORT_RANGE);
   if (range != NULL)
     return hvd_parse_port_range(range, lo, hi);
   *lo = 20000;
@@ -66,17 +66,20 @@ hvd_status launch_store_range(int *lo, int *hi) {
 
 static bool set(const char *name) { return hvd_env_real(name) != NULL; }
 
-static bool is_true(const char *name) {
+/* hvd's own variables, as the user set them (nothing is provided yet). */
+static bool is_true(enum hvd_setting id) {
   bool b = false;
-  return set(name) && hvd_env_bool(name, false, &b) == HVD_OK && b;
+  return hvd_setting_real(id) != NULL && hvd_setting_bool(id, &b) == HVD_OK && b;
 }
 
 /* The launcher whose variables are there, and which ones. */
 static enum launch_kind sniff(char *why, size_t size) {
-  if (set("HOROVOD_RANK") || is_true("HVD_POD") || is_true("HOROVOD_ELASTIC")) {
-    snprintf(why, size, "%s is set",
-             set("HOROVOD_RANK") ? "HOROVOD_RANK" : set("HVD_POD") ? "HVD_POD" : "HOROVOD_ELASTIC");
-    return LAUNCH_HVDRUN;
+  const enum hvd_setting own[] = {HVD_SET_RANK, HVD_SET_POD, HVD_SET_ELASTIC};
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(own); i++) {
+    if (i == 0 ? hvd_setting_real(own[i]) != NULL : is_true(own[i])) {
+      snprintf(why, size, "%s is set", hvd_setting_name(own[i]));
+      return LAUNCH_HVDRUN;
+    }
   }
   bool torch_vars = set("RANK") && set("WORLD_SIZE") && set("MASTER_ADDR") && set("MASTER_PORT");
   if (torch_vars && set("TORCHELASTIC_RUN_ID")) {
@@ -102,29 +105,23 @@ static enum launch_kind sniff(char *why, size_t size) {
   return LAUNCH_NONE;
 }
 
-static hvd_status forced(const char *v, enum launch_kind *kind) {
-  for (size_t i = 0; i < HVD_ARRAY_SIZE(kind_names); i++) {
-    if (strcasecmp(v, kind_names[i]) == 0) {
-      *kind = (enum launch_kind)i;
-      return HVD_OK;
-    }
-  }
-  return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                   "HVD_LAUNCHER='%.64s' is not one of slurm, torchrun, k8s, hvdrun, none", v);
-}
+/* HVD_LAUNCHER's words, in settings.def's order. */
+static const enum launch_kind by_word[] = {LAUNCH_SLURM, LAUNCH_TORCHRUN, LAUNCH_K8S,
+                                           LAUNCH_HVDRUN, LAUNCH_NONE};
 
 hvd_status launch_detect(struct launch_job *out) {
-  const char *v = hvd_env_real("HVD_LAUNCHER");
   struct launch_job job;
-  hvd_status st = HVD_OK;
+  int word = -1;
+  hvd_status st = hvd_setting_word(HVD_SET_LAUNCHER, &word);
 
+  if (st != HVD_OK)
+    return st;
   memset(&job, 0, sizeof(job));
   job.rank = job.size = -1;
   job.local_rank = job.local_size = job.cross_rank = job.cross_size = -1;
-  if (v != NULL) {
-    if ((st = forced(v, &job.kind)) != HVD_OK)
-      return st;
-    snprintf(job.why, sizeof(job.why), "HVD_LAUNCHER=%s", v);
+  if (word >= 0 && (size_t)word < HVD_ARRAY_SIZE(by_word)) {
+    job.kind = by_word[word];
+    snprintf(job.why, sizeof(job.why), "HVD_LAUNCHER=%s", launch_kind_name(job.kind));
   } else {
     job.kind = sniff(job.why, sizeof(job.why));
   }

@@ -53,12 +53,16 @@ static hvd_status index0_name(int index, char *out, size_t size) {
 }
 
 hvd_status launch_k8s_read(struct launch_job *job) {
-  const char *addr = hvd_env_real("HOROVOD_GLOO_RENDEZVOUS_ADDR");
-  hvd_status st = launch_env_int("HOROVOD_SIZE", 1, 1 << 24, &job->size);
+  const char *addr = hvd_setting_real(HVD_SET_RENDEZVOUS_ADDR);
+  int64_t size;
+  hvd_status st = hvd_setting_int(HVD_SET_SIZE, &size);
 
-  if (st == HVD_ERR_NOT_FOUND)
+  if (st != HVD_OK)
+    return st;
+  if (size < 0)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "HOROVOD_SIZE is not set: the manifest sets it to the Job's completions");
+  job->size = (int)size;
   if (st == HVD_OK && (st = launch_env_int("JOB_COMPLETION_INDEX", 0, job->size - 1,
                                            &job->rank)) == HVD_ERR_NOT_FOUND)
     st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "JOB_COMPLETION_INDEX is not set");

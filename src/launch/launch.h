@@ -8,7 +8,7 @@
  * It uses common and the rendezvous module; coord never calls it: hvd_init
  * (elastic/init.c) prepares the launch, which hands hvd's own variables
  * (HOROVOD_RANK, HOROVOD_GLOO_RENDEZVOUS_ADDR, HVD_TOKEN, ...) to the rest
- * of the library through hvd_env_provide, where the environment does not
+ * of the library through hvd_setting_provide, where the environment does not
  * set them itself.
  */
 #ifndef HVD_LAUNCH_H

@@ -57,7 +57,7 @@ static void load(void) {
 
 /* A context for HVD_MUNGE_SOCKET's munged. */
 static hvd_status context(munge_ctx_t *out) {
-  const char *socket = hvd_env_real("HVD_MUNGE_SOCKET");
+  const char *socket = hvd_setting_real(HVD_SET_MUNGE_SOCKET);
   munge_ctx_t ctx;
 
   pthread_once(&lib_once, load);

@@ -3,7 +3,7 @@
  * in the words the rest of hvd reads.
  *
  * DESIGN. Under Slurm, torchrun or a Kubernetes Indexed Job, the ranks,
- * the store's address and the token are provided (hvd_env_provide) as
+ * the store's address and the token are provided (hvd_setting_provide) as
  * HOROVOD_RANK ... HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT and HVD_TOKEN; a
  * variable the user set wins over the derived value (ADDR says where rank
  * 0 is reachable, PORT where it listens). Rank 0 hosts the store, in this
@@ -23,29 +23,29 @@ static bool prepared;                /* under prepare_mu */
 static struct rdzv_server *g_hosted; /* the store rank 0 hosts: the process's */
 static char g_job[LAUNCH_NAME_MAX];  /* its job's name (the admission callback's) */
 
-static hvd_status provide_int(const char *name, int value) {
+static hvd_status provide_int(enum hvd_setting id, int value) {
   char text[16];
   if (value < 0)
     return HVD_OK;
   snprintf(text, sizeof(text), "%d", value);
-  return hvd_env_provide(name, text);
+  return hvd_setting_provide(id, text);
 }
 
 static hvd_status provide_ranks(const struct launch_job *job) {
-  hvd_status st = provide_int("HOROVOD_RANK", job->rank);
+  hvd_status st = provide_int(HVD_SET_RANK, job->rank);
   if (st == HVD_OK)
-    st = provide_int("HOROVOD_SIZE", job->size);
+    st = provide_int(HVD_SET_SIZE, job->size);
   if (st == HVD_OK && job->local_rank >= 0 && job->cross_rank >= 0) {
-    st = provide_int("HOROVOD_LOCAL_RANK", job->local_rank);
+    st = provide_int(HVD_SET_LOCAL_RANK, job->local_rank);
     if (st == HVD_OK)
-      st = provide_int("HOROVOD_LOCAL_SIZE", job->local_size);
+      st = provide_int(HVD_SET_LOCAL_SIZE, job->local_size);
     if (st == HVD_OK)
-      st = provide_int("HOROVOD_CROSS_RANK", job->cross_rank);
+      st = provide_int(HVD_SET_CROSS_RANK, job->cross_rank);
     if (st == HVD_OK)
-      st = provide_int("HOROVOD_CROSS_SIZE", job->cross_size);
+      st = provide_int(HVD_SET_CROSS_SIZE, job->cross_size);
   }
   if (st == HVD_OK && job->host[0] != '\0')
-    st = hvd_env_provide("HOROVOD_HOSTNAME", job->host);
+    st = hvd_setting_provide(HVD_SET_HOSTNAME, job->host);
   return st;
 }
 
@@ -73,10 +73,10 @@ static hvd_status host_store(const struct launch_job *job, int port, const char 
 
 static hvd_status prepare(void) {
   struct launch_job job;
-  const char *addr = hvd_env_real("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  const char *addr = hvd_setting_real(HVD_SET_RENDEZVOUS_ADDR);
+  const char *given_token = hvd_setting_real(HVD_SET_TOKEN);
   char token[HVD_TOKEN_HEX_DIGITS + 1] = "", port_text[8];
-  int64_t timeout_s;
-  int port = 0;
+  int64_t timeout_s, port;
   hvd_status st;
 
   if ((st = launch_detect(&job)) != HVD_OK)
@@ -85,41 +85,40 @@ static hvd_status prepare(void) {
     HVD_LOG_DEBUG("launcher: %s (%s)", launch_kind_name(job.kind), job.why);
     return HVD_OK;
   }
-  st = launch_env_int("HOROVOD_GLOO_RENDEZVOUS_PORT", 1, 65535, &port);
-  if (st == HVD_ERR_NOT_FOUND)
+  /* Nothing is provided yet: these are the user's. */
+  if ((st = hvd_setting_int(HVD_SET_RENDEZVOUS_PORT, &port)) != HVD_OK ||
+      (st = hvd_setting_int(HVD_SET_TIMEOUT, &timeout_s)) != HVD_OK)
+    return st;
+  if (port < 0)
     port = job.store_port;
-  else if (st == HVD_OK)
-    snprintf(job.store_port_why, sizeof(job.store_port_why), "HOROVOD_GLOO_RENDEZVOUS_PORT");
   else
-    return st;
-  if ((st = hvd_env_int("HOROVOD_GLOO_TIMEOUT_SECONDS", RDZV_DEFAULT_TIMEOUT_MS / 1000, 1,
-                        7 * 24 * 3600, &timeout_s)) != HVD_OK)
-    return st;
+    snprintf(job.store_port_why, sizeof(job.store_port_why), "HOROVOD_GLOO_RENDEZVOUS_PORT");
   if (addr != NULL)
     snprintf(job.store_host, sizeof(job.store_host), "%s", addr);
   hvd_log_set_rank(job.rank);
   if (job.rank == 0 && job.size > 1) /* shown whatever the log level: the job's first words */
     hvd_log_write(HVD_LOG_INFO, __FILE__, __LINE__,
                   "launcher: %s (%s): %d ranks; this rank hosts the store at %s:%d (port: %s)",
-                  launch_kind_name(job.kind), job.why, job.size, job.store_host, port,
+                  launch_kind_name(job.kind), job.why, job.size, job.store_host, (int)port,
                   job.store_port_why);
   if ((st = provide_ranks(&job)) != HVD_OK || job.size == 1)
     return st;
-  snprintf(port_text, sizeof(port_text), "%d", port);
-  if ((st = hvd_env_provide("HOROVOD_GLOO_RENDEZVOUS_ADDR", job.store_host)) != HVD_OK ||
-      (st = hvd_env_provide("HOROVOD_GLOO_RENDEZVOUS_PORT", port_text)) != HVD_OK)
+  snprintf(port_text, sizeof(port_text), "%d", (int)port);
+  if ((st = hvd_setting_provide(HVD_SET_RENDEZVOUS_ADDR, job.store_host)) != HVD_OK ||
+      (st = hvd_setting_provide(HVD_SET_RENDEZVOUS_PORT, port_text)) != HVD_OK)
     return st;
-  if (hvd_env_real("HVD_TOKEN") != NULL) /* every rank has it: rank 0 hosts with it */
-    return job.rank == 0 ? host_store(&job, port, hvd_env_real("HVD_TOKEN")) : HVD_OK;
+  if (given_token != NULL) /* every rank has it: rank 0 hosts with it */
+    return job.rank == 0 ? host_store(&job, (int)port, given_token) : HVD_OK;
   if (job.rank == 0) {
     st = hvd_random_token(token);
     if (st == HVD_OK)
-      st = host_store(&job, port, token);
+      st = host_store(&job, (int)port, token);
   } else {
-    st = launch_admission(job.store_host, port, job.job, timeout_s * 1000, token, sizeof(token));
+    st = launch_admission(job.store_host, (int)port, job.job, timeout_s * 1000, token,
+                          sizeof(token));
   }
   if (st == HVD_OK)
-    st = hvd_env_provide("HVD_TOKEN", token);
+    st = hvd_setting_provide(HVD_SET_TOKEN, token);
   explicit_bzero(token, sizeof(token));
   return st;
 }

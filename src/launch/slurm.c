@@ -119,7 +119,7 @@ hvd_status launch_slurm_read(struct launch_job *job) {
              node_name != NULL ? node_name : launch_hostlist_get(&hosts, (size_t)node));
     snprintf(job->job, sizeof(job->job), "slurm:%d.%d", job_id, step_id);
     if (job->rank == 0 && strcmp(job->host, job->store_host) != 0 &&
-        hvd_env_real("HOROVOD_GLOO_RENDEZVOUS_ADDR") == NULL)
+        hvd_setting_real(HVD_SET_RENDEZVOUS_ADDR) == NULL)
       st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "task 0 runs on %s, not on the step's first node %s, where the other tasks "
                      "look for the store it hosts (use --distribution=block or cyclic)",
@@ -129,7 +129,7 @@ hvd_status launch_slurm_read(struct launch_job *job) {
     job->store_port = launch_port_for(job->job, lo, hi);
     snprintf(job->store_port_why, sizeof(job->store_port_why),
              "derived from job %d step %d in %d-%d%s", job_id, step_id, lo, hi,
-             hvd_env_real("HVD_PORT_RANGE") != NULL ? " (HVD_PORT_RANGE)"
+             hvd_setting_real(HVD_SET_PORT_RANGE) != NULL ? " (HVD_PORT_RANGE)"
                                                     : ", HVD_PORT_RANGE's default");
   }
   free(counts);

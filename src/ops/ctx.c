@@ -8,76 +8,48 @@
 
 #include "ops_private.h"
 
-/* Defaults chosen by measurement on loopback (docs/PERFORMANCE.md). */
-enum {
-  DEFAULT_SEGMENT_BYTES = 512 * 1024,
-  DEFAULT_WINDOW = 4,
-  DEFAULT_ALLREDUCE_SMALL_BYTES = 32 * 1024,
-  DEFAULT_ALLREDUCE_RING_BYTES = 16 * 1024 * 1024,
-  DEFAULT_BROADCAST_SMALL_BYTES = 64 * 1024,
-  DEFAULT_SHM_BUFFER_BYTES = 1024 * 1024,
-  DEFAULT_SHM_SINGLE_COPY_BYTES = 16 * 1024,
-};
+/* The table's word orders are the enums' (defaults, chosen by measurement
+ * on loopback, are in settings.def; docs/PERFORMANCE.md has the runs). */
+_Static_assert(OPS_ALGO_AUTO == 0 && OPS_ALGO_RING == 1 && OPS_ALGO_RECURSIVE_DOUBLING == 2 &&
+                   OPS_ALGO_HALVING_DOUBLING == 3,
+               "settings.def: HVD_ALLREDUCE_ALGORITHM's words");
+_Static_assert(OPS_SINGLE_COPY_AUTO == 0 && OPS_SINGLE_COPY_ALWAYS == 1 &&
+                   OPS_SINGLE_COPY_NEVER == 2,
+               "settings.def: HVD_SHM_SINGLE_COPY's words");
 
 hvd_status ops_ctx_create(struct ops_ctx **out) {
   struct ops_ctx *o = calloc(1, sizeof(*o));
   int64_t seg, window, small, ring, bsmall, shm_buffer, single_copy;
-  const char *algo = hvd_env_str("HVD_ALLREDUCE_ALGORITHM");
-  const char *single = hvd_env_str("HVD_SHM_SINGLE_COPY");
+  int algo, single;
   hvd_status st;
 
   if (o == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the ops context");
-  st = hvd_env_int("HVD_RING_SEGMENT_BYTES", DEFAULT_SEGMENT_BYTES, 4096, 1 << 30, &seg);
+  st = hvd_setting_int(HVD_SET_RING_SEGMENT_BYTES, &seg);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_RING_WINDOW", DEFAULT_WINDOW, 1, 64, &window);
+    st = hvd_setting_int(HVD_SET_RING_WINDOW, &window);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_ALLREDUCE_SMALL_BYTES", DEFAULT_ALLREDUCE_SMALL_BYTES, 0, INT64_C(1) << 40,
-                     &small);
+    st = hvd_setting_int(HVD_SET_ALLREDUCE_SMALL_BYTES, &small);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_ALLREDUCE_RING_BYTES", DEFAULT_ALLREDUCE_RING_BYTES, 0,
-                     INT64_C(1) << 40, &ring);
+    st = hvd_setting_int(HVD_SET_ALLREDUCE_RING_BYTES, &ring);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_BROADCAST_SMALL_BYTES", DEFAULT_BROADCAST_SMALL_BYTES, 0,
-                     INT64_C(1) << 40, &bsmall);
+    st = hvd_setting_int(HVD_SET_BROADCAST_SMALL_BYTES, &bsmall);
   if (st == HVD_OK)
-    st = hvd_env_bool("HVD_SHM", true, &o->t.shm);
+    st = hvd_setting_bool(HVD_SET_SHM, &o->t.shm);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_SHM_BUFFER_BYTES", DEFAULT_SHM_BUFFER_BYTES, 64 * 1024, 1 << 30,
-                     &shm_buffer);
+    st = hvd_setting_int(HVD_SET_SHM_BUFFER_BYTES, &shm_buffer);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_SHM_SINGLE_COPY_BYTES", DEFAULT_SHM_SINGLE_COPY_BYTES, 1,
-                     INT64_C(1) << 40, &single_copy);
-  if (st == HVD_OK && single != NULL) {
-    if (strcmp(single, "auto") == 0)
-      o->t.shm_single_copy = OPS_SINGLE_COPY_AUTO;
-    else if (strcmp(single, "always") == 0)
-      o->t.shm_single_copy = OPS_SINGLE_COPY_ALWAYS;
-    else if (strcmp(single, "never") == 0)
-      o->t.shm_single_copy = OPS_SINGLE_COPY_NEVER;
-    else
-      st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                     "HVD_SHM_SINGLE_COPY='%.40s' is not one of auto, always, never", single);
-  }
-  if (st == HVD_OK && algo != NULL) {
-    if (strcmp(algo, "auto") == 0)
-      o->t.allreduce_algorithm = OPS_ALGO_AUTO;
-    else if (strcmp(algo, "ring") == 0)
-      o->t.allreduce_algorithm = OPS_ALGO_RING;
-    else if (strcmp(algo, "recursive_doubling") == 0 || strcmp(algo, "rd") == 0)
-      o->t.allreduce_algorithm = OPS_ALGO_RECURSIVE_DOUBLING;
-    else if (strcmp(algo, "halving_doubling") == 0 || strcmp(algo, "hd") == 0)
-      o->t.allreduce_algorithm = OPS_ALGO_HALVING_DOUBLING;
-    else
-      st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                     "HVD_ALLREDUCE_ALGORITHM='%.40s' is not one of auto, ring, "
-                     "recursive_doubling, halving_doubling",
-                     algo);
-  }
+    st = hvd_setting_int(HVD_SET_SHM_SINGLE_COPY_BYTES, &single_copy);
+  if (st == HVD_OK)
+    st = hvd_setting_word(HVD_SET_SHM_SINGLE_COPY, &single);
+  if (st == HVD_OK)
+    st = hvd_setting_word(HVD_SET_ALLREDUCE_ALGORITHM, &algo);
   if (st != HVD_OK) {
     free(o);
     return st;
   }
+  o->t.shm_single_copy = single;
+  o->t.allreduce_algorithm = algo;
   o->t.segment_bytes = (size_t)seg;
   o->t.window = (unsigned)window;
   o->t.allreduce_small_bytes = (size_t)small;

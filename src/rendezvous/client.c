@@ -103,24 +103,27 @@ hvd_status rdzv_client_create(const char *host, int port, const char *token, int
 }
 
 hvd_status rdzv_client_create_from_env(struct rdzv_client **out) {
-  const char *addr = hvd_env_str("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  const char *addr = NULL, *token = NULL;
   int64_t port, timeout_s;
-  hvd_status st;
+  hvd_status st = hvd_setting_text(HVD_SET_RENDEZVOUS_ADDR, &addr);
 
+  if (st == HVD_OK)
+    st = hvd_setting_text(HVD_SET_TOKEN, &token);
+  if (st != HVD_OK)
+    return st;
   if (addr == NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: start ranks with hvdrun, or set "
                      "it to the rendezvous server's address");
-  st = hvd_env_int("HOROVOD_GLOO_RENDEZVOUS_PORT", -1, 1, 65535, &port);
+  st = hvd_setting_int(HVD_SET_RENDEZVOUS_PORT, &port);
   if (st == HVD_OK && port < 0)
     st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
                    "HOROVOD_GLOO_RENDEZVOUS_PORT is not set (the rendezvous server's port)");
   if (st == HVD_OK)
-    st = hvd_env_int("HOROVOD_GLOO_TIMEOUT_SECONDS", RDZV_DEFAULT_TIMEOUT_MS / 1000, 1,
-                     7 * 24 * 3600, &timeout_s);
+    st = hvd_setting_int(HVD_SET_TIMEOUT, &timeout_s);
   if (st != HVD_OK)
     return st;
-  return rdzv_client_create(addr, (int)port, hvd_env_str("HVD_TOKEN"), timeout_s * 1000, out);
+  return rdzv_client_create(addr, (int)port, token, timeout_s * 1000, out);
 }
 
 void rdzv_client_destroy(struct rdzv_client *c) {

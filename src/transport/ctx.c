@@ -53,8 +53,6 @@ enum {
   EPOLL_BATCH = 64,
   ACCEPT_BATCH = 64, /* per call: a connection storm must not starve the collectives */
   LOG_INTERVAL_MS = 1000,
-  SPIN_US_DEFAULT = 50,
-  IO_CHUNK_DEFAULT = 1 << 20,
   SOCKET_BUFFER_MIN = 1 << 16,
 };
 
@@ -84,9 +82,9 @@ hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out
     }
     memcpy(ctx->token, cfg->token, ctx->token_len);
   }
-  st = hvd_env_int("HVD_SPIN_US", SPIN_US_DEFAULT, 0, 1000000, &spin_us);
+  st = hvd_setting_int(HVD_SET_SPIN_US, &spin_us);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_SOCKET_BUFFER_BYTES", 0, 0, 1 << 30, &sockbuf);
+    st = hvd_setting_int(HVD_SET_SOCKET_BUFFER_BYTES, &sockbuf);
   /* Smaller buffers cannot hold one loopback segment (64 KiB MTU): the
    * receiver drops it and TCP backs off for seconds between retransmits. */
   if (st == HVD_OK && sockbuf > 0 && sockbuf < SOCKET_BUFFER_MIN)
@@ -95,9 +93,9 @@ hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out
                    "least %d",
                    (long long)sockbuf, SOCKET_BUFFER_MIN);
   if (st == HVD_OK)
-    st = hvd_env_bool("HVD_SPIN_YIELD", true, &ctx->spin_yield);
+    st = hvd_setting_bool(HVD_SET_SPIN_YIELD, &ctx->spin_yield);
   if (st == HVD_OK)
-    st = hvd_env_int("HVD_IO_CHUNK_BYTES", IO_CHUNK_DEFAULT, 4096, INT64_C(1) << 40, &chunk);
+    st = hvd_setting_int(HVD_SET_IO_CHUNK_BYTES, &chunk);
   ctx->io_chunk = (size_t)chunk;
   if (st != HVD_OK)
     goto fail;

@@ -19,11 +19,13 @@ static char env_hostname[RDZV_RECORD_HOST_MAX];
 static char env_token[NET_TOKEN_MAX + 1];
 
 /* Reads a rank/size pair; both unset leaves -1, one without the other fails. */
-static hvd_status env_pair(const char *rank_name, const char *size_name, int *rank, int *size) {
+static hvd_status env_pair(enum hvd_setting rank_id, enum hvd_setting size_id, int *rank,
+                           int *size) {
+  const char *rank_name = hvd_setting_name(rank_id), *size_name = hvd_setting_name(size_id);
   int64_t r, s;
-  hvd_status st = hvd_env_int(rank_name, -1, 0, 1 << 24, &r);
+  hvd_status st = hvd_setting_int(rank_id, &r);
   if (st == HVD_OK)
-    st = hvd_env_int(size_name, -1, 1, 1 << 24, &s);
+    st = hvd_setting_int(size_id, &s);
   if (st != HVD_OK)
     return st;
   if ((r < 0) != (s < 0))
@@ -40,13 +42,13 @@ static hvd_status env_pair(const char *rank_name, const char *size_name, int *ra
 /* Pod mode: the size is given, the rank comes from the store. */
 static hvd_status pod_size(int *rank, int *size) {
   int64_t s;
-  hvd_status st = hvd_env_int("HOROVOD_SIZE", -1, 1, 1 << 24, &s);
+  hvd_status st = hvd_setting_int(HVD_SET_SIZE, &s);
   if (st != HVD_OK)
     return st;
   if (s < 0)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "HVD_POD=1 needs HOROVOD_SIZE, the number of ranks to wait for");
-  if (hvd_env_str("HOROVOD_RANK") != NULL)
+  if (hvd_setting_given(HVD_SET_RANK) != NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "HVD_POD=1 takes the rank from the store: unset HOROVOD_RANK");
   *rank = 0;
@@ -55,35 +57,39 @@ static hvd_status pod_size(int *rank, int *size) {
 }
 
 hvd_status net_world_config_from_env(struct net_world_config *cfg) {
-  const char *host = hvd_env_str("HOROVOD_HOSTNAME");
-  const char *token = hvd_env_str("HVD_TOKEN");
+  const char *host = NULL, *token = NULL;
   int64_t timeout_s;
   int rank, size;
   hvd_status st;
 
   memset(cfg, 0, sizeof(*cfg));
-  st = hvd_env_bool("HVD_POD", false, &cfg->rank_from_store);
+  st = hvd_setting_bool(HVD_SET_POD, &cfg->rank_from_store);
   if (st == HVD_OK && cfg->rank_from_store) {
     /* An elastic pod gets its ranks from the driver's round instead. */
     bool elastic = false;
-    st = hvd_env_bool("HOROVOD_ELASTIC", false, &elastic);
+    st = hvd_setting_bool(HVD_SET_ELASTIC, &elastic);
     cfg->rank_from_store = !elastic;
   }
   if (st == HVD_OK && cfg->rank_from_store)
     st = pod_size(&rank, &size);
   else if (st == HVD_OK)
-    st = env_pair("HOROVOD_RANK", "HOROVOD_SIZE", &rank, &size);
+    st = env_pair(HVD_SET_RANK, HVD_SET_SIZE, &rank, &size);
   if (st == HVD_OK)
-    st = env_pair("HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", &cfg->local_rank, &cfg->local_size);
+    st = env_pair(HVD_SET_LOCAL_RANK, HVD_SET_LOCAL_SIZE, &cfg->local_rank, &cfg->local_size);
   if (st == HVD_OK)
-    st = env_pair("HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", &cfg->cross_rank, &cfg->cross_size);
+    st = env_pair(HVD_SET_CROSS_RANK, HVD_SET_CROSS_SIZE, &cfg->cross_rank, &cfg->cross_size);
   if (st == HVD_OK)
-    st = hvd_env_int("HOROVOD_GLOO_TIMEOUT_SECONDS", RDZV_DEFAULT_TIMEOUT_MS / 1000, 1,
-                     7 * 24 * 3600, &timeout_s);
+    st = hvd_setting_int(HVD_SET_TIMEOUT, &timeout_s);
+  if (st == HVD_OK)
+    st = hvd_setting_text(HVD_SET_TOKEN, &token); /* at most NET_TOKEN_MAX bytes */
+  if (st == HVD_OK)
+    st = hvd_setting_text(HVD_SET_HOSTNAME, &host);
+  if (st == HVD_OK)
+    st = hvd_setting_text(HVD_SET_IFACE, &cfg->ctx.iface_spec);
+  if (st == HVD_OK)
+    st = hvd_setting_text(HVD_SET_PORT_RANGE, &cfg->ctx.port_range);
   if (st != HVD_OK)
     return st;
-  if (token != NULL && strlen(token) > NET_TOKEN_MAX)
-    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "HVD_TOKEN is longer than %d bytes", NET_TOKEN_MAX);
   if (host == NULL) {
     if (gethostname(env_hostname, sizeof(env_hostname) - 1) != 0)
       snprintf(env_hostname, sizeof(env_hostname), "localhost");
@@ -96,8 +102,6 @@ hvd_status net_world_config_from_env(struct net_world_config *cfg) {
   cfg->ctx.hostname = env_hostname;
   cfg->ctx.token = token != NULL ? env_token : NULL;
   cfg->ctx.timeout_ms = timeout_s * 1000;
-  cfg->ctx.iface_spec = hvd_env_str("HOROVOD_GLOO_IFACE");
-  cfg->ctx.port_range = hvd_env_str("HVD_PORT_RANGE");
   return HVD_OK;
 }
 

@@ -455,27 +455,25 @@ bool tune_tuner_done(const struct tune_tuner *t) { return t->phase == PHASE_DONE
 
 hvd_status tune_config_from_env(struct tune_config *out) {
   struct tune_config c;
-  const char *path = hvd_env_str("HOROVOD_AUTOTUNE_LOG");
+  const char *path = NULL;
   hvd_status st;
 
   memset(&c, 0, sizeof(c));
-  st = hvd_env_bool("HOROVOD_AUTOTUNE", false, &c.enabled);
+  st = hvd_setting_bool(HVD_SET_AUTOTUNE, &c.enabled);
   if (st == HVD_OK)
-    st = hvd_env_int("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 3, 0, 1000000, &c.warmup_samples);
+    st = hvd_setting_int(HVD_SET_AUTOTUNE_WARMUP_SAMPLES, &c.warmup_samples);
   if (st == HVD_OK)
-    st = hvd_env_int("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 10, 1, 1000000, &c.steps_per_sample);
+    st = hvd_setting_int(HVD_SET_AUTOTUNE_STEPS_PER_SAMPLE, &c.steps_per_sample);
   if (st == HVD_OK)
-    st = hvd_env_int("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 20, 0, MAX_SAMPLES, &c.max_samples);
+    st = hvd_setting_int(HVD_SET_AUTOTUNE_MAX_SAMPLES, &c.max_samples);
   if (st == HVD_OK)
-    st = hvd_env_double("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0.8, 0.0, 1.0, &c.gp_noise);
+    st = hvd_setting_number(HVD_SET_AUTOTUNE_NOISE, &c.gp_noise);
+  if (st == HVD_OK)
+    st = hvd_setting_text(HVD_SET_AUTOTUNE_LOG, &path);
   if (st != HVD_OK)
     return st;
-  if (path != NULL) {
-    if (strlen(path) >= sizeof(c.log_path))
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "HOROVOD_AUTOTUNE_LOG is longer than %zu bytes",
-                       sizeof(c.log_path) - 1);
-    memcpy(c.log_path, path, strlen(path) + 1);
-  }
+  if (path != NULL) /* the table's limit: it fits */
+    snprintf(c.log_path, sizeof(c.log_path), "%s", path);
   c.seed = DEFAULT_SEED;
   *out = c;
   return HVD_OK;

@@ -1,7 +1,8 @@
 /*
  * The small text parsers that read environment variables and flags: the
- * strict numbers and booleans of src/common (hvd_parse_*, and hvd_env_*
- * through a real variable, which adds the trimming), log levels, numeric
+ * strict numbers and booleans of src/common (hvd_parse_*, and the
+ * settings table's readers through a real variable, which add the
+ * trimming and the ranges), log levels, numeric
  * addresses (net_addr_parse) and interface specs (net_iface_match, for
  * HOROVOD_GLOO_IFACE, against a made-up host), and Slurm's compressed
  * host lists and task counts (src/launch/hostlist.c). Each input is given
@@ -21,7 +22,10 @@
 #include "launch/launch.h"
 #include "transport/transport.h"
 
-#define VAR "HVD_FUZZ_VALUE"
+/* Real settings of three types (src/common/settings.def). */
+#define VAR "HOROVOD_ELASTIC_RESET_LIMIT"
+#define VAR2 "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"
+#define VAR3 "HVD_SPIN_YIELD"
 
 static struct net_iface ifs[8];
 static size_t nifs;
@@ -126,34 +130,51 @@ static void check_level(const char *text) {
     FUZZ_CHECK(want < 0, "level %d refused", want);
 }
 
-/* Sets VAR to text. Not setenv: glibc keeps every value ever set (so that
- * old pointers stay valid), which over millions of inputs is gigabytes.
- * putenv keeps our buffer itself, which is then rewritten in place. */
-static bool set_var(const char *text) {
-  static char *buf;
-  static size_t cap;
-  size_t need = strlen(VAR "=") + strlen(text) + 1;
+/* A variable set to fuzzed text. Not setenv: glibc keeps every value ever
+ * set (so that old pointers stay valid), which over millions of inputs is
+ * gigabytes. putenv keeps our buffer itself, which is then rewritten in
+ * place. */
+struct fuzz_var {
+  const char *name;
+  char *buf;
+  size_t cap;
+};
 
-  if (need > cap) {
+static bool set_one(struct fuzz_var *v, const char *text) {
+  size_t need = strlen(v->name) + 1 + strlen(text) + 1;
+
+  if (need > v->cap) {
     char *grown = malloc(2 * need);
     if (grown == NULL)
       return false;
-    snprintf(grown, 2 * need, "%s=%s", VAR, text);
+    snprintf(grown, 2 * need, "%s=%s", v->name, text);
     if (putenv(grown) != 0) {
       free(grown);
       return false;
     }
-    free(buf); /* no longer in the environment */
-    buf = grown;
-    cap = 2 * need;
+    free(v->buf); /* no longer in the environment */
+    v->buf = grown;
+    v->cap = 2 * need;
     return true;
   }
-  snprintf(buf, cap, "%s=%s", VAR, text);
+  snprintf(v->buf, v->cap, "%s=%s", v->name, text);
   return true;
 }
 
-/* hvd_env_* read the variable and trim blanks (ENV_VALUE_MAX bytes are
- * left at most, or the value is refused), then parse. */
+/* Sets VAR, VAR2 and VAR3 to text. */
+static bool set_var(const char *text) {
+  static struct fuzz_var vars[] = {{VAR, NULL, 0}, {VAR2, NULL, 0}, {VAR3, NULL, 0}};
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(vars); i++) {
+    if (!set_one(&vars[i], text))
+      return false;
+  }
+  return true;
+}
+
+/* hvd_setting_* read the variable and trim blanks (ENV_VALUE_MAX bytes
+ * are left at most, or the value is refused), then parse and check the
+ * range: VAR is -1 to 2^31-1 (unset: -1), VAR2 0 to 1, VAR3 a boolean
+ * (unset: true). */
 enum { ENV_VALUE_MAX = 256 };
 
 static void check_env(const char *text) {
@@ -175,18 +196,18 @@ static void check_env(const char *text) {
     memcpy(trimmed, text + start, len - start);
     trimmed[len - start] = '\0';
   }
-  st = hvd_env_int(VAR, 42, -1000, 1000000, &i);
+  st = hvd_setting_int(HVD_SET_ELASTIC_RESET_LIMIT, &i);
   if (text[0] == '\0')
-    FUZZ_CHECK(st == HVD_OK && i == 42, "an empty variable is not the default");
-  else if (fits && reference_int64(trimmed, len - start, &want_i) && want_i >= -1000 &&
-           want_i <= 1000000)
+    FUZZ_CHECK(st == HVD_OK && i == -1, "an empty variable is not the default");
+  else if (fits && reference_int64(trimmed, len - start, &want_i) && want_i >= -1 &&
+           want_i <= INT32_MAX)
     FUZZ_CHECK(st == HVD_OK && i == want_i, "'%s' read as %lld", text, (long long)i);
   else
     FUZZ_CHECK(st == HVD_ERR_INVALID_ARGUMENT, "'%s' accepted as %lld", text, (long long)i);
-  st = hvd_env_double(VAR, 0.5, -1e9, 1e9, &d);
+  st = hvd_setting_number(HVD_SET_AUTOTUNE_NOISE, &d);
   FUZZ_CHECK(st == HVD_OK || st == HVD_ERR_INVALID_ARGUMENT, "status %d", st);
-  FUZZ_CHECK(st != HVD_OK || (d >= -1e9 && d <= 1e9), "%g out of range", d);
-  st = hvd_env_bool(VAR, true, &b);
+  FUZZ_CHECK(st != HVD_OK || (d >= 0 && d <= 1), "%g out of range", d);
+  st = hvd_setting_bool(HVD_SET_SPIN_YIELD, &b);
   if (text[0] == '\0')
     FUZZ_CHECK(st == HVD_OK && b, "an empty variable is not the default");
   else if (fits && hvd_parse_bool(trimmed, &want_b))
