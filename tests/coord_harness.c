@@ -116,6 +116,14 @@ void run_ranks(int size, rank_fn fn, void *arg, int *codes, int deadline_s) {
   }
 }
 
+uint64_t lane_completions(void) {
+  struct coord_state *s = coord_acquire_quiet();
+  uint64_t n = s != NULL ? atomic_load(&s->lane_waits.completed) : 0;
+  if (s != NULL)
+    coord_release();
+  return n;
+}
+
 void run_ok(int size, rank_fn fn, void *arg) {
   int codes[16];
   run_ranks(size, fn, arg, codes, 120);

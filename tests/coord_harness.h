@@ -51,6 +51,10 @@ void run_ok(int size, rank_fn fn, void *arg);
 double element_get(hvd_dtype t, const void *buf, size_t i);
 void element_put(hvd_dtype t, void *buf, size_t i, double v);
 
+/* Submissions finished through lanes on this rank so far (0 before
+ * hvd_init). */
+uint64_t lane_completions(void);
+
 /* A child reports why it fails; returns code. */
 int report(int code, const char *fmt, ...) HVD_PRINTF(2, 3);
 #define EXPECT(cond, ...)                                                                          \

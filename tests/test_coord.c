@@ -205,15 +205,6 @@ static int metrics_each_step(int rank, int size, void *arg) {
   return 0;
 }
 
-/* Submissions finished through lanes on this rank so far. */
-static uint64_t lane_completions(void) {
-  struct coord_state *s = coord_acquire();
-  uint64_t n = s != NULL ? atomic_load(&s->lane_waits.completed) : 0;
-  if (s != NULL)
-    coord_release();
-  return n;
-}
-
 /* A loop of small allreduces (three dtypes; sum, scaled average, max) in a
  * one-host job: after the first steps they complete through lanes, with
  * the results rank 0 would give. Now and then one rank falls behind by

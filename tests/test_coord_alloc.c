@@ -8,8 +8,6 @@
  * reduced inline, the same with a collective run for it, and a job over
  * TCP on two hosts. Suite: steady.
  */
-#include <stdatomic.h>
-
 #include "alloc_count.h"
 #include "coord_harness.h"
 
@@ -33,15 +31,6 @@ static const struct path paths[] = {
     {"rank 0, collective", 3, {"HVD_SHM_LANES=0", "HVD_INLINE_BYTES=0"}, {NULL}, false},
     {"two hosts, TCP", 3, {"HVD_SHM=0"}, {"a", "a", "b"}, false},
 };
-
-/* Submissions finished through lanes on this rank so far. */
-static uint64_t lane_completions(void) {
-  struct coord_state *s = coord_acquire();
-  uint64_t n = s != NULL ? atomic_load(&s->lane_waits.completed) : 0;
-  if (s != NULL)
-    coord_release();
-  return n;
-}
 
 /* One allreduce of a float, the same name every time (so a cached one);
  * rank r gives r + step % 8. */
