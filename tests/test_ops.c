@@ -13,6 +13,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <math.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stddef.h>
@@ -734,27 +735,39 @@ START_TEST(killed_rank_fails_the_others) {
 END_TEST
 
 /* A rank that stays away: the others time out with a message naming it,
- * and the late one learns why when it comes. */
+ * and the late one, which comes once rank 0 says (through ready_pipe) that
+ * it gave up, learns why. */
 static int late_fn(struct rank_env *e) {
+  struct pollfd p = {.fd = ready_pipe[0], .events = POLLIN};
   float x = 1;
+  char byte;
   hvd_status st;
 
   if (ops_barrier(e->ops, e->w->global) != HVD_OK) /* sets the segment up */
     return failed_call(e, "ops_barrier");
-  if (e->w->rank == 1)
-    usleep(2500000);
+  if (e->w->rank == 1 && (poll(&p, 1, 30000) != 1 || read(ready_pipe[0], &byte, 1) != 1))
+    return failed_call(e, "waiting for rank 0 to give up");
   st = ops_allreduce(e->ops, e->w->global, &x, &x, 1, HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
-  if (e->w->rank == 0 && (st != HVD_ERR_TIMEOUT || strstr(hvd_last_error_message(), "1") == NULL))
-    return mismatch(e, "rank 0 got %d (%s), not a timeout naming rank 1", (int)st,
-                    hvd_last_error_message());
-  if (e->w->rank == 1 && st == HVD_OK)
+  if (e->w->rank == 0) {
+    int code = 0;
+    if (st != HVD_ERR_TIMEOUT || strstr(hvd_last_error_message(), "1") == NULL)
+      code = mismatch(e, "rank 0 got %d (%s), not a timeout naming rank 1", (int)st,
+                      hvd_last_error_message());
+    if (write(ready_pipe[1], "x", 1) != 1 && code == 0)
+      code = failed_call(e, "write");
+    return code;
+  }
+  if (st == HVD_OK)
     return mismatch(e, "the late rank's allreduce succeeded after the others gave up");
   return 0;
 }
 
 START_TEST(absent_rank_times_out) {
   job.timeout_ms = 1000;
+  ck_assert_int_eq(pipe(ready_pipe), 0);
   run(2, late_fn);
+  close(ready_pipe[0]);
+  close(ready_pipe[1]);
 }
 END_TEST
 

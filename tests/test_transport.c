@@ -537,26 +537,32 @@ END_TEST
 static bool flag_set(void *arg) { return *(volatile int *)arg != 0; }
 
 /* net_wait_event ends on a request, on its fd, on check() and at its
- * deadline, and waiting idle past the progress timeout is no error. */
+ * deadline, and waiting idle past the progress timeout is no error. Rank 0
+ * sends only once rank 1 is done with the rest (it says so in the store). */
 static int event_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
   int pipefd[2], flag = 0;
   char byte = 0, got = 0;
   struct net_req r;
   struct net_req *ptrs[] = {&r};
   struct net_wake wake = {.fd = -1, .check = flag_set, .arg = &flag};
+  struct hvd_buf v;
   int64_t t0;
-  (void)store;
   (void)arg;
   if (w->rank == 0) {
-    hvd_sleep_ns(2500 * 1000000LL); /* longer than the 1 s progress timeout */
-    return net_send(w->global, 1, &byte, 1) == HVD_OK ? 0 : EXIT_FAILED;
+    hvd_status st;
+    hvd_buf_init(&v, 0);
+    st = rdzv_client_wait(store, "test", "event.send", -1, &v);
+    hvd_buf_fini(&v);
+    if (st == HVD_OK)
+      st = net_send(w->global, 1, &byte, 1);
+    return st == HVD_OK ? 0 : EXIT_FAILED;
   }
   if (pipe(pipefd) != 0 || net_irecv(w->global, 0, &got, 1, &r) != HVD_OK)
     return EXIT_FAILED;
-  /* The deadline. */
+  /* The deadline, past the 1 s progress timeout. */
   t0 = hvd_now_ns();
-  if (net_wait_event(w->global, ptrs, 1, &wake, t0 + 200 * 1000000LL) != HVD_OK || r.done ||
-      hvd_now_ns() - t0 < 200 * 1000000LL)
+  if (net_wait_event(w->global, ptrs, 1, &wake, t0 + 1500 * 1000000LL) != HVD_OK || r.done ||
+      hvd_now_ns() - t0 < 1500 * 1000000LL)
     return EXIT_WRONG;
   /* check(). */
   flag = 1;
@@ -568,9 +574,10 @@ static int event_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
   if (write(pipefd[1], &byte, 1) != 1 ||
       net_wait_event(w->global, ptrs, 1, &wake, HVD_NO_DEADLINE) != HVD_OK || r.done)
     return EXIT_WRONG;
-  if (read(pipefd[0], &byte, 1) != 1)
+  if (read(pipefd[0], &byte, 1) != 1 ||
+      rdzv_client_set(store, "test", "event.send", "1", 1) != HVD_OK)
     return EXIT_FAILED;
-  /* The request, after idling past the progress timeout. */
+  /* The request. */
   if (net_wait_event(w->global, ptrs, 1, &wake, HVD_NO_DEADLINE) != HVD_OK || !r.done)
     return EXIT_WRONG;
   close(pipefd[0]);
@@ -678,20 +685,28 @@ START_TEST(killed_peer_fails_others_fast) {
 }
 END_TEST
 
+/* Rank 1 stays alive but silent (waiting in the store) until rank 0 has
+ * timed out twice, as rank 0 says in the store. */
 static int silent_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
   char byte;
   hvd_status st;
-  (void)store;
+  int code;
   (void)arg;
   if (w->rank == 1) {
-    hvd_sleep_ns(4000 * 1000000LL); /* alive but silent */
-    return 0;
+    struct hvd_buf v;
+    hvd_buf_init(&v, 0);
+    st = rdzv_client_wait(store, "test", "silent.timed_out", -1, &v);
+    hvd_buf_fini(&v);
+    return st == HVD_OK ? 0 : EXIT_FAILED;
   }
   st = net_recv(w->global, 1, &byte, 1);
   if (st != HVD_ERR_TIMEOUT || strstr(hvd_last_error_message(), "HOROVOD_GLOO_TIMEOUT_SECONDS") ==
                                    NULL)
-    return EXIT_WRONG;
-  return net_recv(w->global, 1, &byte, 1) == HVD_ERR_TIMEOUT ? EXIT_TIMEOUT : EXIT_WRONG;
+    code = EXIT_WRONG;
+  else
+    code = net_recv(w->global, 1, &byte, 1) == HVD_ERR_TIMEOUT ? EXIT_TIMEOUT : EXIT_WRONG;
+  st = rdzv_client_set(store, "test", "silent.timed_out", "1", 1);
+  return st == HVD_OK ? code : EXIT_FAILED;
 }
 
 START_TEST(silent_peer_times_out) {

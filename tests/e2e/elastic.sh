@@ -67,13 +67,6 @@ store_get() {
     curl -s --max-time 30 -H "Authorization: Bearer $(var HVD_TOKEN)" \
         "http://$(var HOROVOD_GLOO_RENDEZVOUS_ADDR):$(var HOROVOD_GLOO_RENDEZVOUS_PORT)$2"
 }
-nothing_left() {
-    sleep 0.2
-    if pgrep -f "$marker" >/dev/null; then
-        pgrep -af "$marker" >&2
-        fail "processes of the job are still running"
-    fi
-}
 
 train="$trainer --steps 400 --step-ms 10 --commit-every 10 --print-every 50"
 
@@ -117,7 +110,9 @@ kill_two)
     wait "$poller"
     victim=$(cat "$work/victim")
     [ -n "$victim" ] || fail "no record of rank 1 in round 1"
-    sleep 0.3
+    # Every survivor of the first kill is in the round's bootstrap (its
+    # record is in), waiting for the stopped one.
+    store_get h1 "/g1.global?count=4&wait=30000" >/dev/null
     killed_at=$(date +%s.%N)
     kill -9 "$victim"
     finish
@@ -227,7 +222,13 @@ signal)
     hosts h1 h2
     start --min-np 2 -np 2 sh -c 'trap "" TERM; "$0" 100 & wait; "$0" 100' "$sleeper"
     wait_out_err "round 0:"
-    sleep 0.5
+    # Each worker has started what it leaves behind.
+    n=0
+    until [ "$(pgrep -cf "^$sleeper 100")" -ge 2 ]; do
+        n=$((n + 1))
+        [ $n -le 600 ] || fail "the workers did not start their children within 60 s"
+        sleep 0.1
+    done
     pkill -TERM -f "hvdrun --host-discovery-script $work/discover"
     finish
     expect_rc 143

@@ -1,7 +1,7 @@
 # Assertions on a job's output, sourced by the end-to-end scripts
-# (elastic.sh, netns.sh). They read $work/out, $work/err, $work/rc and $rc
-# (the exit code once the script's finish ran) and report through the
-# script's own fail.
+# (hvdrun.sh, elastic.sh, pod.sh, netns.sh). They read $work/out, $work/err,
+# $work/rc and $rc (the exit code once the script's finish ran) and report
+# through the script's own fail.
 expect_rc() { [ "$rc" = "$1" ] || fail "exit code $rc, expected $1"; }
 expect_out() { grep -q -- "$1" "$work/out" || fail "stdout lacks '$1'"; }
 expect_err() { grep -q -- "$1" "$work/err" || fail "stderr lacks '$1'"; }
@@ -18,3 +18,17 @@ wait_line() {
 }
 wait_out() { wait_line out "" "$1"; }
 wait_out_err() { wait_line err "stderr " "$1"; }
+# nothing_left: waits at most 10 s until no process carries $marker (the
+# script's processes are named after it): a job's processes go once its
+# launcher ends, as soon as the kernel has delivered the kill.
+nothing_left() {
+    n=0
+    while pgrep -f "$marker" >/dev/null; do
+        n=$((n + 1))
+        if [ $n -gt 100 ]; then
+            pgrep -af "$marker" >&2
+            fail "processes of the job are still running"
+        fi
+        sleep 0.1
+    done
+}

@@ -11,18 +11,13 @@ marker="hvd-e2e-$$-$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
 trap 'pkill -KILL -f "$marker" 2>/dev/null; rm -rf "$work"' EXIT
 
 fail() { echo "FAIL ($case_name): $*" >&2; exit 1; }
+# shellcheck source=tests/e2e/expect.sh
+. "$(dirname "$0")/expect.sh" # nothing_left, wait_line; the assertions below show more
 run() { timeout 120 "$bin/hvdrun" "$@" >"$work/out" 2>"$work/err"; echo $? >"$work/rc"; }
 rc() { cat "$work/rc"; }
 expect_rc() { [ "$(rc)" = "$1" ] || { cat "$work/out" "$work/err" >&2; fail "exit code $(rc), expected $1"; }; }
 expect_out() { grep -q -- "$1" "$work/out" || { cat "$work/out" >&2; fail "stdout lacks '$1'"; }; }
 expect_err() { grep -q -- "$1" "$work/err" || { cat "$work/err" >&2; fail "stderr lacks '$1'"; }; }
-nothing_left() {
-    sleep 0.2
-    if pgrep -f "$marker" >/dev/null; then
-        pgrep -af "$marker" >&2
-        fail "processes of the job are still running"
-    fi
-}
 
 # A sleep whose name carries the marker, so that pgrep finds what is left.
 sleeper="$work/$marker-sleep"
@@ -97,8 +92,8 @@ frozen)
     # A rank stops (SIGSTOP) in the middle of allreduces: the others time
     # out, and hvdrun's last lines name the stopped rank, not only the
     # first rank that gave up.
-    "$bin/hvdrun" -np 3 --gloo-timeout-seconds 3 "$bin/hvd-bench" allreduce -b 64K -e 64K \
-        -n 10000000 -w 1 -c 0 >"$work/out" 2>"$work/err" &
+    "$bin/hvdrun" -np 3 --log-level info --gloo-timeout-seconds 3 "$bin/hvd-bench" allreduce \
+        -b 64K -e 64K -n 10000000 -w 1 -c 0 >"$work/out" 2>"$work/err" &
     pid=$!
     victim=
     for _ in $(seq 100); do
@@ -111,7 +106,8 @@ frozen)
         sleep 0.1
     done
     [ -n "$victim" ] || fail "no rank 2"
-    sleep 1
+    # In the middle of allreduces: rank 2 has met the others in its first.
+    wait_line err "stderr " "^\[2\]<stderr>:.*communicator global: 3 ranks on host"
     kill -STOP "$victim"
     wait $pid
     code=$?
@@ -120,8 +116,12 @@ frozen)
     if grep -q "timed out waiting for rank [01] " "$work/err"; then
         fail "hvdrun blamed a rank that was itself waiting"
     fi
-    sleep 0.2
-    if kill -0 "$victim" 2>/dev/null; then fail "the stopped rank outlived hvdrun"; fi
+    n=0
+    while kill -0 "$victim" 2>/dev/null; do
+        n=$((n + 1))
+        [ $n -le 100 ] || fail "the stopped rank outlived hvdrun by 10 s"
+        sleep 0.1
+    done
     ;;
 signal)
     # SIGTERM to hvdrun stops ranks that ignore SIGTERM, after the grace period.

@@ -99,9 +99,14 @@ expect_rc() { [ "$rc" = "$1" ] || fail "exit code $rc, expected $1"; }
 expect_out() { grep -q -- "$1" "$work/out" || fail "stdout lacks '$1'"; }
 expect_err() { grep -q -- "$1" "$work/err" || fail "stderr lacks '$1'"; }
 expect_no_err() { ! grep -q -- "$1" "$work/err" || fail "stderr has '$1'"; }
+# At most 10 s until the job's processes are gone (killed as its launcher ends).
 nothing_left() {
-    sleep 0.2
-    [ -z "$(leftovers)" ] || fail "processes of the job are still running: $(leftovers)"
+    local n=0
+    while [ -n "$(leftovers)" ]; do
+        n=$((n + 1))
+        [ $n -le 100 ] || fail "processes of the job are still running: $(leftovers)"
+        sleep 0.1
+    done
 }
 
 identical="parameters identical on every rank"

@@ -6,6 +6,7 @@ answers, the timeline, and shutdown/init cycles.
 import json
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -141,7 +142,10 @@ def test_waiting_releases_the_gil(rank, size, shared_dir):
     """Rank 0 waits in synchronize() for an allreduce that the last rank
     submits only once a Python thread of rank 0 has written a file while
     rank 0 waits: if the wait held the GIL, that thread could not run, the
-    file would never appear, and the last rank gives up after 30 s."""
+    file would never appear, and the last rank gives up after 30 s. With a
+    switch interval no test outlasts, rank 0's main thread hands the GIL
+    over only where it lets go of it: after waiting.set(), the first such
+    place is the wait itself, so the thread writes only from inside it."""
     alive = os.path.join(shared_dir, 'rank0_thread_ran')
     if size == 1:
         return
@@ -150,15 +154,19 @@ def test_waiting_releases_the_gil(rank, size, shared_dir):
 
         def write_while_rank0_waits():
             waiting.wait()
-            time.sleep(0.2)  # rank 0 is inside the C call by now
             with open(alive, 'w') as f:
                 f.write('ran')
 
-        thread = threading.Thread(target=write_while_rank0_waits)
-        thread.start()
-        handle = hvd.allreduce_async(torch.ones(3), name='gil.wait', op=hvd.Sum)
-        waiting.set()
-        result = hvd.synchronize(handle)
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1000.0)
+        try:
+            thread = threading.Thread(target=write_while_rank0_waits)
+            thread.start()
+            handle = hvd.allreduce_async(torch.ones(3), name='gil.wait', op=hvd.Sum)
+            waiting.set()
+            result = hvd.synchronize(handle)
+        finally:
+            sys.setswitchinterval(interval)
         thread.join()
     else:
         if rank == size - 1:
