@@ -45,12 +45,12 @@ static bool space(char c) {
   return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
 }
 
-static hvd_status add_line(struct hvdrun_host **hosts, size_t *n, const char *line, size_t len,
-                           int default_slots, int lineno) {
+static hvd_status add_line(struct hvdrun_host **hosts, size_t *n, size_t *cap, const char *line,
+                           size_t len, int default_slots, int lineno) {
   const char *colon = memchr(line, ':', len);
   size_t name_len = colon != NULL ? (size_t)(colon - line) : len;
   int slots = default_slots;
-  struct hvdrun_host *grown;
+  struct hvdrun_host *h;
 
   if (colon != NULL) {
     size_t digits = len - name_len - 1;
@@ -95,20 +95,19 @@ static hvd_status add_line(struct hvdrun_host **hosts, size_t *n, const char *li
                        lineno, (*hosts)[i].name, (*hosts)[i].slots, slots);
     return HVD_OK; /* the same line again */
   }
-  if ((grown = realloc(*hosts, (*n + 1) * sizeof(*grown))) == NULL)
-    return hvd_error(HVD_ERR_NO_MEMORY, "host discovery: out of memory for %zu hosts", *n + 1);
-  *hosts = grown;
-  memcpy(grown[*n].name, line, name_len);
-  grown[*n].name[name_len] = '\0';
-  grown[*n].slots = slots;
-  (*n)++;
+  if (hvd_array_reserve(hosts, cap, *n + 1, sizeof(**hosts), 8) != HVD_OK)
+    return hvd_error_prefix("host discovery: %zu hosts", *n + 1);
+  h = &(*hosts)[(*n)++];
+  memcpy(h->name, line, name_len);
+  h->name[name_len] = '\0';
+  h->slots = slots;
   return HVD_OK;
 }
 
 hvd_status hvdrun_parse_discovery(const char *text, size_t len, int default_slots,
                                   struct hvdrun_host **out, size_t *n) {
   struct hvdrun_host *hosts = NULL;
-  size_t count = 0, pos = 0;
+  size_t count = 0, cap = 0, pos = 0;
   int lineno = 0;
   hvd_status st = HVD_OK;
 
@@ -125,7 +124,7 @@ hvd_status hvdrun_parse_discovery(const char *text, size_t len, int default_slot
     while (llen > 0 && space(line[llen - 1]))
       llen--;
     if (llen > 0)
-      st = add_line(&hosts, &count, line, llen, default_slots, lineno);
+      st = add_line(&hosts, &count, &cap, line, llen, default_slots, lineno);
   }
   if (st != HVD_OK) {
     free(hosts);
@@ -173,17 +172,9 @@ static int drain(int fd, bool is_stderr, struct capture *c) {
       c->too_large = true;
       return -1;
     }
-    if (c->len + (size_t)got + 1 > c->cap) {
-      size_t cap = c->cap == 0 ? 8192 : c->cap;
-      char *grown;
-      while (cap < c->len + (size_t)got + 1)
-        cap *= 2;
-      if ((grown = realloc(c->out, cap)) == NULL) {
-        errno = ENOMEM;
-        return -1;
-      }
-      c->out = grown;
-      c->cap = cap;
+    if (hvd_array_reserve(&c->out, &c->cap, c->len + (size_t)got + 1, 1, 8192) != HVD_OK) {
+      errno = ENOMEM;
+      return -1;
     }
     memcpy(c->out + c->len, buf, (size_t)got);
     c->len += (size_t)got;

@@ -32,9 +32,9 @@ static bool name_ok(const char *name, size_t len) {
   return true;
 }
 
-static hvd_status add_host(struct hvdrun_host **hosts, size_t *n, const char *name, size_t len,
-                           int slots, const char *where) {
-  struct hvdrun_host *grown;
+static hvd_status add_host(struct hvdrun_host **hosts, size_t *n, size_t *cap, const char *name,
+                           size_t len, int slots, const char *where) {
+  struct hvdrun_host *h;
 
   if (!name_ok(name, len))
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
@@ -46,13 +46,12 @@ static hvd_status add_host(struct hvdrun_host **hosts, size_t *n, const char *na
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: host '%.*s' is listed twice", where,
                        (int)len, name);
   }
-  if ((grown = realloc(*hosts, (*n + 1) * sizeof(*grown))) == NULL)
-    return hvd_error(HVD_ERR_NO_MEMORY, "%s: out of memory", where);
-  *hosts = grown;
-  memcpy(grown[*n].name, name, len);
-  grown[*n].name[len] = '\0';
-  grown[*n].slots = slots;
-  (*n)++;
+  if (hvd_array_reserve(hosts, cap, *n + 1, sizeof(**hosts), 8) != HVD_OK)
+    return hvd_error_prefix("%s", where);
+  h = &(*hosts)[(*n)++];
+  memcpy(h->name, name, len);
+  h->name[len] = '\0';
+  h->slots = slots;
   return HVD_OK;
 }
 
@@ -74,7 +73,7 @@ static bool slots_ok(const char *text, size_t len, int *out) {
 
 hvd_status hvdrun_parse_hosts(const char *text, struct hvdrun_host **out, size_t *n) {
   struct hvdrun_host *hosts = NULL;
-  size_t count = 0;
+  size_t count = 0, cap = 0;
   const char *p = text;
   hvd_status st = HVD_OK;
 
@@ -90,7 +89,8 @@ hvd_status hvdrun_parse_hosts(const char *text, struct hvdrun_host **out, size_t
                      "host1:2,host2:2)",
                      (int)len, p, HVDRUN_MAX_RANKS);
     else
-      st = add_host(&hosts, &count, p, colon != NULL ? (size_t)(colon - p) : len, slots, "-H");
+      st = add_host(&hosts, &count, &cap, p, colon != NULL ? (size_t)(colon - p) : len, slots,
+                    "-H");
     if (p[len] == '\0')
       break;
     p += len + 1;
@@ -107,7 +107,7 @@ hvd_status hvdrun_parse_hosts(const char *text, struct hvdrun_host **out, size_t
 hvd_status hvdrun_read_hostfile(const char *path, struct hvdrun_host **out, size_t *n) {
   FILE *f = fopen(path, "r");
   struct hvdrun_host *hosts = NULL;
-  size_t count = 0;
+  size_t count = 0, cap = 0;
   char line[1024], where[64 + 1024];
   int lineno = 0;
   hvd_status st = HVD_OK;
@@ -148,7 +148,7 @@ hvd_status hvdrun_read_hostfile(const char *path, struct hvdrun_host **out, size
         break;
       }
     }
-    st = add_host(&hosts, &count, name, len, slots, where);
+    st = add_host(&hosts, &count, &cap, name, len, slots, where);
   }
   fclose(f);
   if (st == HVD_OK && count == 0)

@@ -35,27 +35,14 @@ static int64_t ms_ns(int64_t ms) { return ms * 1000000; }
 /* ==== set-up ================================================================ */
 
 static hvd_status grow(struct hvdrun_sup *s, size_t need) {
-  size_t cap = s->cap ? s->cap : 16;
-  struct hvdrun_sup_entry *procs;
-  struct pollfd *pfds;
-  size_t *who;
+  size_t fds = FIXED_FDS + 2 * need, first_fds = FIXED_FDS + 2 * 16;
 
-  while (cap < need)
-    cap *= 2;
-  if (cap == s->cap)
-    return HVD_OK;
-  /* Each array is replaced only once it is allocated: a failure leaves
-   * the table as it was (with room to spare in the others). */
-  if ((procs = realloc(s->procs, cap * sizeof(*procs))) == NULL)
-    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
-  s->procs = procs;
-  if ((pfds = realloc(s->pfds, (FIXED_FDS + 2 * cap) * sizeof(*pfds))) == NULL)
-    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
-  s->pfds = pfds;
-  if ((who = realloc(s->who, (FIXED_FDS + 2 * cap) * sizeof(*who))) == NULL)
-    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
-  s->who = who;
-  s->cap = cap;
+  /* Each array keeps its contents when another cannot grow: a failure
+   * leaves the table as it was (with room to spare in some). */
+  if (hvd_array_reserve(&s->procs, &s->cap, need, sizeof(*s->procs), 16) != HVD_OK ||
+      hvd_array_reserve(&s->pfds, &s->pfds_cap, fds, sizeof(*s->pfds), first_fds) != HVD_OK ||
+      hvd_array_reserve(&s->who, &s->who_cap, fds, sizeof(*s->who), first_fds) != HVD_OK)
+    return hvd_error_prefix("the table of %zu processes", need);
   return HVD_OK;
 }
 

@@ -51,6 +51,7 @@ struct hvdrun_sup {
   size_t n, cap;
   struct pollfd *pfds; /* room for the two descriptors and every pipe */
   size_t *who;         /* pfds[k] >= 2: process who[k] / 2, pipe who[k] % 2 */
+  size_t pfds_cap, who_cap;
   bool end_when_idle;
   int64_t drain_until; /* 0 until every process has ended */
 };

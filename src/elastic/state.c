@@ -40,7 +40,7 @@ struct hvd_elastic_state_s {
   struct buffer *bufs;
   size_t n, cap;
   struct reset_callback *resets;
-  size_t nresets;
+  size_t nresets, resets_cap;
   hvd_elastic_hooks hooks;
   void *user;
 };
@@ -161,14 +161,12 @@ HVD_API hvd_status hvd_elastic_state_set_hooks(hvd_elastic_state *state,
 
 HVD_API hvd_status hvd_elastic_state_on_reset(hvd_elastic_state *state,
                                               hvd_elastic_reset_callback callback, void *arg) {
-  struct reset_callback *grown;
   if (state == NULL || callback == NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "hvd_elastic_state_on_reset: needs a state and a callback");
-  grown = realloc(state->resets, (state->nresets + 1) * sizeof(*grown));
-  if (grown == NULL)
-    return hvd_error(HVD_ERR_NO_MEMORY, "cannot register a reset callback");
-  state->resets = grown;
+  if (hvd_array_reserve(&state->resets, &state->resets_cap, state->nresets + 1,
+                        sizeof(*state->resets), 4) != HVD_OK)
+    return hvd_error_prefix("hvd_elastic_state_on_reset");
   state->resets[state->nresets++] = (struct reset_callback){callback, arg};
   return HVD_OK;
 }
