@@ -222,13 +222,8 @@ signal)
     hosts h1 h2
     start --min-np 2 -np 2 sh -c 'trap "" TERM; "$0" 100 & wait; "$0" 100' "$sleeper"
     wait_out_err "round 0:"
-    # Each worker has started what it leaves behind.
-    n=0
-    until [ "$(pgrep -cf "^$sleeper 100")" -ge 2 ]; do
-        n=$((n + 1))
-        [ $n -le 600 ] || fail "the workers did not start their children within 60 s"
-        sleep 0.1
-    done
+    children() { [ "$(pgrep -cf "^$sleeper 100")" -ge 2 ]; }
+    within 60 children || fail "the workers did not start their children within 60 s"
     pkill -TERM -f "hvdrun --host-discovery-script $work/discover"
     finish
     expect_rc 143

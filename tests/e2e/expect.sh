@@ -18,17 +18,24 @@ wait_line() {
 }
 wait_out() { wait_line out "" "$1"; }
 wait_out_err() { wait_line err "stderr " "$1"; }
+# within SECONDS COMMAND...: runs COMMAND every 0.1 s until it succeeds;
+# returns 1 if it has not after SECONDS.
+within() {
+    n=$(($1 * 10))
+    shift
+    until "$@"; do
+        [ "$n" -gt 0 ] || return 1
+        n=$((n - 1))
+        sleep 0.1
+    done
+}
 # nothing_left: waits at most 10 s until no process carries $marker (the
 # script's processes are named after it): a job's processes go once its
 # launcher ends, as soon as the kernel has delivered the kill.
+none_marked() { ! pgrep -f "$marker" >/dev/null; }
 nothing_left() {
-    n=0
-    while pgrep -f "$marker" >/dev/null; do
-        n=$((n + 1))
-        if [ $n -gt 100 ]; then
-            pgrep -af "$marker" >&2
-            fail "processes of the job are still running"
-        fi
-        sleep 0.1
-    done
+    within 10 none_marked || {
+        pgrep -af "$marker" >&2
+        fail "processes of the job are still running"
+    }
 }

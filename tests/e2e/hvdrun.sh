@@ -116,12 +116,8 @@ frozen)
     if grep -q "timed out waiting for rank [01] " "$work/err"; then
         fail "hvdrun blamed a rank that was itself waiting"
     fi
-    n=0
-    while kill -0 "$victim" 2>/dev/null; do
-        n=$((n + 1))
-        [ $n -le 100 ] || fail "the stopped rank outlived hvdrun by 10 s"
-        sleep 0.1
-    done
+    gone() { ! kill -0 "$1" 2>/dev/null; }
+    within 10 gone "$victim" || fail "the stopped rank outlived hvdrun by 10 s"
     ;;
 signal)
     # SIGTERM to hvdrun stops ranks that ignore SIGTERM, after the grace period.
