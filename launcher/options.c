@@ -11,8 +11,12 @@
  * it rather than silently ignored. Of horovodrun's controller flags,
  * --gloo names what hvd always does and --mpi what it cannot.
  *
- * A switch has an "on" and an "off" spelling (--autotune, --no-autotune);
- * each passes its value, "1" or "0", as an option with a value would.
+ * The flags of settings come from the settings table
+ * (src/common/settings.def): each is checked by the parser the ranks use,
+ * in the same range, and kept as the variable's value in o->settings,
+ * which proc.c hands to the ranks. A switch has an "on" and an "off"
+ * spelling (--autotune, --no-autotune); each passes its value, "1" or "0",
+ * as an option with a value would.
  * --config-file's settings (config.c) arrive the same way, as the flag
  * with the same effect and its value, after the whole command line: a
  * setting the command line gave, under any spelling and wherever

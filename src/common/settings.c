@@ -15,7 +15,7 @@
 
 #include "common.h"
 
-enum { VALUE_MAX = 256, WORDS_MAX = 16 };
+enum { VALUE_MAX = 256 };
 
 static const struct hvd_setting_info TABLE[HVD_SETTING_COUNT] = {
 #define HVD_SETTING(id, env_, section_, scope_, ...)                                             \
@@ -75,8 +75,8 @@ static bool trimmed(const char *v, char *buf, size_t size) {
   return true;
 }
 
-/* The words of a WORD setting: the first spelling of each, and which
- * index a text names (-1: none). */
+/* Which of a WORD setting's words a text is (-1: none); a word's other
+ * spellings ("halving_doubling|hd") count as the word. */
 static int word_index(const struct hvd_setting_info *s, const char *text) {
   const char *p = s->words;
   int index = 0;
@@ -94,32 +94,29 @@ static int word_index(const struct hvd_setting_info *s, const char *text) {
   return -1;
 }
 
-/* Writes word `index`'s first spelling. */
-static void word_text(const struct hvd_setting_info *s, int index, char *out, size_t size) {
-  const char *p = s->words;
+/* Writes word `index`'s first spelling; false ("?") when there is none. */
+static bool word_text(const struct hvd_setting_info *s, int index, char *out, size_t size) {
+  const char *p = index >= 0 ? s->words : NULL;
   for (int i = 0; i < index && p != NULL; i++) {
     p = strchr(p, ',');
     if (p != NULL)
       p++;
   }
-  if (p == NULL || index < 0) {
+  if (p == NULL) {
     snprintf(out, size, "?");
-    return;
+    return false;
   }
   snprintf(out, size, "%.*s", (int)strcspn(p, ",|"), p);
+  return true;
 }
 
 /* "a, b, c": the first spellings, for messages. */
 static void word_list(const struct hvd_setting_info *s, char *out, size_t size) {
   size_t used = 0;
+  char w[64];
   out[0] = '\0';
-  for (int i = 0; i < WORDS_MAX && used < size; i++) {
-    char w[64];
-    word_text(s, i, w, sizeof(w));
-    if (strcmp(w, "?") == 0)
-      break;
+  for (int i = 0; used < size && word_text(s, i, w, sizeof(w)); i++)
     used += (size_t)snprintf(out + used, size - used, "%s%s", i > 0 ? ", " : "", w);
-  }
 }
 
 /* The parsed value of one setting. */

@@ -1,10 +1,11 @@
 /*
  * Long-poll waiters of the rendezvous store.
  *
- * DESIGN. A waiter asks for one key of a scope, or for a scope to hold at
- * least N keys. Pending waiters sit on one of their scope's two lists (so a
- * write only looks at the waiters of the scope it touched, and count waiters
- * only once the scope could satisfy one) and on a min-heap ordered by
+ * DESIGN. A waiter asks for one key of a scope, for a scope to hold at
+ * least N keys, or for the scope's next change. Pending waiters sit on one
+ * of their scope's three lists (so a write only looks at the waiters of the
+ * scope it touched, and count waiters only once the scope could satisfy
+ * one) and on a min-heap ordered by
  * deadline, which one thread watches: it sleeps until the earliest deadline
  * and times out whatever is due. A waiter leaves both structures under the
  * lock when it finishes, is chained onto a local "fired" list, and is handed

@@ -1,5 +1,5 @@
 /*
- * The autotuner's state machine (tuner.h).
+ * The autotuner's state machine (tune.h).
  *
  * DESIGN. A step is what the coordinator reports: one cycle that completed
  * work, with the bytes it reduced. steps_per_sample steps make a sample,
