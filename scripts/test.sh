@@ -44,8 +44,18 @@ if [ $quick = 1 ]; then
     report "unit and smoke suites"
     exit 0
 fi
-(cd "$dir" && ctest --output-on-failure --timeout 600 "$@")
-stage "main suite"
+if [ $# -ne 0 ]; then
+    (cd "$dir" && ctest --output-on-failure --timeout 600 "$@")
+    stage "main suite"
+else
+    # The unit suites share nothing (no ports, namespaces or processes of
+    # their own): two at a time. The rest start jobs of several processes,
+    # whose timing the other's load would bend: one at a time.
+    (cd "$dir" && ctest --output-on-failure --timeout 600 -j 2 -L unit)
+    stage "main suite: unit, two at a time"
+    (cd "$dir" && ctest --output-on-failure --timeout 600 -LE unit)
+    stage "main suite: the rest"
+fi
 
 if [ $# -ne 0 ] || [ -n "${HVD_SANITIZE:-}" ] || [ "${HVD_TEST_SANITIZERS:-1}" = 0 ]; then
     report "(no sanitizer passes)"
