@@ -39,9 +39,9 @@ struct hvdrun_options {
   bool check_build;        /* --check-build: print what this build has and exit */
   bool version;            /* -v, --version: print hvd's version and exit */
   char **owned;            /* strings read from the config file */
-  size_t nowned;
+  size_t nowned, owned_cap;
   const char **exports; /* -x VAR or VAR=value */
-  size_t nexports;
+  size_t nexports, exports_cap;
   bool horovod_compat;  /* --horovod-compat: horovod's imports get hvd's tree */
   char *pythonpath;     /* the ranks' PYTHONPATH (hvdrun_python_setup); NULL: as is */
   char **command;       /* after the options (or --) */

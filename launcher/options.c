@@ -302,7 +302,6 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
                      "starts the ranks itself, locally or over ssh (-H, --hostfile)");
   case O_EXPORT: {
     size_t name = strcspn(v, "=");
-    const char **grown;
     if (name == 0)
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "-x: '%s' does not start with a variable name",
                        v);
@@ -313,10 +312,9 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
         return hvd_error(HVD_ERR_INVALID_ARGUMENT, "-x: '%.*s' is not a variable name", (int)name,
                          v);
     }
-    grown = realloc(o->exports, (o->nexports + 1) * sizeof(*grown));
-    if (grown == NULL)
-      return hvd_error(HVD_ERR_NO_MEMORY, "-x: out of memory");
-    o->exports = grown;
+    if (hvd_array_reserve(&o->exports, &o->exports_cap, o->nexports + 1, sizeof(*o->exports),
+                          8) != HVD_OK)
+      return hvd_error_prefix("-x");
     o->exports[o->nexports++] = v;
     break;
   }
@@ -443,7 +441,7 @@ static hvd_status from_file_cb(void *arg, const char *flag, const char *value,
   struct hvdrun_options *o = ps->o;
   const char *ignored;
   struct spelling labelled;
-  char *copy = NULL, **grown;
+  char *copy = NULL;
 
   if (!lookup(flag, &ignored, &labelled))
     return hvd_error(HVD_ERR_INTERNAL, "%s: hvdrun has no flag %s for it", where, flag);
@@ -453,10 +451,9 @@ static hvd_status from_file_cb(void *arg, const char *flag, const char *value,
   if ((labelled.id == O_GLOO || labelled.id == O_MPI) && (ps->given[O_GLOO] || ps->given[O_MPI]))
     return HVD_OK;
   if (value != NULL) {
-    grown = realloc(o->owned, (o->nowned + 1) * sizeof(*grown));
-    if (grown == NULL)
-      return hvd_error(HVD_ERR_NO_MEMORY, "%s: out of memory", where);
-    o->owned = grown;
+    if (hvd_array_reserve(&o->owned, &o->owned_cap, o->nowned + 1, sizeof(*o->owned), 16) !=
+        HVD_OK)
+      return hvd_error_prefix("%s", where);
     if ((copy = hvd_strndup(value, strlen(value))) == NULL)
       return hvd_error(HVD_ERR_NO_MEMORY, "%s: out of memory", where);
     o->owned[o->nowned++] = copy;
@@ -581,8 +578,8 @@ void hvdrun_options_fini(struct hvdrun_options *o) {
   free(o->exports);
   free(o->pythonpath);
   o->owned = NULL;
-  o->nowned = 0;
+  o->nowned = o->owned_cap = 0;
   o->exports = NULL;
-  o->nexports = 0;
+  o->nexports = o->exports_cap = 0;
   o->pythonpath = NULL;
 }

@@ -92,16 +92,8 @@ static void emit(struct hvdrun_stream *s, const char *line, size_t len) {
 }
 
 static bool keep(struct hvdrun_stream *s, const char *data, size_t n) {
-  if (s->len + n > s->cap) {
-    size_t cap = s->cap ? s->cap : 256;
-    char *grown;
-    while (cap < s->len + n)
-      cap *= 2;
-    if ((grown = realloc(s->line, cap)) == NULL)
-      return false;
-    s->line = grown;
-    s->cap = cap;
-  }
+  if (hvd_array_reserve(&s->line, &s->cap, s->len + n, 1, 256) != HVD_OK)
+    return false;
   memcpy(s->line + s->len, data, n);
   s->len += n;
   return true;
