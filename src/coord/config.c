@@ -9,7 +9,10 @@
 
 #include "coord.h"
 
+/* settings.def's limits for these are the coordinator's own. */
 _Static_assert(COORD_INLINE_MAX == 64, "settings.def: HVD_INLINE_BYTES's limit");
+_Static_assert(sizeof(((struct coord_config *)0)->timeline) == 1024,
+               "settings.def: HOROVOD_TIMELINE's limit");
 
 /* HOROVOD_THREAD_AFFINITY: one core id per local rank, comma-separated. */
 static hvd_status parse_affinity(const char *text, int local_rank, int local_size, int *core) {

@@ -15,6 +15,9 @@
 
 #include "transport_private.h"
 
+/* settings.def's limit for HVD_TOKEN is the handshake's. */
+_Static_assert(NET_TOKEN_MAX == 256, "settings.def: HVD_TOKEN's limit");
+
 static char env_hostname[RDZV_RECORD_HOST_MAX];
 static char env_token[NET_TOKEN_MAX + 1];
 

@@ -453,6 +453,11 @@ bool tune_tuner_done(const struct tune_tuner *t) { return t->phase == PHASE_DONE
 
 /* ---- configuration and wire form ----------------------------------------------------- */
 
+/* settings.def's limits for these are the module's own. */
+_Static_assert(TUNE_PATH_MAX == 1024 && TUNE_MAX_SAMPLES == 64,
+               "settings.def: HOROVOD_AUTOTUNE_LOG's and HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES' "
+               "limits");
+
 hvd_status tune_config_from_env(struct tune_config *out) {
   struct tune_config c;
   const char *path = NULL;
