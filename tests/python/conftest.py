@@ -28,6 +28,25 @@ def pytest_configure(config):
     hvd.init()
 
 
+# What the file's tests did on this rank, for pytest_sessionfinish.
+_outcomes = {'passed': 0, 'skipped': 0}
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped:
+        _outcomes['skipped'] += 1
+    elif report.when == 'call' and report.passed:
+        _outcomes['passed'] += 1
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A file whose every test was skipped (no GPU, say) ran nothing: it
+    exits 77, which ctest reports as skipped, as the C suites do, instead
+    of passing."""
+    if exitstatus == 0 and _outcomes['passed'] == 0 and _outcomes['skipped'] > 0:
+        session.exitstatus = 77
+
+
 def pytest_unconfigure(config):
     # Pending operations of the other ranks fail at once rather than waiting.
     hvd.shutdown()
