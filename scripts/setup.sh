@@ -26,6 +26,10 @@ python3-torch
 python3-numpy
 python3-pytest
 python3-packaging
+python3-venv
+python3-pip
+python3-setuptools
+python3-wheel
 python3-cloudpickle
 python3-sklearn
 python3-torchvision
