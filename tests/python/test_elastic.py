@@ -106,19 +106,20 @@ def test_sampler_order_depends_on_seed_and_epoch_only(monkeypatch):
 
 def test_sampler_goes_on_with_what_remains_after_a_reset(monkeypatch):
     n, batch = 30, 2
-    # Three ranks each process two batches...
+    # Three ranks each process two batches: every one counts all of them...
     processed = set()
     for r in range(3):
         _fake_world(monkeypatch, r, 3)
         s = hvd.elastic.ElasticSampler(list(range(n)), seed=3)
-        iter(s)
+        mine = list(s)
         s.record_batch(0, batch)
         s.record_batch(1, batch)
-        assert len(s.processed_indices) == 2 * batch
-        processed |= s.processed_indices
+        assert s.state_dict() == {'epoch': 0, 'processed_num': 3 * 2 * batch}
+        processed |= set(mine[:2 * batch])
     assert len(processed) == 3 * 2 * batch
+    assert s.processed_indices == processed
     # ...then two ranks share out the rest, in the epoch's order.
-    state = {'epoch': 0, 'processed_indices': processed}
+    state = {'epoch': 0, 'processed_num': 3 * 2 * batch}
     shares = _shares(monkeypatch, n, 2, state)
     rest = [i for s in shares for i in s]
     assert set(rest) == set(range(n)) - processed
@@ -131,14 +132,14 @@ def test_sampler_goes_on_with_what_remains_after_a_reset(monkeypatch):
 def test_sampler_set_epoch_forgets_the_processed(monkeypatch):
     _fake_world(monkeypatch, 0, 2)
     s = hvd.elastic.ElasticSampler(list(range(8)))
-    iter(s)
-    s.record_indices(torch.tensor([1, 2]))
-    assert s.state_dict() == {'epoch': 0, 'processed_indices': {1, 2}}
+    mine = list(s)
+    s.record_indices(torch.tensor(mine[:1]))
+    assert s.state_dict() == {'epoch': 0, 'processed_num': 2}
     assert len(s) == 4  # the share changes at the next reset only
     s.reset()
     assert len(s) == 3
     s.set_epoch(1)
-    assert s.state_dict() == {'epoch': 1, 'processed_indices': set()}
+    assert s.state_dict() == {'epoch': 1, 'processed_num': 0}
     assert len(s) == 4
 
 
@@ -161,6 +162,8 @@ def test_sampler_bad_arguments(monkeypatch):
         s.set_epoch(-1)
     with pytest.raises(ValueError):
         s.load_state_dict({'epoch': 0})
+    with pytest.raises(ValueError):
+        s.load_state_dict({'epoch': 0, 'processed_num': -1})
     assert s.processed_indices == set()
 
 
@@ -269,7 +272,7 @@ def test_torch_state_sync_gives_every_rank_rank0s_state(rank):
     assert state.step == 0
 
 
-def test_torch_state_commit_merges_the_samplers_processed_indices(rank, size):
+def test_torch_state_commit_keeps_what_every_rank_processed(rank, size):
     sampler = hvd.elastic.ElasticSampler(list(range(4 * size)), seed=5)
     state = hvd.elastic.TorchState(sampler=sampler)
     mine = list(iter(sampler))

@@ -1,18 +1,22 @@
-"""ElasticSampler: a DistributedSampler for elastic jobs, which remembers
-the samples processed this epoch and shares out the rest again when the
-ranks change.
+"""ElasticSampler: a DistributedSampler for elastic jobs, which counts the
+samples processed this epoch and shares out the rest again when the ranks
+change. It is horovod.torch.elastic's sampler as Horovod has had it since
+0.24, so that a checkpoint's state_dict means the same samples to both.
 
-DESIGN. An epoch's order is one permutation of the whole dataset (seeded
-with seed + epoch, the same on every rank). The remaining indices are that
-order minus the processed ones, so a reset keeps the order and only drops
-what was done. They are padded (cyclically) to a multiple of the number of
-ranks, so that every rank has as many samples, and so as many batches:
-rank r takes every size-th index from position r. What this rank recorded
-is merged with the other ranks' at each commit (TorchState's handler), so
-after a reset every rank knows what the whole job has processed.
+DESIGN. An epoch's order is the dataset's indices shuffled with Python's
+random.Random(seed + epoch) (in order without shuffle): the same on every
+rank, and Horovod's. What was processed is always a prefix of that order,
+so the state is its length, processed_num: rank r takes every size-th
+remaining index from position r, so once each of the size ranks has done
+k batches of b samples, exactly the first k * b * size remaining indices
+are done, which is what record_batch adds. Every rank counts alike, so
+TorchState syncs the count from rank 0 and needs no gather. The remaining
+indices are padded (cyclically) to a multiple of the number of ranks, so
+every rank has as many samples, and so as many batches.
 """
 
 import operator
+import random
 
 import torch
 import torch.utils.data
@@ -26,17 +30,23 @@ def _non_negative_int(value, what):
     return value
 
 
+def _batch_size(batch_size):
+    if _non_negative_int(batch_size, 'batch_size') == 0:
+        raise ValueError('batch_size must be at least 1')
+    return batch_size
+
+
 class ElasticSampler(torch.utils.data.Sampler):
     """Splits a dataset among the ranks, as DistributedSampler does, and
-    keeps track of what was processed so that a reset goes on with the rest.
+    counts what was processed so that a reset goes on with the rest.
 
-    Put it in the TorchState, call record_batch (or record_indices) after
-    each batch, and set_epoch at the END of each epoch (it forgets what was
-    processed). dataset: anything with a constant len(). shuffle: a new
-    order every epoch (seeded with seed + epoch, so seed must be the same on
-    every rank). hvd must be initialized: the sampler reads the rank and
-    size, and reads them again on reset() (TorchState calls it after every
-    reset)."""
+    Put it in the TorchState, call record_batch after each batch, and
+    set_epoch at the END of each epoch (it starts the count again).
+    dataset: anything with a constant len(). shuffle: a new order every
+    epoch (seeded with seed + epoch, so seed must be the same on every
+    rank). hvd must be initialized: the sampler reads the rank and size,
+    and reads them again on reset() (TorchState calls it after every
+    reset). state_dict() is {'epoch', 'processed_num'}, as Horovod's."""
 
     def __init__(self, dataset, shuffle=True, seed=0):
         super().__init__(None)
@@ -51,38 +61,49 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.shuffle = bool(shuffle)
         self.seed = seed
         self.epoch = 0
-        self.processed_indices = set()
+        self.processed_num = 0  # the epoch order's first processed_num indices are done
         self.num_replicas = 0
         self.rank = 0
         self.remaining_indices = []
         self.num_samples = 0
         self.total_size = 0
         self.indices = []  # this rank's indices in the current pass
+        self._recorded = 0  # how many of them were recorded
         self.reset()
+
+    @property
+    def processed_indices(self):
+        """The dataset indices processed this epoch (Horovod 0.20 to 0.23
+        kept this set; later ones keep an empty one)."""
+        return set(self._epoch_order(self.epoch)[:self.processed_num])
 
     def set_epoch(self, epoch):
         """Starts epoch `epoch`: a new order, nothing processed. Call it at
         the end of an epoch, so that a reset in the middle of one does not
         process its samples again."""
         self.epoch = _non_negative_int(epoch, 'epoch')
-        self.processed_indices = set()
+        self.processed_num = 0
         self.reset()
+
+    def record_batch(self, batch_idx, batch_size):
+        """Counts this rank's next batch, and so every rank's, as processed:
+        processed_num grows by batch_size times the number of ranks.
+        Batches are counted in the order they come; batch_idx is checked
+        but not used, as in Horovod."""
+        _non_negative_int(batch_idx, 'batch_idx')
+        self._count(_batch_size(batch_size))
 
     def get_indices(self, batch_idx, batch_size):
         """The indices of this rank's batch number batch_idx (from 0) in the
         current pass, batches being batch_size long."""
-        _non_negative_int(batch_idx, 'batch_idx')
-        if _non_negative_int(batch_size, 'batch_size') == 0:
-            raise ValueError('batch_size must be at least 1')
-        start = batch_idx * batch_size
+        start = _non_negative_int(batch_idx, 'batch_idx') * _batch_size(batch_size)
         return self.indices[start:start + batch_size]
 
-    def record_batch(self, batch_idx, batch_size):
-        """Marks this rank's batch batch_idx of the current pass as processed."""
-        self.record_indices(self.get_indices(batch_idx, batch_size))
-
     def record_indices(self, indices):
-        """Marks dataset indices as processed (ints, or a tensor of them)."""
+        """Counts `indices` (ints, or a tensor of them), which must be this
+        rank's next ones in the current pass, as processed: record_batch
+        for a batch of that many (the form of Horovod 0.20 to 0.23, whose
+        state was a set of indices). ValueError for others."""
         if isinstance(indices, torch.Tensor):
             indices = indices.reshape(-1).tolist()
         n = len(self.dataset)
@@ -96,20 +117,45 @@ class ElasticSampler(torch.utils.data.Sampler):
                 raise ValueError('record_indices: %r is not an index of the dataset (0 to %d)'
                                  % (index, n - 1))
             checked.append(value)
-        self.processed_indices.update(checked)
+        expected = self.indices[self._recorded:self._recorded + len(checked)]
+        if sorted(checked) != sorted(expected):
+            raise ValueError('record_indices: %s are not this rank\'s next indices in the pass '
+                             '(%s): the sampler counts the samples processed in its order, as '
+                             'Horovod\'s does since 0.24' % (checked, expected))
+        self._count(len(checked))
+
+    def _count(self, n):
+        self._recorded += n
+        self.processed_num += n * self.num_replicas
 
     def state_dict(self):
-        return {'epoch': self.epoch, 'processed_indices': set(self.processed_indices)}
+        return {'epoch': self.epoch, 'processed_num': self.processed_num}
 
     def load_state_dict(self, state_dict):
+        """Takes what state_dict() returns, Horovod's or hvd's. An older
+        one, {'epoch', 'processed_indices'}, counts the longest prefix of
+        the epoch's order that it says is done: samples may be seen again,
+        none is skipped."""
         try:
-            epoch, processed = state_dict['epoch'], state_dict['processed_indices']
+            epoch = _non_negative_int(state_dict['epoch'], 'epoch')
+            if 'processed_num' in state_dict:
+                processed = _non_negative_int(state_dict['processed_num'], 'processed_num')
+            else:
+                processed = self._done_prefix(epoch, set(state_dict['processed_indices']))
         except (KeyError, TypeError):
             raise ValueError('ElasticSampler.load_state_dict takes what state_dict() returns, '
                              'not %r' % (state_dict,)) from None
-        self.epoch = _non_negative_int(epoch, 'epoch')
-        self.processed_indices = set(processed)
+        self.epoch = epoch
+        self.processed_num = processed
         self.reset()
+
+    def _done_prefix(self, epoch, done):
+        count = 0
+        for index in self._epoch_order(epoch):
+            if index not in done:
+                break
+            count += 1
+        return count
 
     def reset(self):
         """Reads the rank and size again and shares out what remains of the
@@ -117,18 +163,15 @@ class ElasticSampler(torch.utils.data.Sampler):
         the new share."""
         self.num_replicas = size()
         self.rank = rank()
-        self.remaining_indices = [i for i in self._epoch_order()
-                                  if i not in self.processed_indices]
+        self.remaining_indices = self._epoch_order(self.epoch)[self.processed_num:]
         self.num_samples = -(-len(self.remaining_indices) // self.num_replicas)
         self.total_size = self.num_samples * self.num_replicas
 
-    def _epoch_order(self):
-        n = len(self.dataset)
-        if not self.shuffle:
-            return list(range(n))
-        generator = torch.Generator()
-        generator.manual_seed(self.seed + self.epoch)
-        return torch.randperm(n, generator=generator).tolist()
+    def _epoch_order(self, epoch):
+        order = list(range(len(self.dataset)))
+        if self.shuffle:
+            random.Random(self.seed + epoch).shuffle(order)
+        return order
 
     def _share(self):
         """This rank's indices: the remaining ones padded to total_size by
@@ -140,6 +183,7 @@ class ElasticSampler(torch.utils.data.Sampler):
 
     def __iter__(self):
         self.indices = self._share()
+        self._recorded = 0
         return iter(self.indices)
 
     def __len__(self):

@@ -7,9 +7,9 @@ syncs with broadcast_optimizer_state; an LR scheduler and an
 ElasticSampler sync their state_dict with broadcast_object; anything else
 is a plain value with ObjectState's semantics. Handlers sync in the order
 the values were given, so every rank makes the same collectives in the
-same order. Saving starts with the handlers whose save is collective (the
-sampler's, which merges what every rank processed), so that a failure
-there leaves the previous commit whole. A DistributedOptimizer's
+same order. Saving starts with the handlers whose save is collective (a
+registered handler of one's own may be), so that a failure there leaves
+the previous commit whole. A DistributedOptimizer's
 reductions in flight when a round failed are dropped on restore and reset:
 they went with the round. The registry of handlers can be replaced
 (set_handler_registry) for types of one's own.
@@ -109,25 +109,9 @@ class LRSchedulerStateHandler(_StateDictHandler):
             self.value.state_dict(), root_rank=0, name='hvd.elastic.lr_scheduler'))
 
 
-class SamplerStateHandler(StateHandler):
-    """An ElasticSampler: a commit merges the indices every rank processed
-    (allgather_object), so that after a reset, with or without a restore,
-    each rank knows what the whole job has done."""
-
-    collective_save = True
-
-    def __init__(self, sampler):
-        super().__init__(sampler)
-        self._saved = copy.deepcopy(sampler.state_dict())
-
-    def save(self):
-        everyone = functions.allgather_object(self.value.processed_indices,
-                                              name='hvd.elastic.sampler')
-        self.value.processed_indices = set().union(*everyone)
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved)
+class SamplerStateHandler(_StateDictHandler):
+    """An ElasticSampler: its state is a count that every rank keeps alike,
+    synced from rank 0."""
 
     def reset(self):
         self.value.reset()  # the rank and size changed
