@@ -254,7 +254,6 @@ ADASUM = {
     'allreduce_ of bool': lambda: hvd.allreduce_(torch.ones(4, dtype=torch.bool), op=hvd.Adasum),
     'grouped_allreduce of int64': lambda: hvd.grouped_allreduce(
         [torch.ones(4), torch.ones(4, dtype=torch.int64)], op=hvd.Adasum),
-    'reducescatter': lambda: hvd.reducescatter(torch.ones(hvd.size()), op=hvd.Adasum),
 }
 
 

@@ -28,6 +28,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     _names_of = _DistributedOptimizer._names_of
     _register_hooks = _DistributedOptimizer._register_hooks
     _make_hook = _DistributedOptimizer._make_hook
+    set_backward_passes_per_step = _DistributedOptimizer.set_backward_passes_per_step
     _groups = None
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,

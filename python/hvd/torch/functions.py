@@ -113,18 +113,25 @@ def _broadcast_in_place(tensor, root_rank, name, process_set):
 
 # ==== optimizer state ============================================================================
 
-def broadcast_optimizer_state(optimizer, root_rank, prefix=None,
-                              process_set=global_process_set):
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set,
+                              *, prefix=None):
     """Makes every rank's optimizer state equal to root_rank's: the state of
     each parameter (momentum buffers, step counts, ...) and the options of
     each parameter group (lr, betas, ...).
 
     An optimizer that has not stepped yet has no state: it first takes one
     step with zero gradients, without any communication (a
-    DistributedOptimizer reduces nothing), and its parameters and gradients
-    are put back as they were, so that every rank has state to overwrite.
-    torch.optim.LBFGS is refused (ValueError), as its state does not map to
-    parameters. prefix names the operations (default "optimizer")."""
+    DistributedOptimizer reduces nothing), so that every rank has state to
+    overwrite. The parameters are put back as they were, and so are the
+    gradients that existed; a parameter that had none keeps the zero one,
+    as with Horovod. model (optional, Horovod's argument): the module the
+    optimizer trains; the zero gradients of its sparse embeddings' weights
+    are sparse, as their real ones will be. torch.optim.LBFGS is refused
+    (ValueError), as its state does not map to parameters. prefix names the
+    operations (default "optimizer")."""
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise ValueError('broadcast_optimizer_state: model must be a torch.nn.Module or None, '
+                         'not %r' % (model,))
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError('broadcast_optimizer_state: the state of torch.optim.LBFGS cannot be '
                          'broadcast; broadcast the model, or the whole optimizer with '
@@ -135,7 +142,7 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix=None,
     label = prefix if prefix else 'optimizer'
     params = [p for group in optimizer.param_groups for p in group['params']]
     if not any(optimizer.state.values()):
-        _zero_step(optimizer)
+        _zero_step(optimizer, _sparse_parameters(model))
     layout = broadcast_object(_layout(optimizer, params), root_rank,
                               name='%s.layout' % label, process_set=process_set)
     problems = _apply_options(optimizer, layout['options'], layout['counts'])
@@ -147,9 +154,20 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix=None,
                          % (root_rank, '; '.join(problems)))
 
 
-def _zero_step(optimizer):
-    """One local step with zero gradients, leaving parameters and gradients
-    as they were: it only creates the optimizer's state."""
+def _sparse_parameters(model):
+    """The ids of the parameters whose gradients are sparse: those of the
+    model's embeddings made with sparse=True."""
+    if model is None:
+        return set()
+    return {id(p) for m in model.modules()
+            if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and m.sparse
+            for p in m.parameters()}
+
+
+def _zero_step(optimizer, sparse):
+    """One local step with zero gradients, which only creates the
+    optimizer's state: the parameters are put back, and the gradients that
+    existed; the others stay zero (sparse for the ids in `sparse`)."""
     saved = []
     with torch.no_grad():
         for group in optimizer.param_groups:
@@ -157,8 +175,10 @@ def _zero_step(optimizer):
                 if p.requires_grad:
                     saved.append((p, p.detach().clone(), p.grad))
                     p.grad = torch.zeros_like(p)
-                    if isinstance(optimizer, torch.optim.SparseAdam):
-                        p.grad = p.grad.to_sparse()  # it takes nothing else
+                    # sparse where the real one will be, and for SparseAdam,
+                    # which takes nothing else
+                    if id(p) in sparse or isinstance(optimizer, torch.optim.SparseAdam):
+                        p.grad = p.grad.to_sparse()
         if type(optimizer).__module__ == _DistributedOptimizer.__module__:
             # the wrapped class's step: the zero gradients are not reduced
             super(type(optimizer), optimizer).step()
@@ -166,7 +186,10 @@ def _zero_step(optimizer):
             optimizer.step()
         for p, data, grad in saved:
             p.copy_(data)
-            p.grad = grad
+            if grad is not None:
+                p.grad = grad
+            else:
+                p.grad.zero_()  # what the step may have written there
 
 
 def _layout(optimizer, params):

@@ -3,10 +3,11 @@
 Every collective checks its arguments before anything is submitted (a bad
 one raises ValueError at the call), submits through hvd_*_async and
 returns a handle for poll() and synchronize(); a failure in hvd raises
-HorovodInternalError carrying hvd's message. Names given by the caller are
-prefixed with the collective ("allreduce.<name>"), as Horovod does, so that
-an allreduce and a broadcast may share a name; without one hvd generates
-it, and ranks must then call in the same order. Outputs hvd allocates
+HorovodInternalError carrying hvd's message (Horovod's, for a call before
+hvd.init()). Names given by the caller are prefixed with the collective
+("allreduce.<name>"), as Horovod does, so that an allreduce and a
+broadcast may share a name; without one hvd generates it, and ranks must
+then call in the same order. Outputs hvd allocates
 (allgather, alltoall) become the torch tensor's memory without a copy.
 """
 
@@ -23,8 +24,7 @@ from hvd._core import (Adasum, Average, Max, Min, Product, ProcessSet, Sum, add_
                        ddl_built, global_process_set, gloo_built, gloo_enabled, init,
                        is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                        mpi_enabled, mpi_threads_supported, nccl_built, poll, rank,
-                       remove_process_set, rocm_built, shutdown, size, start_timeline,
-                       stop_timeline, synchronize)
+                       remove_process_set, rocm_built, shutdown, size, synchronize)
 from hvd._lib import lib
 from hvd.exceptions import HorovodInternalError
 from hvd.torch.compression import Compression
@@ -125,8 +125,8 @@ def _op_from(op, average, what):
     if op is not None and average is not None:
         raise ValueError('The op parameter supersedes average. Please provide only one of them.')
     if average is not None:
-        warnings.warn('Parameter `average` has been replaced with `op` and will be removed',
-                      DeprecationWarning)
+        warnings.warn('Parameter `average` has been replaced with `op` and will be removed '
+                      'in v1.0', DeprecationWarning)
         return Average if average else Sum
     return Average if op is None else op
 
@@ -136,6 +136,27 @@ def _options(op=Sum, prescale=1.0, postscale=1.0, process_set=global_process_set
     return _lib.Options(_core.reduce_op(op, what), _scale(prescale, 'prescale_factor'),
                         _scale(postscale, 'postscale_factor'), _core.set_id(process_set), root,
                         device)
+
+
+def _not_initialized():
+    """Horovod's error for a collective before hvd.init() (its queries, such
+    as rank(), raise ValueError with the same words)."""
+    return HorovodInternalError(_core.NOT_INITIALIZED)
+
+
+def _initialized_call(fn, *args):
+    """fn(*args), with Horovod's words for a call before hvd.init() instead
+    of the C library's."""
+    try:
+        return fn(*args)
+    except HorovodInternalError:
+        if not lib.hvd_is_initialized():
+            raise _not_initialized() from None
+        raise
+
+
+def _submit(call, args, keep, finish):
+    return _initialized_call(_core.submit, call, args, keep, finish)
 
 
 def _tensors(kind, tensors, names, outputs):
@@ -190,8 +211,8 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     t = _core.tensor_struct(_name('allreduce', name), dtype, tuple(tensor.shape),
                             tensor.data_ptr(), output.data_ptr())
     o = _options(op, prescale_factor, postscale_factor, process_set, device=device)
-    return _core.submit(lib.hvd_allreduce_async, (byref(t), byref(o)), (tensor, output, t, o),
-                        lambda c: output)
+    return _submit(lib.hvd_allreduce_async, (byref(t), byref(o)), (tensor, output, t, o),
+                  lambda c: output)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -262,8 +283,8 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     names = _group_names('grouped_allreduce', name, len(tensors) if tensors else 0)
     array, device = _tensors('grouped_allreduce', tensors, names, outputs)
     o = _options(op, prescale_factor, postscale_factor, process_set, device=device)
-    return _core.submit(lib.hvd_grouped_allreduce_async, (array, len(tensors), byref(o)),
-                        (tensors, outputs, array, o), lambda c: list(outputs))
+    return _submit(lib.hvd_grouped_allreduce_async, (array, len(tensors), byref(o)),
+                  (tensors, outputs, array, o), lambda c: list(outputs))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -364,8 +385,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
                             tensor.data_ptr(), None)
     o = _options(process_set=process_set, device=device, what='allgather')
     ndims, torch_dtype = tensor.dim(), tensor.dtype
-    return _core.submit(lib.hvd_allgather_async, (byref(t), byref(o)), (tensor, t, o),
-                        lambda c: _adopt(c, 0, torch_dtype, ndims, device))
+    return _submit(lib.hvd_allgather_async, (byref(t), byref(o)), (tensor, t, o),
+                  lambda c: _adopt(c, 0, torch_dtype, ndims, device))
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -405,10 +426,10 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     array, device = _tensors('grouped_allgather', tensors, names, None)
     o = _options(process_set=process_set, device=device, what='grouped_allgather')
     specs = [(t.dtype, t.dim()) for t in tensors]
-    return _core.submit(lib.hvd_grouped_allgather_async, (array, len(tensors), byref(o)),
-                        (tensors, array, o),
-                        lambda c: [_adopt(c, i, dt, nd, device) for i, (dt, nd) in
-                                   enumerate(specs)])
+    return _submit(lib.hvd_grouped_allgather_async, (array, len(tensors), byref(o)),
+                  (tensors, array, o),
+                  lambda c: [_adopt(c, i, dt, nd, device) for i, (dt, nd) in
+                             enumerate(specs)])
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
@@ -460,8 +481,8 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
     t = _core.tensor_struct(_name('broadcast', name), dtype, tuple(tensor.shape),
                             tensor.data_ptr(), output.data_ptr())
     o = _options(process_set=process_set, root=root, device=device, what='broadcast')
-    return _core.submit(lib.hvd_broadcast_async, (byref(t), byref(o)), (tensor, output, t, o),
-                        lambda c: output)
+    return _submit(lib.hvd_broadcast_async, (byref(t), byref(o)), (tensor, output, t, o),
+                  lambda c: output)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -532,6 +553,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     (None: equal parts); synchronize() returns (output, received_splits)."""
     dtype, device = _dtype_device(tensor, 'alltoall')
     set_size = lib.hvd_process_set_size(_core.set_id(process_set))
+    if set_size < 0 and not lib.hvd_is_initialized():
+        raise _not_initialized()
     c_splits = _splits(splits, set_size, 'alltoall')
     t = _core.tensor_struct(_name('alltoall', name), dtype, tuple(tensor.shape),
                             tensor.data_ptr(), None)
@@ -543,8 +566,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         received = torch.tensor(_core.received_splits(c), dtype=torch.int32)
         return output, received
 
-    return _core.submit(lib.hvd_alltoall_async, (byref(t), c_splits, byref(o)),
-                        (tensor, splits, c_splits, t, o), result)
+    return _submit(lib.hvd_alltoall_async, (byref(t), c_splits, byref(o)),
+                  (tensor, splits, c_splits, t, o), result)
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -581,8 +604,19 @@ def _scatter_output(tensor, process_set, what):
         raise ValueError('%s needs a tensor of at least one dimension' % what)
     rows = lib.hvd_reducescatter_rows(tensor.shape[0], _core.set_id(process_set))
     if rows < 0:
+        if not lib.hvd_is_initialized():
+            raise _not_initialized()
         raise ValueError('%s: this rank is not in %s' % (what, process_set))
     return tensor.new_empty((rows,) + tuple(tensor.shape[1:]))
+
+
+def _scatter_op(op, what):
+    """Adasum is refused as Horovod refuses it: HorovodInternalError (a
+    RuntimeError), not ValueError."""
+    if op == Adasum:
+        raise HorovodInternalError('%s: op=Adasum is for allreduce only (use Sum, Average, Min, '
+                                   'Max or Product)' % what)
+    return op
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -592,12 +626,13 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     synchronize() returns the share."""
     dtype, device = _dtype_device(tensor, 'reducescatter')
     output = _scatter_output(tensor, process_set, 'reducescatter')
+    op = _scatter_op(op, 'reducescatter')
     t = _core.tensor_struct(_name('reducescatter', name), dtype, tuple(tensor.shape),
                             tensor.data_ptr(), output.data_ptr())
     o = _options(op, prescale_factor, postscale_factor, process_set, device=device,
                  what='reducescatter')
-    return _core.submit(lib.hvd_reducescatter_async, (byref(t), byref(o)),
-                        (tensor, output, t, o), lambda c: output)
+    return _submit(lib.hvd_reducescatter_async, (byref(t), byref(o)),
+                  (tensor, output, t, o), lambda c: output)
 
 
 def _scattered_grads(op, process_set, grads):
@@ -645,10 +680,11 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     names = _group_names('grouped_reducescatter', name, len(tensors))
     outputs = [_scatter_output(t, process_set, 'grouped_reducescatter') for t in tensors]
     array, device = _tensors('grouped_reducescatter', tensors, names, outputs)
+    op = _scatter_op(op, 'grouped_reducescatter')
     o = _options(op, prescale_factor, postscale_factor, process_set, device=device,
                  what='grouped_reducescatter')
-    return _core.submit(lib.hvd_grouped_reducescatter_async, (array, len(tensors), byref(o)),
-                        (tensors, outputs, array, o), lambda c: list(outputs))
+    return _submit(lib.hvd_grouped_reducescatter_async, (array, len(tensors), byref(o)),
+                  (tensors, outputs, array, o), lambda c: list(outputs))
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):
@@ -678,15 +714,35 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     return [compression.decompress(t, ctx) for t, (_, ctx) in zip(shares, compressed)]
 
 
+# ==== timeline ===================================================================================
+
+def _check_initialized():
+    """ValueError before hvd.init(), as Horovod's timeline calls raise."""
+    if not lib.hvd_is_initialized():
+        raise ValueError(_core.NOT_INITIALIZED)
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing a Chrome trace on rank 0."""
+    _check_initialized()
+    _core.start_timeline(file_path, mark_cycles)
+
+
+def stop_timeline():
+    """Stops the trace start_timeline began."""
+    _check_initialized()
+    _core.stop_timeline()
+
+
 # ==== join and barrier ===========================================================================
 
 def join(device=-1):
     """Tells the other ranks this one has run out of data and blocks until
     every rank has; meanwhile their allreduces go on without it. Returns the
     rank that joined last. `device` is Horovod's and ignored here."""
-    return _core.join()
+    return _initialized_call(_core.join)
 
 
 def barrier(process_set=global_process_set):
     """Blocks until every rank of the set has called barrier."""
-    _barrier(process_set)
+    _initialized_call(_barrier, process_set)

@@ -25,6 +25,12 @@ from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_, global_process
                                synchronize)
 
 
+def _check_passes(passes):
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+        raise ValueError('backward_passes_per_step must be an int >= 1, not %r' % (passes,))
+    return passes
+
+
 def _split_evenly(items, n):
     """n consecutive slices of items whose lengths differ by at most one."""
     q, r = divmod(len(items), n)
@@ -140,6 +146,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in group:
                 self._p_to_group[p] = group
             self._group_counts[group] = 0
+
+    def set_backward_passes_per_step(self, passes):
+        """From now on, reduce the gradients of every `passes` backward
+        passes (accumulated locally in between); the count starts again."""
+        self.backward_passes_per_step = _check_passes(passes)
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
 
     # ---- submitting -----------------------------------------------------------------------
 
@@ -292,9 +305,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn('optimizer.step() after optimizer.synchronize() without '
-                              'skip_synchronize(): the gradients are reduced again. Wrap step() '
-                              'in "with optimizer.skip_synchronize():" after a synchronize().')
+                # Horovod's words, which scripts filter on.
+                warnings.warn('optimizer.step() called without optimizer.skip_synchronize() '
+                              'context after optimizer.synchronize(). This can cause training '
+                              'slowdown. You may want to consider using '
+                              'optimizer.skip_synchronize() context if you use '
+                              'optimizer.synchronize() in your code.')
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
@@ -328,14 +344,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError('DistributedOptimizer wraps a torch.optim.Optimizer, not %r'
                          % (optimizer,))
-    if isinstance(backward_passes_per_step, bool) or \
-            not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
-        raise ValueError('backward_passes_per_step must be an int >= 1, not %r'
-                         % (backward_passes_per_step,))
+    _check_passes(backward_passes_per_step)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError('gradient_predivide_factor is for op=Average only')
     if num_groups != 0:
-        warnings.warn('num_groups is deprecated; use groups', DeprecationWarning)
+        warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be '
+                      'removed in v0.23.0.', DeprecationWarning)
         if groups is None:
             groups = num_groups
     if op == Adasum and size() > 1:
