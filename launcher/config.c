@@ -62,6 +62,12 @@ static const struct key KEYS[] = {
 static const char *const SECTIONS[] = {"params",      "autotune",        "timeline",
                                        "stall_check", "library_options", "logging"};
 
+/* The file's bytes. */
+struct text {
+  unsigned char *data;
+  size_t len;
+};
+
 /* What a node is, as PyYAML's loader would make it. */
 enum type { T_NULL, T_BOOL, T_NUMBER, T_STRING, T_MAPPING, T_LIST };
 
@@ -120,6 +126,8 @@ static enum type type_of(const yaml_node_t *n, bool *truth) {
 
 /* "the string 'abc'", "a mapping": what was found where something else was expected. */
 static void describe(const yaml_node_t *n, enum type t, char *out, size_t size) {
+  char text[81]; /* the file's text, without control characters (they reach a terminal) */
+  hvd_printable(n->type == YAML_SCALAR_NODE ? text_of(n) : "", text, sizeof(text));
   switch (t) {
   case T_MAPPING:
     snprintf(out, size, "a mapping");
@@ -131,13 +139,13 @@ static void describe(const yaml_node_t *n, enum type t, char *out, size_t size) 
     snprintf(out, size, "null");
     break;
   case T_BOOL:
-    snprintf(out, size, "the boolean %s", text_of(n));
+    snprintf(out, size, "the boolean %s", text);
     break;
   case T_NUMBER:
-    snprintf(out, size, "the number %s", text_of(n));
+    snprintf(out, size, "the number %s", text);
     break;
   case T_STRING:
-    snprintf(out, size, "the string '%.80s'", text_of(n));
+    snprintf(out, size, "the string '%s'", text);
     break;
   }
 }
@@ -146,13 +154,11 @@ static size_t line_of(const yaml_node_t *n) { return n->start_mark.line + 1; }
 
 /* libyaml's reader (bad UTF-8 and such) gives a byte offset alone: the
  * line and column of that byte, both from 1. */
-static void place_of(FILE *f, size_t offset, size_t *line, size_t *column) {
-  int c;
+static void place_of(const struct text *t, size_t offset, size_t *line, size_t *column) {
   *line = 1;
   *column = 1;
-  rewind(f);
-  for (size_t i = 0; i < offset && (c = getc(f)) != EOF; i++) {
-    if (c == '\n') {
+  for (size_t i = 0; i < offset && i < t->len; i++) {
+    if (t->data[i] == '\n') {
       ++*line;
       *column = 1;
     } else {
@@ -161,7 +167,7 @@ static void place_of(FILE *f, size_t offset, size_t *line, size_t *column) {
   }
 }
 
-static hvd_status yaml_failure(const yaml_parser_t *p, FILE *f, const char *path) {
+static hvd_status yaml_failure(const yaml_parser_t *p, const struct text *t, const char *path) {
   const char *problem = p->problem != NULL ? p->problem : "unknown error";
   size_t line, column;
 
@@ -169,10 +175,7 @@ static hvd_status yaml_failure(const yaml_parser_t *p, FILE *f, const char *path
   case YAML_MEMORY_ERROR:
     return hvd_error(HVD_ERR_NO_MEMORY, "%s: out of memory reading the YAML", path);
   case YAML_READER_ERROR:
-    if (ferror(f))
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "--config-file: cannot read '%s': %s", path,
-                       strerror(errno));
-    place_of(f, p->problem_offset, &line, &column);
+    place_of(t, p->problem_offset, &line, &column);
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s:%zu:%zu: invalid YAML: %s (byte %zu)", path,
                      line, column, problem, p->problem_offset);
   default:
@@ -213,13 +216,16 @@ static hvd_status known_names(const char *section, struct hvd_buf *out) {
 static hvd_status unknown(const struct reader *r, const yaml_node_t *key, const char *section) {
   struct hvd_buf names = {0};
   hvd_status st = known_names(section, &names);
+  char name[81];
+
+  hvd_printable(text_of(key), name, sizeof(name));
   if (st == HVD_OK && section == NULL)
     st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
                    "%s:%zu: unknown section '%s' (horovodrun's config file has %s)", r->path,
-                   line_of(key), text_of(key), names.data);
+                   line_of(key), name, names.data);
   else if (st == HVD_OK)
     st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s:%zu: unknown key '%s.%s' (%s has %s)", r->path,
-                   line_of(key), section, text_of(key), section, names.data);
+                   line_of(key), section, name, section, names.data);
   else
     st = hvd_error(HVD_ERR_NO_MEMORY, "%s: out of memory", r->path);
   hvd_buf_fini(&names);
@@ -285,9 +291,11 @@ static hvd_status key_of(const struct reader *r, const yaml_node_t *map,
   }
   for (const yaml_node_pair_t *p = map->data.mapping.pairs.start; p < pair; p++) {
     const yaml_node_t *before = yaml_document_get_node(r->doc, p->key);
-    if (before->type == YAML_SCALAR_NODE && strcmp(text_of(before), text_of(key)) == 0)
+    if (before->type == YAML_SCALAR_NODE && strcmp(text_of(before), text_of(key)) == 0) {
+      hvd_printable(text_of(key), found, sizeof(found));
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s:%zu: '%s' is given twice (also on line %zu)",
-                       r->path, line_of(key), text_of(key), line_of(before));
+                       r->path, line_of(key), found, line_of(before));
+    }
   }
   *out = key;
   return HVD_OK;
@@ -380,6 +388,64 @@ static hvd_status read_document(const struct reader *r) {
   return st;
 }
 
+/* A config file is a few dozen lines: larger or deeper is refused before
+ * anything is built from it, so that a hostile or mistaken file costs
+ * neither memory (the document is built whole) nor libyaml's time, which
+ * grows with the square of the nesting depth. */
+enum { CONFIG_BYTES_MAX = 256 * 1024, CONFIG_DEPTH_MAX = 16 };
+
+/* The whole file, if it is no larger than CONFIG_BYTES_MAX (read once:
+ * it may be a pipe). */
+static hvd_status slurp(FILE *f, const char *path, struct text *out) {
+  size_t n;
+  out->data = malloc(CONFIG_BYTES_MAX + 1);
+  if (out->data == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "%s: out of memory", path);
+  n = fread(out->data, 1, CONFIG_BYTES_MAX + 1, f);
+  if (ferror(f))
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "--config-file: cannot read '%s': %s", path,
+                     strerror(errno));
+  if (n > CONFIG_BYTES_MAX)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "--config-file: '%s' is larger than %d KiB; a config file is a few lines",
+                     path, CONFIG_BYTES_MAX / 1024);
+  out->len = n;
+  return HVD_OK;
+}
+
+/* The events alone, stopping at the first error or at nesting deeper
+ * than any config file has: before the document is built. */
+static hvd_status screen(const struct text *t, const char *path) {
+  yaml_parser_t p;
+  yaml_event_t e;
+  int depth = 0;
+  bool end = false;
+  hvd_status st = HVD_OK;
+
+  if (!yaml_parser_initialize(&p))
+    return hvd_error(HVD_ERR_NO_MEMORY, "%s: out of memory starting the YAML parser", path);
+  yaml_parser_set_input_string(&p, t->data, t->len);
+  while (!end && st == HVD_OK) {
+    if (!yaml_parser_parse(&p, &e)) {
+      st = yaml_failure(&p, t, path);
+      break;
+    }
+    if (e.type == YAML_SEQUENCE_START_EVENT || e.type == YAML_MAPPING_START_EVENT) {
+      if (++depth > CONFIG_DEPTH_MAX)
+        st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                       "%s:%zu:%zu: nested more than %d deep; the config file holds sections "
+                       "of keys",
+                       path, e.start_mark.line + 1, e.start_mark.column + 1, CONFIG_DEPTH_MAX);
+    } else if (e.type == YAML_SEQUENCE_END_EVENT || e.type == YAML_MAPPING_END_EVENT) {
+      depth--;
+    }
+    end = e.type == YAML_STREAM_END_EVENT;
+    yaml_event_delete(&e);
+  }
+  yaml_parser_delete(&p);
+  return st;
+}
+
 hvd_status hvdrun_config_read(const char *path, FILE *warn, hvdrun_config_cb cb, void *arg) {
   yaml_parser_t parser;
   yaml_document_t doc, extra;
@@ -388,6 +454,7 @@ hvd_status hvdrun_config_read(const char *path, FILE *warn, hvdrun_config_cb cb,
   bool have_doc = false;
   hvd_status st = HVD_OK;
   FILE *f = fopen(path, "re");
+  struct text t = {NULL, 0};
 
   if (f == NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "--config-file: cannot open '%s': %s", path,
@@ -396,20 +463,28 @@ hvd_status hvdrun_config_read(const char *path, FILE *warn, hvdrun_config_cb cb,
     fclose(f);
     return hvd_error(HVD_ERR_INVALID_ARGUMENT, "--config-file: '%s' is a directory", path);
   }
+  st = slurp(f, path, &t);
+  fclose(f);
+  if (st == HVD_OK)
+    st = screen(&t, path);
+  if (st != HVD_OK) {
+    free(t.data);
+    return st;
+  }
   if (!yaml_parser_initialize(&parser)) {
-    fclose(f);
+    free(t.data);
     return hvd_error(HVD_ERR_NO_MEMORY, "%s: out of memory starting the YAML parser", path);
   }
-  yaml_parser_set_input_file(&parser, f);
+  yaml_parser_set_input_string(&parser, t.data, t.len);
   if (!yaml_parser_load(&parser, &doc)) {
-    st = yaml_failure(&parser, f, path);
+    st = yaml_failure(&parser, &t, path);
     goto out;
   }
   have_doc = true;
   /* horovodrun reads one document; a second is a mistake worth naming. */
   if (yaml_document_get_root_node(&doc) != NULL) {
     if (!yaml_parser_load(&parser, &extra)) {
-      st = yaml_failure(&parser, f, path);
+      st = yaml_failure(&parser, &t, path);
       goto out;
     }
     if (yaml_document_get_root_node(&extra) != NULL)
@@ -424,6 +499,6 @@ out:
   if (have_doc)
     yaml_document_delete(&doc);
   yaml_parser_delete(&parser);
-  fclose(f);
+  free(t.data);
   return st;
 }

@@ -504,6 +504,54 @@ START_TEST(file_errors) {
 }
 END_TEST
 
+/* A file's size and depth are bounded before anything is built from it,
+ * and its text reaches the terminal without control characters. */
+START_TEST(file_bounded) {
+  enum { BIG = 256 * 1024 + 1, DEEP = 200 * 1024 };
+  char *text = malloc(BIG + 1);
+  const char *big[] = {"--config-file", NULL, "x", NULL};
+  const char *deep[] = {"--config-file", NULL, "x", NULL};
+  const char *escape[] = {"--config-file", write_file("esc.yaml", "params:\n  \"\\e[31mred\": 1\n"),
+                          "x", NULL};
+  struct hvdrun_options o;
+
+  ck_assert_ptr_nonnull(text);
+  memset(text, '#', BIG); /* a comment: valid YAML, only too long */
+  text[BIG] = '\0';
+  big[1] = write_file("big.yaml", text);
+  fails(big, "is larger than 256 KiB", "big.yaml");
+  memset(text, '[', DEEP); /* libyaml alone takes tens of seconds on this */
+  text[DEEP] = '\0';
+  deep[1] = write_file("deep.yaml", text);
+  fails(deep, "nested more than 16 deep", "deep.yaml:1:");
+  free(text);
+  ck_assert_int_eq(parse(&o, escape), HVD_ERR_INVALID_ARGUMENT);
+  ck_assert_msg(strchr(hvd_last_error_message(), '\x1b') == NULL, "%s", hvd_last_error_message());
+  ck_assert_msg(strstr(hvd_last_error_message(), "unknown key 'params.?[31mred'") != NULL, "%s",
+                hvd_last_error_message());
+  hvdrun_options_fini(&o);
+}
+END_TEST
+
+/* A pipe is read once (no second pass from the start). */
+START_TEST(file_from_pipe) {
+  static const char yaml[] = "params:\n  cache_capacity: 5\n";
+  struct hvdrun_options o;
+  char path[32];
+  const char *args[] = {"--config-file", path, "x", NULL};
+  int fds[2];
+
+  ck_assert_int_eq(pipe(fds), 0);
+  ck_assert_int_eq(write(fds[1], yaml, sizeof(yaml) - 1), (ssize_t)sizeof(yaml) - 1);
+  close(fds[1]);
+  snprintf(path, sizeof(path), "/dev/fd/%d", fds[0]);
+  ck_assert_int_eq(parse(&o, args), HVD_OK);
+  ck_assert_str_eq(o.settings[HVD_SET_CACHE_CAPACITY], "5");
+  hvdrun_options_fini(&o);
+  close(fds[0]);
+}
+END_TEST
+
 START_TEST(file_missing_or_unreadable) {
   char path[PATH_MAX];
   const char *missing[] = {"--config-file", path, "x", NULL};
@@ -647,6 +695,8 @@ Suite *config_suite(void) {
   tcase_add_test(tc, horovods_default_file_warns);
   tcase_add_test(tc, file_errors);
   tcase_add_test(tc, file_missing_or_unreadable);
+  tcase_add_test(tc, file_bounded);
+  tcase_add_test(tc, file_from_pipe);
   tcase_add_test(tc, file_controller);
   tcase_add_test(tc, check_build_layout);
   tcase_add_test(tc, check_build_needs_no_command);

@@ -248,6 +248,9 @@ bool hvd_shape_elements(const int64_t *shape, int ndims, int64_t *out);
 /* ---- small helpers (util.c) ----------------------------------------------- */
 /* Copies exactly len bytes (NULs included) and adds a terminating NUL. */
 char *hvd_strndup(const char *s, size_t len);
+/* Copies text for a message, control characters (an escape sequence a
+ * file or variable carried to the terminal) replaced by '?'; cut to fit. */
+void hvd_printable(const char *text, char *out, size_t size);
 /* Zeroed memory for n items, like calloc, but through malloc: glibc's
  * calloc bypasses the per-thread cache, which makes it several times
  * slower for the small blocks every operation allocates. */

@@ -43,13 +43,14 @@ struct origin {
 
 static hvd_status HVD_PRINTF(3, 4) refuse(struct origin o, const char *value, const char *fmt,
                                           ...) {
-  char what[512];
+  char what[512], shown[65];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(what, sizeof(what), fmt, ap);
   va_end(ap);
-  return hvd_error(HVD_ERR_INVALID_ARGUMENT, o.flag ? "%s: '%.64s' %s" : "%s='%.64s' %s", o.label,
-                   value, what);
+  hvd_printable(value, shown, sizeof(shown));
+  return hvd_error(HVD_ERR_INVALID_ARGUMENT, o.flag ? "%s: '%s' %s" : "%s='%s' %s", o.label,
+                   shown, what);
 }
 
 /* A number as people write it: 10000000, not 1e+07; 0.001, not 1e-03. */

@@ -17,6 +17,17 @@ char *hvd_strndup(const char *s, size_t len) {
   return copy;
 }
 
+void hvd_printable(const char *text, char *out, size_t size) {
+  size_t n = 0;
+  if (size == 0)
+    return;
+  for (; text[n] != '\0' && n + 1 < size; n++) {
+    unsigned char c = (unsigned char)text[n];
+    out[n] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+  }
+  out[n] = '\0';
+}
+
 void *hvd_zalloc(size_t n, size_t size) {
   void *p;
 
