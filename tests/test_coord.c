@@ -1654,6 +1654,29 @@ static void run_shutdown_pending(int size, bool thread) {
   close(a.submitted[1]);
 }
 
+/* The last rank shuts down at once: the others' collective, which needs
+ * it, ends with HVD_ERR_ABORTED and a message that names that rank (a
+ * Python rank's atexit shutdown after an exception is this case). */
+static int last_rank_shuts_down(int rank, int size, void *arg) {
+  int sum;
+  hvd_status st;
+  (void)arg;
+  if (rank == size - 1) {
+    CALL(hvd_shutdown());
+    return 0;
+  }
+  st = allreduce_int(1, HVD_SUM, &sum);
+  EXPECT(st == HVD_ERR_ABORTED, "the allreduce ended with %s", hvd_strerror(st));
+  char want[64];
+  snprintf(want, sizeof(want), "rank %d called hvd_shutdown", size - 1);
+  EXPECT(strstr(hvd_last_error_message(), want) != NULL, "'%s' does not say '%s'",
+         hvd_last_error_message(), want);
+  return 0;
+}
+
+START_TEST(shutdown_names_the_rank) { run_ok(_i, last_rank_shuts_down, NULL); }
+END_TEST
+
 START_TEST(shutdown_aborts_pending) { run_shutdown_pending(_i, false); }
 END_TEST
 START_TEST(shutdown_while_waiting) { run_shutdown_pending(_i, true); }
@@ -2100,6 +2123,7 @@ static Suite *lifecycle_suite(void) {
   tcase_add_loop_test(tc, control_rings_on_rank0_host, 0, 2);
   tcase_add_test(tc, listener_answers_or_refuses);
   tcase_add_loop_test(tc, shutdown_aborts_pending, 2, 4);
+  tcase_add_loop_test(tc, shutdown_names_the_rank, 2, 4);
   tcase_add_loop_test(tc, shutdown_while_waiting, 2, 3);
   tcase_add_loop_test(tc, wait_in_a_callback_is_refused, 2, 3);
   tcase_add_test(tc, shutdown_ends_a_waiting_init);

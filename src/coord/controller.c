@@ -718,8 +718,10 @@ hvd_status coord_controller_receive(struct coord_controller *c, int rank,
     }
     return HVD_OK;
   }
-  if (l->flags & COORD_FLAG_SHUTDOWN)
+  if ((l->flags & COORD_FLAG_SHUTDOWN) && !c->shutdown) {
     c->shutdown = true;
+    c->shutdown_rank = rank;
+  }
   for (uint32_t byte = 0; byte < l->hits_bytes; byte++) {
     for (int b = 0; b < 8; b++) {
       hvd_status st;

@@ -101,6 +101,7 @@ struct coord_controller {
   } *lane_grants;
 
   bool shutdown;      /* a rank asked to shut down */
+  int shutdown_rank;  /* the first that asked: named in the list every rank stops on */
   bool aborting;      /* a rank reported a failure */
   bool cache_paused;  /* the autotuner turned the response cache off */
   uint8_t abort_status;

@@ -532,8 +532,13 @@ static hvd_status assemble(struct coord_controller *c, struct coord_response *fu
   out->nretired = c->nretired;
   c->retired = NULL;
   c->nretired = c->retired_cap = 0;
-  if (c->shutdown)
+  if (c->shutdown) {
+    /* The stop's reason travels where an abort's does: who asked. */
+    char why[64];
+    snprintf(why, sizeof(why), "rank %d called hvd_shutdown", c->shutdown_rank);
     out->flags |= COORD_FLAG_SHUTDOWN;
+    out->abort_message = hvd_strndup(why, strlen(why));
+  }
   grant_lanes(c, out);
   return HVD_OK;
 }
@@ -645,7 +650,11 @@ bool coord_controller_next(struct coord_controller *c, int64_t now, struct coord
   return true;
 }
 
-void coord_controller_request_shutdown(struct coord_controller *c) { c->shutdown = true; }
+void coord_controller_request_shutdown(struct coord_controller *c) {
+  if (!c->shutdown)
+    c->shutdown_rank = 0;
+  c->shutdown = true;
+}
 
 int64_t coord_controller_due(const struct coord_controller *c) {
   if (c->shutdown || c->join_due || c->aborting)

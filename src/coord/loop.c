@@ -484,9 +484,13 @@ static hvd_status apply(struct coord_loop *l, struct coord_response_list *list) 
     return st;
   s->applied_seq = list->seq;
   if (list->flags & COORD_FLAG_SHUTDOWN) {
+    char why[HVD_ERROR_MESSAGE_MAX];
+    snprintf(why, sizeof(why),
+             "hvd was shut down: %s (its program ended or stopped hvd; operations after that "
+             "fail)",
+             list->abort_message != NULL ? list->abort_message : "a rank called hvd_shutdown");
     s->clean_stop = true;
-    coord_stop(s, HVD_ERR_ABORTED,
-               "hvd was shut down (a rank called hvd_shutdown; operations after that fail)");
+    coord_stop(s, HVD_ERR_ABORTED, why);
   }
   return HVD_OK;
 }
