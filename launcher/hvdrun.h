@@ -23,7 +23,7 @@ struct hvdrun_options {
   const char *ssh_identity;
   const char *ssh_command; /* --ssh-command; default "ssh" */
   bool srun;               /* remote ranks start through srun (hosts of an allocation) */
-  const char *iface;       /* --network-interface: settings[HVD_SET_IFACE] */
+  const char *iface;       /* --network-interface(s): settings[HVD_SET_IFACE] */
   int start_timeout_s;     /* --start-timeout (HOROVOD_START_TIMEOUT, 30) */
   int rendezvous_port;     /* --rendezvous-port; 0: ephemeral */
   const char *output_dir;  /* --output-filename */
@@ -31,16 +31,18 @@ struct hvdrun_options {
   bool prefix;             /* false with --disable-output-prefix */
   bool verbose;
   /* The settings' flags (settings.def) as the ranks' variables' values,
-   * checked ("1"/"0" for a switch, whole bytes for --fusion-threshold-mb);
-   * NULL: not given. Handed to the ranks except hvdrun's own, and a
-   * setting that needs another only with that one on. */
+   * checked ("1"/"0" for a switch, whole bytes for --fusion-threshold-mb;
+   * the interfaces of every --network-interface(s) in one list); NULL: not
+   * given. Handed to the ranks except hvdrun's own, and a setting that
+   * needs another only with that one on. hvdrun_python_setup adds
+   * HVD_HVDRUN with --horovod-compat. */
   char *settings[HVD_SETTING_COUNT];
   const char *config_file; /* --config-file: horovodrun's YAML; the command line wins */
   bool check_build;        /* --check-build: print what this build has and exit */
   bool version;            /* -v, --version: print hvd's version and exit */
-  char **owned;            /* strings read from the config file */
+  char **owned;            /* strings read from the config file, and exports made here */
   size_t nowned, owned_cap;
-  const char **exports; /* -x VAR or VAR=value */
+  const char **exports; /* -x VAR or VAR=value; --tcp's, --horovod-compat's PATH */
   size_t nexports, exports_cap;
   bool horovod_compat;  /* --horovod-compat: horovod's imports get hvd's tree */
   char *pythonpath;     /* the ranks' PYTHONPATH (hvdrun_python_setup); NULL: as is */
@@ -60,11 +62,12 @@ struct hvdrun_options {
 };
 
 /* Parses argv, then --config-file's settings that the command line does
- * not give (wherever on it --config-file is); warnings about the file go
- * to stderr. HVD_OK, or HVD_ERR_INVALID_ARGUMENT with a one-line message
- * (HVD_ERR_NO_MEMORY); *help set when --help was asked (nothing else is
- * checked then). With --check-build, no command is needed and the hosts
- * are not checked. hvdrun_options_fini is safe after a failure. */
+ * not give (wherever on it --config-file is); warnings about the file, and
+ * about --num-nccl-streams other than 1, go to stderr. HVD_OK, or
+ * HVD_ERR_INVALID_ARGUMENT with a one-line message (HVD_ERR_NO_MEMORY);
+ * *help set when --help was asked (nothing else is checked then). With
+ * --check-build, no command is needed and the hosts are not checked.
+ * hvdrun_options_fini is safe after a failure. */
 hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *help);
 void hvdrun_options_fini(struct hvdrun_options *o);
 /* Whether a setting was given and is on (a switch's "1"; any other value). */
@@ -125,9 +128,12 @@ hvd_status hvdrun_python_path(const char *const *candidates, size_t n, bool comp
                               const char *current, const char **dir, char **value);
 /* Sets o->pythonpath from hvdrun's own executable (/proc/self/exe), the
  * user's PYTHONPATH (the last -x PYTHONPATH=VALUE, else hvdrun's) and
- * --horovod-compat; with --verbose, says what it added. Without
- * --horovod-compat, finding nothing is not an error. Errors as
- * hvdrun_python_path's. */
+ * --horovod-compat; with --horovod-compat, also the ranks' PATH (an export:
+ * the compat tree's bin directory, with its horovodrun, before the user's
+ * PATH, found as PYTHONPATH is) and HVD_HVDRUN (this executable); a tree
+ * without an executable horovodrun gets a warning on stderr and neither.
+ * With --verbose, says what it added. Without --horovod-compat, finding
+ * nothing is not an error. Errors as hvdrun_python_path's. */
 hvd_status hvdrun_python_setup(struct hvdrun_options *o);
 /* The candidate directory holding hvd's package, as hvdrun_python_setup
  * finds it: *dir malloc'ed (free() it), or NULL when there is none.

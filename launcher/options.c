@@ -10,6 +10,11 @@
  * --min-np or --host-discovery-script; its other flags are errors without
  * it rather than silently ignored. Of horovodrun's controller flags,
  * --gloo names what hvd always does and --mpi what it cannot.
+ * horovodrun's library flags: --tcp is HVD_SHM=0 (and NCCL kept off
+ * InfiniBand, as horovodrun does); --num-nccl-streams is accepted, with a
+ * warning unless it is 1, since hvd has one NCCL stream per GPU and the
+ * flag never changes results; --network-interface, repeated, and
+ * --network-interfaces add up to one list, as horovodrun keeps them all.
  *
  * The flags of settings come from the settings table
  * (src/common/settings.def): each is checked by the parser the ranks use,
@@ -25,6 +30,7 @@
  * checks, and their messages name the file, line and key instead of the
  * flag.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +41,7 @@ enum opt {
   O_NP, O_HOSTS, O_HOSTFILE, O_SSH_PORT, O_SSH_IDENTITY, O_SSH_COMMAND, O_RDZV_PORT, O_OUTPUT,
   O_TIMESTAMP, O_NO_PREFIX, O_VERBOSE, O_EXPORT, O_MIN_NP, O_MAX_NP, O_DISCOVERY, O_SLOTS,
   O_RESET_LIMIT, O_COOLDOWN, O_HOROVOD_COMPAT, O_GLOO, O_MPI, O_DISABLE_CACHE, O_CONFIG,
-  O_CHECK_BUILD, O_VERSION, O_JSRUN, O_HELP
+  O_CHECK_BUILD, O_VERSION, O_JSRUN, O_TCP, O_NCCL_STREAMS, O_HELP
 };
 enum { OPT_COUNT = O_HELP + 1 };
 
@@ -44,10 +50,11 @@ struct spelling {
   enum opt id;
   int values;              /* how many arguments follow */
   const char *set;         /* a switch's value: "1" or "0" */
-  enum hvd_setting setting; /* O_SETTING: which */
+  enum hvd_setting setting; /* O_SETTING, O_TCP: which */
 };
 
-/* hvdrun's own options; the settings' flags come from the table. */
+/* hvdrun's own options, and settings' spellings the table has no field
+ * for; the settings' flags come from the table. */
 static const struct spelling SPELLINGS[] = {
     {"-np", O_NP, 1, NULL, HVD_SET_NONE},
     {"--num-proc", O_NP, 1, NULL, HVD_SET_NONE},
@@ -84,6 +91,9 @@ static const struct spelling SPELLINGS[] = {
     {"--gloo", O_GLOO, 0, NULL, HVD_SET_NONE},
     {"--mpi", O_MPI, 0, NULL, HVD_SET_NONE},
     {"--jsrun", O_JSRUN, 0, NULL, HVD_SET_NONE},
+    {"--tcp", O_TCP, 0, "0", HVD_SET_SHM},
+    {"--num-nccl-streams", O_NCCL_STREAMS, 1, NULL, HVD_SET_NONE},
+    {"--no-log-hide-timestamp", O_SETTING, 0, "0", HVD_SET_LOG_HIDE_TIME},
     {"-v", O_VERSION, 0, NULL, HVD_SET_NONE},
     {"--version", O_VERSION, 0, NULL, HVD_SET_NONE},
     {"-h", O_HELP, 0, NULL, HVD_SET_NONE},
@@ -120,6 +130,11 @@ void hvdrun_usage(FILE *out) {
       out);
   hvd_setting_flag_help(out);
   fputs(
+      "  --tcp                       HVD_SHM=0 and NCCL_IB_DISABLE=1: the ranks talk\n"
+      "                              over TCP only (horovodrun's --tcp)\n"
+      "  --num-nccl-streams N        accepted; hvd has one NCCL stream per GPU (any\n"
+      "                              value but 1 gets a warning)\n"
+      "  --no-log-hide-timestamp     --log-with-timestamp's older spelling\n"
       "  --config-file FILE          horovodrun's YAML config file (params, autotune,\n"
       "                              timeline, stall_check, library_options, logging);\n"
       "                              the command line's flags win over it\n"
@@ -146,7 +161,9 @@ void hvdrun_usage(FILE *out) {
       "Python (hvd's own package goes first on the ranks' PYTHONPATH):\n"
       "  --horovod-compat            put hvd's 'horovod' compatibility tree before it,\n"
       "                              so that 'import horovod.torch' gets hvd\n"
-      "                              (and set HVD_HOROVOD_COMPAT=1)\n"
+      "                              (and set HVD_HOROVOD_COMPAT=1), and a\n"
+      "                              'horovodrun' command first on their PATH that\n"
+      "                              runs this hvdrun\n"
       "  --gloo                      accepted and ignored: hvd is always horovodrun's\n"
       "                              Gloo path\n"
       "  --mpi                       refused: hvd has no MPI\n"
@@ -226,20 +243,98 @@ static bool lookup(const char *arg, const char **value, struct spelling *out) {
   return false;
 }
 
+/* Whether the comma list has the entry of len bytes at name. */
+static bool list_has(const char *list, const char *name, size_t len) {
+  for (const char *p = list; *p != '\0';) {
+    size_t n = strcspn(p, ",");
+    if (n == len && strncmp(p, name, len) == 0)
+      return true;
+    p += n + (p[n] == ',');
+  }
+  return false;
+}
+
+/* Interfaces given again: the list so far (had) and the new entries it
+ * lacks, in *value, which is replaced. horovodrun keeps a set of them; an
+ * exclusion ('^', the whole spec's) cannot join it. */
+static hvd_status add_interfaces(const char *label, const char *had, char **value) {
+  struct hvd_buf all = {0};
+  const char *p = *value;
+  hvd_status st;
+
+  if (had[0] == '^' || p[0] == '^')
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "%s '%s': an exclusion ('^') cannot be added to other interfaces ('%s'); "
+                     "give one list, '^a,b' or names only",
+                     label, *value, had);
+  st = hvd_buf_printf(&all, "%s", had);
+  while (st == HVD_OK && *p != '\0') {
+    size_t n = strcspn(p, ",");
+    if (n == 0 || !list_has(all.data, p, n))
+      st = hvd_buf_printf(&all, ",%.*s", (int)n, p);
+    p += n + (p[n] == ',');
+  }
+  if (st != HVD_OK) {
+    hvd_buf_fini(&all);
+    return hvd_error_prefix("%s", label);
+  }
+  free(*value);
+  *value = hvd_buf_detach(&all, NULL);
+  return HVD_OK;
+}
+
+/* A setting's value: checked as the ranks will read it, kept as the
+ * variable's value (the interfaces' added to those given before). */
+static hvd_status set_setting(struct hvdrun_options *o, const struct spelling *sp, const char *v) {
+  char *value;
+  hvd_status st = hvd_setting_check(sp->setting, v, sp->name, true, &value);
+  const char *had = o->settings[sp->setting];
+
+  if (st == HVD_OK && sp->setting == HVD_SET_IFACE && had != NULL)
+    st = add_interfaces(sp->name, had, &value);
+  if (st != HVD_OK) {
+    free(value);
+    return st;
+  }
+  free(o->settings[sp->setting]);
+  o->settings[sp->setting] = value;
+  return HVD_OK;
+}
+
+/* -x's VAR or VAR=value (kept as given: o does not own it). */
+static hvd_status add_export(struct hvdrun_options *o, const char *label, const char *v) {
+  size_t name = strcspn(v, "=");
+  if (name == 0)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' does not start with a variable name",
+                     label, v);
+  for (size_t i = 0; i < name; i++) {
+    char c = v[i];
+    if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+          (i > 0 && c >= '0' && c <= '9')))
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%.*s' is not a variable name", label,
+                       (int)name, v);
+  }
+  if (hvd_array_reserve(&o->exports, &o->exports_cap, o->nexports + 1, sizeof(*o->exports), 8) !=
+      HVD_OK)
+    return hvd_error_prefix("%s", label);
+  o->exports[o->nexports++] = v;
+  return HVD_OK;
+}
+
 /* v2: the second value, for the one option that takes two. */
 static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, const char *v,
                         const char *v2) {
   switch (sp->id) {
-  case O_SETTING: {
-    /* Checked as the ranks will read it; kept as the variable's value. */
-    char *value;
-    hvd_status st = hvd_setting_check(sp->setting, v, sp->name, true, &value);
+  case O_TCP: {
+    /* horovodrun's "TCP only": NCCL_IB_DISABLE=1 as horovodrun sets it
+     * (a later -x NCCL_IB_DISABLE=... wins), and no shared memory. */
+    hvd_status st = add_export(o, sp->name, "NCCL_IB_DISABLE=1");
     if (st != HVD_OK)
       return st;
-    free(o->settings[sp->setting]);
-    o->settings[sp->setting] = value;
-    break;
+    return set_setting(o, sp, v);
   }
+  case O_SETTING:
+    return set_setting(o, sp, v);
   case O_NP:
     if (!int_in(v, 1, HVDRUN_MAX_RANKS, &o->np))
       return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a number of ranks (1 to %d)",
@@ -300,22 +395,17 @@ static hvd_status apply(struct hvdrun_options *o, const struct spelling *sp, con
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "--jsrun: hvd does not launch through jsrun (IBM Spectrum LSF); hvdrun "
                      "starts the ranks itself, locally or over ssh (-H, --hostfile)");
-  case O_EXPORT: {
-    size_t name = strcspn(v, "=");
-    if (name == 0)
-      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "-x: '%s' does not start with a variable name",
+  case O_EXPORT:
+    return add_export(o, sp->name, v);
+  case O_NCCL_STREAMS: {
+    int n;
+    if (!int_in(v, 0, INT_MAX, &n))
+      return hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s: '%s' is not a whole number >= 0", sp->name,
                        v);
-    for (size_t i = 0; i < name; i++) {
-      char c = v[i];
-      if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-            (i > 0 && c >= '0' && c <= '9')))
-        return hvd_error(HVD_ERR_INVALID_ARGUMENT, "-x: '%.*s' is not a variable name", (int)name,
-                         v);
-    }
-    if (hvd_array_reserve(&o->exports, &o->exports_cap, o->nexports + 1, sizeof(*o->exports),
-                          8) != HVD_OK)
-      return hvd_error_prefix("-x");
-    o->exports[o->nexports++] = v;
+    if (n != 1)
+      fprintf(stderr,
+              "hvdrun: warning: %s %d changes nothing: hvd runs NCCL on one stream per GPU\n",
+              sp->name, n);
     break;
   }
   case O_MIN_NP:

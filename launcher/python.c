@@ -14,6 +14,11 @@
  * compatibility tree beside the package (<that dir>/compat) in front of it,
  * so that `import horovod` resolves to hvd's. Remote ranks get the same
  * path: hvd must be at the same place on their hosts, as the program must.
+ * The tree's bin directory holds a `horovodrun` script that runs the
+ * hvdrun named by HVD_HVDRUN: with --horovod-compat, hvdrun puts that
+ * directory first on the ranks' PATH (an export, as -x PATH=... would be)
+ * and itself in HVD_HVDRUN, so that a script which starts horovodrun gets
+ * this hvdrun.
  */
 #include <errno.h>
 #include <limits.h>
@@ -155,15 +160,58 @@ static hvd_status own_executable(char *out, size_t size) {
   return HVD_OK;
 }
 
-/* The user's PYTHONPATH: the last -x PYTHONPATH=VALUE, else hvdrun's own
- * (which a bare -x PYTHONPATH exports anyway). */
-static const char *user_pythonpath(const struct hvdrun_options *o) {
-  const char *value = getenv("PYTHONPATH");
+/* The user's value of a variable for the ranks: the last -x NAME=VALUE,
+ * else hvdrun's own (which a bare -x NAME exports anyway). */
+static const char *user_value(const struct hvdrun_options *o, const char *name) {
+  const char *value = getenv(name);
+  size_t len = strlen(name);
   for (size_t i = 0; i < o->nexports; i++) {
-    if (strncmp(o->exports[i], "PYTHONPATH=", 11) == 0)
-      value = o->exports[i] + 11;
+    if (strncmp(o->exports[i], name, len) == 0 && o->exports[i][len] == '=')
+      value = o->exports[i] + len + 1;
   }
   return value;
+}
+
+/* --horovod-compat's horovodrun: PATH=<dir>/compat/bin:<the user's PATH>
+ * among the exports (after the user's, so it wins), and HVD_HVDRUN=exe. A
+ * tree without an executable horovodrun (an install that dropped the
+ * mode) gets a warning and no PATH. */
+static hvd_status add_horovodrun(struct hvdrun_options *o, const char *dir, const char *exe) {
+  char bin[PATH_MAX], script[PATH_MAX], *kv, *self = NULL;
+  const char *path = user_value(o, "PATH");
+  struct hvd_buf text = {0};
+  hvd_status st;
+
+  if (!join(bin, dir, "compat/bin") || !join(script, bin, "horovodrun") ||
+      access(script, X_OK) != 0) {
+    fprintf(stderr,
+            "hvdrun: warning: --horovod-compat: no executable %s/compat/bin/horovodrun; the "
+            "ranks have no horovodrun command\n",
+            dir);
+    return HVD_OK;
+  }
+  /* No PATH at all: the shell's default search after ours. */
+  st = hvd_buf_printf(&text, "PATH=%s:%s", bin,
+                      path != NULL && path[0] != '\0' ? path : "/usr/bin:/bin");
+  if (st == HVD_OK &&
+      hvd_array_reserve(&o->owned, &o->owned_cap, o->nowned + 1, sizeof(*o->owned), 16) != HVD_OK)
+    st = HVD_ERR_NO_MEMORY;
+  if (st == HVD_OK &&
+      hvd_array_reserve(&o->exports, &o->exports_cap, o->nexports + 1, sizeof(*o->exports), 8) !=
+          HVD_OK)
+    st = HVD_ERR_NO_MEMORY;
+  if (st == HVD_OK && (self = hvd_strndup(exe, strlen(exe))) == NULL)
+    st = HVD_ERR_NO_MEMORY;
+  if (st != HVD_OK) {
+    hvd_buf_fini(&text);
+    return hvd_error(HVD_ERR_NO_MEMORY, "--horovod-compat: out of memory");
+  }
+  kv = hvd_buf_detach(&text, NULL);
+  o->owned[o->nowned++] = kv;
+  o->exports[o->nexports++] = kv;
+  free(o->settings[HVD_SET_HVDRUN]);
+  o->settings[HVD_SET_HVDRUN] = self;
+  return HVD_OK;
 }
 
 static void say_python(const struct hvdrun_options *o, const char *const *candidates, size_t n,
@@ -178,6 +226,8 @@ static void say_python(const struct hvdrun_options *o, const char *const *candid
             dir, dir);
   else
     fprintf(stderr, "hvdrun: the ranks' PYTHONPATH starts with %s (hvd's Python package)\n", dir);
+  if (o->settings[HVD_SET_HVDRUN] != NULL)
+    fprintf(stderr, "hvdrun: the ranks' PATH starts with %s/compat/bin (horovodrun)\n", dir);
 }
 
 hvd_status hvdrun_python_setup(struct hvdrun_options *o) {
@@ -197,7 +247,9 @@ hvd_status hvdrun_python_setup(struct hvdrun_options *o) {
   st = hvdrun_python_candidates(exe, HVD_INSTALL_LIBDIR, candidates, &n);
   if (st == HVD_OK)
     st = hvdrun_python_path((const char *const *)candidates, n, o->horovod_compat,
-                            user_pythonpath(o), &dir, &o->pythonpath);
+                            user_value(o, "PYTHONPATH"), &dir, &o->pythonpath);
+  if (st == HVD_OK && o->horovod_compat)
+    st = add_horovodrun(o, dir, exe);
   if (st == HVD_OK && o->verbose)
     say_python(o, (const char *const *)candidates, n, dir);
   for (size_t i = 0; i < n; i++)

@@ -939,24 +939,47 @@ END_TEST
 
 START_TEST(python_setup_from_own_executable) {
   /* This test runs from the build tree's bin, beside lib/hvd/python. */
-  char py[PATH_MAX], expect[3 * PATH_MAX];
+  char py[PATH_MAX], self[PATH_MAX], expect[3 * PATH_MAX], saved_path[4096];
   struct hvdrun_options o;
   bool help;
   const char *user[] = {"--horovod-compat", "-np", "1", "x", NULL};
+  const char *path[] = {"-x", "PATH=/x", "--horovod-compat", "-np", "1", "x", NULL};
   const char *exported[] = {"-x", "PYTHONPATH=/x1", "-x", "PYTHONPATH=/x2", "-np", "1", "x", NULL};
 
   ck_assert_ptr_nonnull(realpath(HVD_BIN_DIR "/../lib/hvd/python", py));
+  ck_assert_ptr_nonnull(realpath("/proc/self/exe", self));
+  snprintf(saved_path, sizeof(saved_path), "%s", getenv("PATH") != NULL ? getenv("PATH") : "");
   setenv("PYTHONPATH", "/u", 1);
+  setenv("PATH", "/p1:/p2", 1);
   ck_assert_int_eq(parse(&o, &help, user), HVD_OK);
   ck_assert_int_eq(hvdrun_python_setup(&o), HVD_OK);
   snprintf(expect, sizeof(expect), "%s/compat:%s:/u", py, py);
   ck_assert_str_eq(o.pythonpath, expect);
+  /* The compat tree's horovodrun first on the ranks' PATH, running this
+   * executable (hvdrun, in a real job). */
+  snprintf(expect, sizeof(expect), "PATH=%s/compat/bin:/p1:/p2", py);
+  ck_assert_uint_eq(o.nexports, 1);
+  ck_assert_str_eq(o.exports[0], expect);
+  ck_assert_str_eq(o.settings[HVD_SET_HVDRUN], self);
+  snprintf(expect, sizeof(expect), "%s/compat/bin/horovodrun", py);
+  ck_assert_int_eq(access(expect, X_OK), 0);
   hvdrun_options_fini(&o);
-  /* -x PYTHONPATH=VALUE is the user's path (the last one, as for the ranks). */
+  /* -x PATH=VALUE is the user's PATH. */
+  ck_assert_int_eq(parse(&o, &help, path), HVD_OK);
+  ck_assert_int_eq(hvdrun_python_setup(&o), HVD_OK);
+  snprintf(expect, sizeof(expect), "PATH=%s/compat/bin:/x", py);
+  ck_assert_uint_eq(o.nexports, 2);
+  ck_assert_str_eq(o.exports[1], expect);
+  hvdrun_options_fini(&o);
+  setenv("PATH", saved_path, 1);
+  /* -x PYTHONPATH=VALUE is the user's path (the last one, as for the
+   * ranks); without --horovod-compat, PATH and HVD_HVDRUN stay as they are. */
   ck_assert_int_eq(parse(&o, &help, exported), HVD_OK);
   ck_assert_int_eq(hvdrun_python_setup(&o), HVD_OK);
   snprintf(expect, sizeof(expect), "%s:/x2", py);
   ck_assert_str_eq(o.pythonpath, expect);
+  ck_assert_uint_eq(o.nexports, 2);
+  ck_assert_ptr_null(o.settings[HVD_SET_HVDRUN]);
   hvdrun_options_fini(&o);
   unsetenv("PYTHONPATH");
 }

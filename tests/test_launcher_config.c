@@ -189,6 +189,57 @@ START_TEST(flags_not_given_set_nothing) {
 }
 END_TEST
 
+/* horovodrun's library and interface flags: --network-interface(s) add up
+ * as horovodrun's set of them does, --tcp is TCP only, and the spellings
+ * hvdrun had no use for run. */
+START_TEST(horovodrun_library_flags) {
+  struct hvdrun_options o;
+  struct hvdrun_env e = {0};
+  const char *args[] = {"--network-interface", "eth0",
+                        "--network-interface=eth1,eth0",
+                        "--network-interfaces", "ib,=eth1,eth1",
+                        "--tcp",
+                        "--thread-affinity", "0,8",
+                        "--num-nccl-streams", "1",
+                        "--log-hide-timestamp",
+                        "--no-log-hide-timestamp",
+                        "x", NULL};
+  const char *one[] = {"--network-interfaces", "lo,eth0", "--tcp", "-x", "NCCL_IB_DISABLE=0",
+                       "x", NULL};
+  const char *file[] = {"--no-log-hide-timestamp", "--config-file",
+                        write_file("hide.yaml", "logging:\n  hide_timestamp: true\n"), "x",
+                        NULL};
+
+  ck_assert_int_eq(parse(&o, args), HVD_OK);
+  ck_assert_str_eq(o.iface, "eth0,eth1,ib,=eth1");
+  job_vars(&o, &e);
+  var_is(&e, "HOROVOD_GLOO_IFACE", "eth0,eth1,ib,=eth1");
+  var_is(&e, "NCCL_SOCKET_IFNAME", "eth0,eth1,ib,=eth1");
+  var_is(&e, "HVD_SHM", "0");
+  var_is(&e, "NCCL_IB_DISABLE", "1");
+  var_is(&e, "HOROVOD_THREAD_AFFINITY", "0,8");
+  var_is(&e, "HOROVOD_NUM_NCCL_STREAMS", NULL); /* hvd reads none */
+  var_is(&e, "HOROVOD_LOG_HIDE_TIME", "0");     /* the last spelling wins */
+  hvdrun_env_fini(&e);
+  hvdrun_options_fini(&o);
+
+  /* One list as it is; a later -x of NCCL_IB_DISABLE wins over --tcp's. */
+  ck_assert_int_eq(parse(&o, one), HVD_OK);
+  job_vars(&o, &e);
+  var_is(&e, "HOROVOD_GLOO_IFACE", "lo,eth0");
+  var_is(&e, "NCCL_IB_DISABLE", "0");
+  hvdrun_env_fini(&e);
+  hvdrun_options_fini(&o);
+
+  /* --no-log-hide-timestamp is the command line's word over the file's. */
+  ck_assert_int_eq(parse(&o, file), HVD_OK);
+  job_vars(&o, &e);
+  var_is(&e, "HOROVOD_LOG_HIDE_TIME", "0");
+  hvdrun_env_fini(&e);
+  hvdrun_options_fini(&o);
+}
+END_TEST
+
 START_TEST(flags_rejected) {
   static const struct {
     const char *args[6];
@@ -230,6 +281,17 @@ START_TEST(flags_rejected) {
       {{"--config-file", "", "x", NULL}, "--config-file: empty file name"},
       {{"--config-file", NULL}, "--config-file needs a value"},
       {{"--mpi", NULL}, "--mpi: hvd has no MPI"},
+      {{"--network-interface", "eth0", "--network-interfaces", "^lo", "x", NULL},
+       "--network-interfaces '^lo': an exclusion ('^') cannot be added to other interfaces"},
+      {{"--network-interface", "^lo", "--network-interface", "eth0", "x", NULL},
+       "('^lo'); give one list"},
+      {{"--network-interface", "", "x", NULL}, "--network-interface: '' is no value"},
+      {{"--tcp=1", "x", NULL}, "--tcp takes no value"},
+      {{"--num-nccl-streams", "two", "x", NULL},
+       "--num-nccl-streams: 'two' is not a whole number >= 0"},
+      {{"--num-nccl-streams", "-1", "x", NULL}, "--num-nccl-streams: '-1'"},
+      {{"--num-nccl-streams", NULL}, "--num-nccl-streams needs a value"},
+      {{"--thread-affinity", "", "x", NULL}, "--thread-affinity: '' is no value"},
   };
   for (size_t i = 0; i < HVD_ARRAY_SIZE(cases); i++)
     fails(cases[i].args, cases[i].says, NULL);
@@ -679,6 +741,12 @@ START_TEST(hvdrun_exit_codes) {
   ck_assert_int_eq(run_hvdrun("--config-file bad.yaml -np 1 true", out, sizeof(out)), 2);
   ck_assert_str_eq(out, "hvdrun: bad.yaml:2: stall_check.enabled: expected true or false, not "
                         "the string 'maybe'\n");
+  /* --num-nccl-streams: 1 is what hvd does; another count runs, with one line. */
+  ck_assert_int_eq(run_hvdrun("--num-nccl-streams 1 -np 1 true", out, sizeof(out)), 0);
+  ck_assert_str_eq(out, "");
+  ck_assert_int_eq(run_hvdrun("--num-nccl-streams 4 -np 1 true", out, sizeof(out)), 0);
+  ck_assert_str_eq(out, "hvdrun: warning: --num-nccl-streams 4 changes nothing: hvd runs NCCL "
+                        "on one stream per GPU\n");
 }
 END_TEST
 
@@ -688,6 +756,7 @@ Suite *config_suite(void) {
   tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
   tcase_add_test(tc, flags_reach_the_ranks);
   tcase_add_test(tc, flags_not_given_set_nothing);
+  tcase_add_test(tc, horovodrun_library_flags);
   tcase_add_test(tc, flags_rejected);
   tcase_add_test(tc, file_reaches_the_ranks);
   tcase_add_test(tc, command_line_wins);

@@ -188,6 +188,35 @@ python)
     [ "$(wc -l <"$work/err")" = 1 ] || fail "--mpi: not one line: $(cat "$work/err")"
     [ ! -s "$work/out" ] || fail "--mpi: a rank ran: $(cat "$work/out")"
     ;;
+horovodrun_flags)
+    # horovodrun's spellings: every --network-interface(s) in one list (each
+    # name once), --tcp (no shared memory, NCCL off InfiniBand),
+    # --thread-affinity, --num-nccl-streams 1, --no-log-hide-timestamp.
+    run -np 2 --network-interface lo --network-interfaces lo,e2e0 --tcp --thread-affinity 0,0 \
+        --num-nccl-streams 1 --no-log-hide-timestamp sh -c 'echo "$HOROVOD_GLOO_IFACE" \
+        "$NCCL_SOCKET_IFNAME shm=$HVD_SHM ib=$NCCL_IB_DISABLE cores=$HOROVOD_THREAD_AFFINITY" \
+        "hide=$HOROVOD_LOG_HIDE_TIME"'
+    expect_rc 0
+    for r in 0 1; do expect_out "^\[$r\]<stdout>:lo,e2e0 lo,e2e0 shm=0 ib=1 cores=0,0 hide=0$"; done
+    [ ! -s "$work/err" ] || fail "warnings: $(cat "$work/err")"
+    # Real jobs: with --tcp the ranks' collectives stay off shared memory,
+    # which they take without it; pinned threads and the loopback interface.
+    bench() { run -np 2 --log-level info --thread-affinity 0,0 --network-interface lo "$@" \
+        "$bin/hvd-bench" allreduce -b 8 -e 64K -f 4 -c 1; }
+    bench
+    expect_rc 0
+    expect_out "Out of bounds values : 0 OK"
+    expect_err "communicator global: 2 ranks on host .*: shared memory"
+    bench --tcp
+    expect_rc 0
+    expect_out "Out of bounds values : 0 OK"
+    if grep "shared memory" "$work/err"; then fail "--tcp: a communicator in shared memory"; fi
+    # Another NCCL stream count runs, with one warning line.
+    run -np 1 --num-nccl-streams 2 true
+    expect_rc 0
+    expect_err "^hvdrun: warning: --num-nccl-streams 2 changes nothing"
+    [ "$(wc -l <"$work/err")" = 1 ] || fail "--num-nccl-streams 2: $(cat "$work/err")"
+    ;;
 example)
     run -np 4 "$bin/train_mlp" --expect-loss-below 0.3
     expect_rc 0

@@ -4,8 +4,9 @@ scripts run unchanged on hvd: `import horovod.torch as hvd` gets hvd.torch.
 Only horovod.torch (with horovod.torch.elastic) is provided; importing
 horovod.tensorflow, horovod.keras, horovod.mxnet, horovod.spark or
 horovod.ray raises ImportError. Jobs start with `hvdrun --horovod-compat`,
-which puts this tree first on the ranks' PYTHONPATH; horovod.run cannot
-start them.
+which puts this tree first on the ranks' PYTHONPATH (and its bin directory,
+with a `horovodrun` that is that hvdrun, first on their PATH), or with
+horovod.run, which runs a function on ranks of this host through hvdrun.
 """
 
 import os
