@@ -10,9 +10,14 @@ install(DIRECTORY include/hvd DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # libhvd.so (three directories up) and hvdrun looks for them; the
 # compatibility tree's `horovod` stays there too, never in a site directory,
 # so that it shadows Horovod only for jobs that ask (hvdrun --horovod-compat).
+# The tree's `horovodrun` (hvdrun under horovodrun's name, first on the
+# ranks' PATH with --horovod-compat) keeps its execute bit.
 install(DIRECTORY python/hvd python/compat DESTINATION ${CMAKE_INSTALL_LIBDIR}/hvd/python
   PATTERN __pycache__ EXCLUDE
-  PATTERN "*.pyc" EXCLUDE)
+  PATTERN "*.pyc" EXCLUDE
+  PATTERN horovodrun
+    PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ
+                WORLD_EXECUTE)
 # The pkg-config file finds the prefix from its own place, so that
 # `cmake --install build --prefix DIR` (a prefix chosen after configuring)
 # gives a file that points into DIR.

@@ -273,6 +273,14 @@ int hvdrun_hosts_view_slots(const struct hvdrun_hosts_view *v);
  * flushed at the end with a newline added. */
 enum { HVDRUN_WAITED_MAX = 4 };
 
+/* Why a rank's failure points at others (output.c reads it from its
+ * messages; job.c names the rank at fault last). */
+enum hvdrun_wait_kind {
+  HVDRUN_WAIT_TIMEOUT,  /* it timed out waiting for them */
+  HVDRUN_WAIT_SHUTDOWN, /* one of them ended the job with hvd_shutdown */
+  HVDRUN_WAIT_FAILED,   /* one of them failed first */
+};
+
 struct hvdrun_stream {
   int rank;
   bool is_stderr;
@@ -282,10 +290,11 @@ struct hvdrun_stream {
   char *line;
   size_t len, cap;
   bool after_cr; /* the last chunk ended in "\r": a "\n" next belongs to it */
-  /* Global ranks this rank's transport timed out waiting for, as its
-   * "no progress" message names them (stderr only; see output.c). */
+  /* Global ranks this rank's failure points at, as its last message of
+   * that kind names them, and why (stderr only; see output.c). */
   int waited_on[HVDRUN_WAITED_MAX];
   int nwaited;
+  enum hvdrun_wait_kind wait_kind;
 };
 
 void hvdrun_stream_init(struct hvdrun_stream *s, int rank, bool is_stderr, FILE *out, FILE *file,

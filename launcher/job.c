@@ -205,10 +205,12 @@ static int64_t tick_cb(void *arg) {
 
 /* A rank that stopped (SIGSTOP, a hung host) fails nobody itself: the
  * others time out waiting for it, and the first of them to exit is what
- * stops the job. Their messages name whom they waited for; say it last.
- * A rank that timed out itself was waiting too (for the stopped one,
- * maybe through others), so the ranks named are those waited for that did
- * not time out, when there are such. */
+ * stops the job. So does a rank that shut hvd down (its script raised,
+ * then exited) or failed: the others stop, and may exit before it. Their
+ * messages name that rank (output.c); say it last. A rank that timed out
+ * itself was waiting too (for the stopped one, maybe through others), so
+ * the ranks named are those pointed at that point at nobody, when there
+ * are such. */
 static void name_waited_on(struct job *j) {
   bool any_silent = false;
   for (int r = 0; r < j->size && !any_silent; r++) {
@@ -223,6 +225,7 @@ static void name_waited_on(struct job *j) {
     char waiters[256];
     size_t len = 0;
     int n = 0;
+    enum hvdrun_wait_kind kind = HVDRUN_WAIT_TIMEOUT; /* the first waiter's */
     if (any_silent && rank(j, target)->streams[1].nwaited > 0)
       continue;
     waiters[0] = '\0';
@@ -231,17 +234,34 @@ static void name_waited_on(struct job *j) {
       for (int k = 0; k < s->nwaited; k++) {
         if (s->waited_on[k] != target)
           continue;
+        if (n == 0)
+          kind = s->wait_kind;
         if (len < sizeof(waiters))
           len += (size_t)snprintf(waiters + len, sizeof(waiters) - len, "%s%d", n ? ", " : "", r);
         n++;
         break;
       }
     }
-    if (n > 0)
+    if (n == 0)
+      continue;
+    switch (kind) {
+    case HVDRUN_WAIT_TIMEOUT:
       fprintf(stderr,
               "hvdrun: rank%s %s timed out waiting for rank %d on host %s: it made no progress "
               "(stopped, hung, or cut off from the others?)\n",
               n > 1 ? "s" : "", waiters, target, host_of(j, target));
+      break;
+    case HVDRUN_WAIT_SHUTDOWN:
+      fprintf(stderr,
+              "hvdrun: rank%s %s stopped because rank %d on host %s shut hvd down: its program "
+              "ended or raised an exception (see its output above)\n",
+              n > 1 ? "s" : "", waiters, target, host_of(j, target));
+      break;
+    case HVDRUN_WAIT_FAILED:
+      fprintf(stderr, "hvdrun: rank%s %s stopped because rank %d on host %s failed first\n",
+              n > 1 ? "s" : "", waiters, target, host_of(j, target));
+      break;
+    }
   }
 }
 

@@ -30,31 +30,66 @@ void hvdrun_stream_init(struct hvdrun_stream *s, int rank, bool is_stderr, FILE 
   s->timestamp = timestamp;
 }
 
-/* A transport timeout names the peers it waited for: "no progress for 30.0
- * s: receiving 4 bytes from rank 2 (global rank 2 on h3); ...". hvdrun
- * keeps those global ranks, so that its last lines can name a rank that
- * stopped (SIGSTOP, a hung host) while the others timed out. */
+/* The N of "rank N" right before text + at; -1 when it is not there. */
+static int rank_before(const char *text, size_t at) {
+  size_t digits = at;
+  long n;
+  while (digits > 0 && text[digits - 1] >= '0' && text[digits - 1] <= '9')
+    digits--;
+  if (digits == at || digits < 5 || strncmp(text + digits - 5, "rank ", 5) != 0 ||
+      at - digits > 9)
+    return -1;
+  n = strtol(text + digits, NULL, 10);
+  return (int)n;
+}
+
+/* What a rank's failure message says of other ranks, so that hvdrun's
+ * last lines can name the rank at fault, not the first one that gave up:
+ * a transport timeout names the peers it waited for ("no progress for
+ * 30.0 s: receiving 4 bytes from rank 2 (global rank 2 on h3); ..."), the
+ * coordinator a silent one ("rank 2 has sent nothing for 30 s"), a stop
+ * the rank that shut the job down ("rank 1 called hvd_shutdown") or that
+ * failed ("rank 1 failed: ..."). The first of these a line holds wins:
+ * "rank 0 failed: rank 2 has sent nothing" points at rank 2. */
 static void note_waits(struct hvdrun_stream *s, const char *line, size_t len) {
   static const char timeout[] = "no progress for ", who[] = "(global rank ";
+  static const struct {
+    const char *after; /* follows "rank N" */
+    enum hvdrun_wait_kind kind;
+  } about[] = {{" has sent nothing for ", HVDRUN_WAIT_TIMEOUT},
+               {" called hvd_shutdown", HVDRUN_WAIT_SHUTDOWN},
+               {" failed: ", HVDRUN_WAIT_FAILED}};
   char text[1024];
   const char *p;
 
   /* Every line of stderr passes here: look before copying. */
-  if (!s->is_stderr || memmem(line, len, timeout, sizeof(timeout) - 1) == NULL)
+  if (!s->is_stderr || memmem(line, len, "rank ", 5) == NULL)
     return;
   len = len < sizeof(text) - 1 ? len : sizeof(text) - 1;
   memcpy(text, line, len);
   text[len] = '\0';
-  if ((p = strstr(text, timeout)) == NULL)
+  if ((p = strstr(text, timeout)) != NULL) {
+    s->nwaited = 0;
+    s->wait_kind = HVDRUN_WAIT_TIMEOUT;
+    while ((p = strstr(p, who)) != NULL && s->nwaited < HVDRUN_WAITED_MAX) {
+      const char *digits = p + sizeof(who) - 1;
+      char *end;
+      long g = strtol(digits, &end, 10);
+      p = end;
+      if (end != digits && g >= 0 && g <= INT32_MAX)
+        s->waited_on[s->nwaited++] = (int)g;
+    }
     return;
-  s->nwaited = 0;
-  while ((p = strstr(p, who)) != NULL && s->nwaited < HVDRUN_WAITED_MAX) {
-    const char *digits = p + sizeof(who) - 1;
-    char *end;
-    long g = strtol(digits, &end, 10);
-    p = end;
-    if (end != digits && g >= 0 && g <= INT32_MAX)
-      s->waited_on[s->nwaited++] = (int)g;
+  }
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(about); i++) {
+    int r;
+    if ((p = strstr(text, about[i].after)) != NULL &&
+        (r = rank_before(text, (size_t)(p - text))) >= 0) {
+      s->waited_on[0] = r;
+      s->nwaited = 1;
+      s->wait_kind = about[i].kind;
+      return;
+    }
   }
 }
 

@@ -37,6 +37,18 @@ if [ "$got" != "$python/compat:$python" ]; then
         "not $python/compat:$python" >&2
     exit 1
 fi
+# A rank of --horovod-compat finds horovodrun first on its PATH, and runs it.
+got=$(env -u PYTHONPATH "$prefix/bin/hvdrun" -np 1 --disable-output-prefix --horovod-compat \
+    sh -c 'command -v horovodrun && horovodrun --version')
+version=$("$prefix/bin/hvdrun" --version)
+case $got in
+"$python/compat/bin/horovodrun
+$version") ;;
+*)
+    echo "install check: a rank's horovodrun is not the installed one that runs: $got" >&2
+    exit 1
+    ;;
+esac
 stray=$(find "$prefix" -name horovod ! -path "$prefix/*/hvd/python/compat/*")
 [ -z "$stray" ] || { echo "install check: horovod outside hvd's compat tree: $stray" >&2; exit 1; }
 echo "install check: ok"

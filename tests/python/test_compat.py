@@ -115,16 +115,6 @@ def test_horovod_torch_is_hvd_torch():
     assert result.stderr.count('provided by hvd') == 1, _explain(result)
 
 
-def test_horovod_run_says_to_use_hvdrun():
-    result = _python_with_compat(
-        'import horovod\n'
-        'try:\n'
-        '    horovod.run(print, np=2)\n'
-        'except NotImplementedError as e:\n'
-        '    print("NotImplementedError:", e)\n')
-    assert 'NotImplementedError:' in result.stdout and 'hvdrun' in result.stdout, _explain(result)
-
-
 def test_in_thread_runs_the_target():
     result = _python_with_compat(
         'from horovod.runner.util.threads import in_thread\n'
