@@ -703,7 +703,7 @@ START_TEST(test_log_rows) {
 
   ck_assert_int_ge(fd, 0);
   close(fd);
-  ck_assert_int_eq(tune_log_open(path, &l), HVD_OK);
+  ck_assert_int_eq(tune_log_open(path, false, &l), HVD_OK);
   text = read_file(path); /* the header is there before any row */
   ck_assert_str_eq(text, HEADER);
   free(text);
@@ -721,6 +721,21 @@ START_TEST(test_log_rows) {
   tune_log_close(NULL);
   text = read_file(path);
   ck_assert_contains(text, "\n1,1,0,0,2.500,33554432,1234.5,16777216,524288\n");
+  free(text);
+  /* A later round goes on after the rows, without a second header. */
+  ck_assert_int_eq(tune_log_open(path, true, &l), HVD_OK);
+  ck_assert_int_eq(tune_log_row(l, &s, 99.0), HVD_OK);
+  tune_log_close(l);
+  text = read_file(path);
+  ck_assert_contains(text, "\n1,1,0,0,2.500,33554432,1234.5,16777216,524288\n"
+                           "1,1,0,0,2.500,33554432,99.0,16777216,524288\n");
+  ck_assert_ptr_eq(strstr(text + 1, HEADER), NULL);
+  free(text);
+  /* A new job starts the file again. */
+  ck_assert_int_eq(tune_log_open(path, false, &l), HVD_OK);
+  tune_log_close(l);
+  text = read_file(path);
+  ck_assert_str_eq(text, HEADER);
   free(text);
   unlink(path);
 }
@@ -767,7 +782,7 @@ START_TEST(test_log_open_error) {
   struct tune_setting initial = test_initial(), first;
   struct tune_tuner *t = NULL;
 
-  ck_assert_int_eq(tune_log_open("/nonexistent-hvd-dir/tune.csv", &l), HVD_ERR_IO);
+  ck_assert_int_eq(tune_log_open("/nonexistent-hvd-dir/tune.csv", false, &l), HVD_ERR_IO);
   assert_one_line_error("/nonexistent-hvd-dir/tune.csv");
   ck_assert_ptr_null(l);
   snprintf(cfg.log_path, sizeof(cfg.log_path), "/nonexistent-hvd-dir/tune.csv");

@@ -49,6 +49,10 @@ hvd_status coord_autotune_init(struct coord_state *s) {
 
   if (st != HVD_OK || !cfg.enabled || s->rank != 0)
     return st;
+  /* A later round (an elastic reset, hvd_init again) tunes again: its
+   * ranks may have changed. Its log goes on, whichever process is rank 0
+   * now, instead of starting over. */
+  cfg.log_append = s->round.round > 0;
   memset(&initial, 0, sizeof(initial));
   initial.fusion_threshold = s->cfg.fusion_threshold;
   initial.cycle_ns = s->cfg.cycle_ns;

@@ -26,7 +26,7 @@ static hvd_status write_error(const struct tune_log *l, const char *call, int er
                    l->path, call, strerror(err));
 }
 
-hvd_status tune_log_open(const char *path, struct tune_log **out) {
+hvd_status tune_log_open(const char *path, bool append, struct tune_log **out) {
   struct tune_log *l = calloc(1, sizeof(*l));
   hvd_status st = HVD_OK;
 
@@ -34,13 +34,13 @@ hvd_status tune_log_open(const char *path, struct tune_log **out) {
     free(l);
     return hvd_error(HVD_ERR_NO_MEMORY, "HOROVOD_AUTOTUNE_LOG: cannot allocate the log");
   }
-  l->f = fopen(path, "w");
+  l->f = fopen(path, append ? "a" : "w");
   if (l->f == NULL)
     st = hvd_error(HVD_ERR_IO,
                    "HOROVOD_AUTOTUNE_LOG %s: fopen: %s (check that the directory exists and "
                    "is writable)",
                    path, strerror(errno));
-  else if (fputs(HEADER, l->f) == EOF || fflush(l->f) != 0)
+  else if (ftell(l->f) == 0 && (fputs(HEADER, l->f) == EOF || fflush(l->f) != 0))
     st = write_error(l, "write", errno);
   if (st != HVD_OK) {
     tune_log_close(l);

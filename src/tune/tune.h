@@ -84,6 +84,7 @@ struct tune_config {
                                TUNE_MAX_SAMPLES; 0: keep the initial setting */
   double gp_noise;          /* HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (0.8), 0 to 1 */
   char log_path[TUNE_PATH_MAX]; /* HOROVOD_AUTOTUNE_LOG; "": no log */
+  bool log_append; /* a later round (an elastic reset, hvd_init again): the log goes on */
   uint64_t seed;                      /* proposals are a function of the seed and the scores */
 };
 

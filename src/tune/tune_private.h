@@ -20,7 +20,9 @@ struct tune_log;
  * columns: hierarchical_allreduce,hierarchical_allgather,torus_allreduce,
  * cache_enabled,cycle_time_ms,tensor_fusion_threshold,score,
  * allreduce_ring_bytes,ring_segment_bytes. HVD_ERR_IO naming the path. */
-hvd_status tune_log_open(const char *path, struct tune_log **out);
+/* append: go on after what the file holds (a later elastic round), the
+ * header only if it is empty; otherwise the file starts again. */
+hvd_status tune_log_open(const char *path, bool append, struct tune_log **out);
 /* One row (torus_allreduce always 0, the fusion threshold in bytes, the
  * score in bytes per second), flushed. HVD_ERR_IO naming the path. */
 hvd_status tune_log_row(struct tune_log *l, const struct tune_setting *s,

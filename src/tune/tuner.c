@@ -416,7 +416,7 @@ hvd_status tune_tuner_create(const struct tune_config *cfg,
     o.seed = cfg->seed;
     st = tune_bayes_create(&o, &t->bo);
     if (st == HVD_OK && cfg->log_path[0] != '\0')
-      st = tune_log_open(cfg->log_path, &t->log);
+      st = tune_log_open(cfg->log_path, cfg->log_append, &t->log);
     if (st != HVD_OK) {
       tune_tuner_destroy(t);
       return st;
