@@ -27,6 +27,18 @@ int main(int argc, char **argv) {
     hvdrun_options_fini(&o);
     return 0;
   }
+  if (st == HVD_OK && o.check_build && o.hosts != NULL) {
+    /* It runs nothing, but a malformed -H is still the command line's
+     * mistake, said before anything is printed. */
+    st = hvdrun_parse_hosts(o.hosts, &hosts, &nhosts);
+    free(hosts);
+    hosts = NULL;
+    if (st != HVD_OK) {
+      fprintf(stderr, "hvdrun: %s\n", hvd_last_error_message());
+      hvdrun_options_fini(&o);
+      return HVDRUN_EXIT_USAGE;
+    }
+  }
   if (st == HVD_OK && o.check_build) {
     char *python_dir = NULL;
     if (hvdrun_python_find(&python_dir) != HVD_OK && o.verbose)

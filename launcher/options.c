@@ -518,10 +518,23 @@ struct parse_state {
   struct hvdrun_options *o;
   const char *given[OPT_COUNT]; /* the spelling the command line used; NULL: none */
   const char *given_setting[HVD_SETTING_COUNT]; /* the same for settings */
+  const char *file_setting[HVD_SETTING_COUNT];  /* "FILE:LINE: key" of the file's */
 };
 
 static const char **given_slot(struct parse_state *ps, const struct spelling *sp) {
   return sp->id == O_SETTING ? &ps->given_setting[sp->setting] : &ps->given[sp->id];
+}
+
+/* A copy of text that lives as long as the options (the config file's
+ * values and where they stand). */
+static hvd_status keep(struct hvdrun_options *o, const char *text, char **out) {
+  if (hvd_array_reserve(&o->owned, &o->owned_cap, o->nowned + 1, sizeof(*o->owned), 16) !=
+      HVD_OK)
+    return hvd_error_prefix("%.200s", text);
+  if ((*out = hvd_strndup(text, strlen(text))) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "%.200s: out of memory", text);
+  o->owned[o->nowned++] = *out;
+  return HVD_OK;
 }
 
 /* A config file's setting, unless the command line gave one. */
@@ -532,6 +545,7 @@ static hvd_status from_file_cb(void *arg, const char *flag, const char *value,
   const char *ignored;
   struct spelling labelled;
   char *copy = NULL;
+  hvd_status st;
 
   if (!lookup(flag, &ignored, &labelled))
     return hvd_error(HVD_ERR_INTERNAL, "%s: hvdrun has no flag %s for it", where, flag);
@@ -540,16 +554,15 @@ static hvd_status from_file_cb(void *arg, const char *flag, const char *value,
   /* --gloo and --mpi both answer the file's controller (as in horovodrun). */
   if ((labelled.id == O_GLOO || labelled.id == O_MPI) && (ps->given[O_GLOO] || ps->given[O_MPI]))
     return HVD_OK;
-  if (value != NULL) {
-    if (hvd_array_reserve(&o->owned, &o->owned_cap, o->nowned + 1, sizeof(*o->owned), 16) !=
-        HVD_OK)
-      return hvd_error_prefix("%s", where);
-    if ((copy = hvd_strndup(value, strlen(value))) == NULL)
-      return hvd_error(HVD_ERR_NO_MEMORY, "%s: out of memory", where);
-    o->owned[o->nowned++] = copy;
-  }
+  if (value != NULL && (st = keep(o, value, &copy)) != HVD_OK)
+    return hvd_error_prefix("%s", where);
   labelled.name = where;
-  return apply(o, &labelled, copy, NULL);
+  if ((st = apply(o, &labelled, copy, NULL)) != HVD_OK || labelled.id != O_SETTING)
+    return st;
+  /* Kept for check_needs, which names the file's line. */
+  if ((st = keep(o, where, &copy)) == HVD_OK)
+    ps->file_setting[labelled.setting] = copy;
+  return st;
 }
 
 /* Flags of the command line that mean nothing without another setting
@@ -559,12 +572,17 @@ static hvd_status check_needs(const struct hvdrun_options *o, const struct parse
   for (int id = 1; id < HVD_SETTING_COUNT; id++) {
     const struct hvd_setting_info *s = hvd_setting_info((enum hvd_setting)id);
     const struct hvd_setting_info *need = hvd_setting_info(s->needs);
-    if (s->needs == HVD_SET_NONE || ps->given_setting[id] == NULL ||
-        !hvdrun_setting_on(o, (enum hvd_setting)id) || hvdrun_setting_on(o, s->needs))
+    /* The command line's, or a switch the file turned on (horovodrun's
+     * sample files carry the autotuner's values with it off). */
+    const char *by = ps->given_setting[id] != NULL        ? ps->given_setting[id]
+                     : s->type == HVD_SETTING_BOOL ? ps->file_setting[id]
+                                                   : NULL;
+    if (s->needs == HVD_SET_NONE || by == NULL || !hvdrun_setting_on(o, (enum hvd_setting)id) ||
+        hvdrun_setting_on(o, s->needs))
       continue;
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "%s has no effect without %s: add %s%s%s (or %s%s in the config file)",
-                     ps->given_setting[id], need->env, need->flag,
+                     by, need->env, need->flag,
                      need->flag_arg != NULL ? " " : "", need->flag_arg != NULL ? need->flag_arg : "",
                      need->key, need->type == HVD_SETTING_BOOL ? ": true" : "");
   }
@@ -577,7 +595,7 @@ bool hvdrun_setting_on(const struct hvdrun_options *o, enum hvd_setting id) {
 }
 
 hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *help) {
-  struct parse_state ps = {o, {NULL}, {NULL}};
+  struct parse_state ps = {o, {NULL}, {NULL}, {NULL}};
   const char *only_elastic = NULL, *slots_flag = NULL;
   hvd_status st;
   int i = 1;

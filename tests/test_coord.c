@@ -1175,6 +1175,20 @@ START_TEST(bad_environment) {
 }
 END_TEST
 
+/* A timeline that cannot be opened is named by its variable, its path and why. */
+START_TEST(timeline_unopenable) {
+  const char *msg;
+  setenv("HOROVOD_TIMELINE", "/nonexistent-hvd-dir/t.json", 1);
+  ck_assert_int_eq(hvd_init(), HVD_ERR_IO);
+  msg = hvd_last_error_message();
+  ck_assert_msg(strstr(msg, "HOROVOD_TIMELINE") != NULL &&
+                    strstr(msg, "/nonexistent-hvd-dir/t.json") != NULL,
+                "%s", msg);
+  ck_assert_int_eq(hvd_is_initialized(), 0);
+  unsetenv("HOROVOD_TIMELINE");
+}
+END_TEST
+
 /* ==== join =================================================================================== */
 
 struct join_arg {
@@ -2094,6 +2108,7 @@ static Suite *errors_suite(void) {
   TCase *alone = tcase_create("alone");
   tcase_add_test(alone, not_initialized);
   tcase_add_test(alone, bad_environment);
+  tcase_add_test(alone, timeline_unopenable);
   suite_add_tcase(s, alone);
   return s;
 }

@@ -414,8 +414,9 @@ START_TEST(file_details) {
   struct hvdrun_options o;
   struct hvdrun_env e = {0};
   /* Nulls set nothing, as in horovodrun; with_timestamp is hide_timestamp
-   * turned round; the autotuner's values stay home when it is off;
-   * mark_cycles needs a timeline. The last of the two timestamp keys wins. */
+   * turned round; the autotuner's values stay home when it is off; a
+   * switch turned off needs nothing. The last of the two timestamp keys
+   * wins. */
   const char *path = write_file("details.yaml", "params:\n"
                                                 "  cache_capacity: ~\n"
                                                 "  cycle_time_ms:\n"
@@ -423,7 +424,7 @@ START_TEST(file_details) {
                                                 "  enabled: false\n"
                                                 "  warmup_samples: 3\n"
                                                 "timeline:\n"
-                                                "  mark_cycles: true\n"
+                                                "  mark_cycles: false\n"
                                                 "stall_check:\n"
                                                 "logging:\n"
                                                 "  hide_timestamp: true\n"
@@ -433,7 +434,7 @@ START_TEST(file_details) {
 
   ck_assert_int_eq(parse(&o, args), HVD_OK);
   ck_assert(!hvdrun_setting_on(&o, HVD_SET_AUTOTUNE) &&
-            hvdrun_setting_on(&o, HVD_SET_TIMELINE_MARK_CYCLES) &&
+            !hvdrun_setting_on(&o, HVD_SET_TIMELINE_MARK_CYCLES) &&
             !hvdrun_setting_on(&o, HVD_SET_LOG_HIDE_TIME));
   ck_assert_ptr_null(o.settings[HVD_SET_CACHE_CAPACITY]);
   ck_assert_ptr_null(o.settings[HVD_SET_CYCLE_TIME]);
@@ -555,6 +556,9 @@ START_TEST(file_errors) {
       {"stall_check:\n  shutdown_time_seconds: -3\n", "stall_check.shutdown_time_seconds: '-3'"},
       {"library_options:\n  gloo_timeout_seconds: 0\n", "library_options.gloo_timeout_seconds"},
       {"logging:\n  level: loud\n", "bad.yaml:2: logging.level: 'loud' is not one of trace, debug"},
+      {"timeline:\n  mark_cycles: true\n",
+       "bad.yaml:2: timeline.mark_cycles has no effect without HOROVOD_TIMELINE: add "
+       "--timeline-filename FILE"},
       {"controller: mpi\n", "bad.yaml:1: controller is mpi, but hvd has no MPI"},
       {"controller: jsrun\n", "bad.yaml:1: controller: expected gloo"},
   };

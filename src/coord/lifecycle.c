@@ -352,8 +352,10 @@ static hvd_status state_create(const struct coord_start *how, uint64_t nth, int 
     goto fail;
   if (s->rank == 0 && s->cfg.timeline[0] != '\0' && strcmp(s->cfg.timeline, "DYNAMIC") != 0 &&
       (st = coord_timeline_start(s->timeline, s->cfg.timeline, s->cfg.timeline_mark_cycles)) !=
-          HVD_OK)
+          HVD_OK) {
+    st = hvd_error_prefix("HOROVOD_TIMELINE"); /* the variable that named the file */
     goto fail;
+  }
   if ((st = coord_loop_start(s)) != HVD_OK)
     goto fail;
   if (s->store != NULL)

@@ -146,7 +146,8 @@ start_timeout)
     nothing_left
     ;;
 usage)
-    for args in "-np 0 true" "-H a:0 true" "-np 5 -H a:2,b:2 true" "--bogus true" "-np 2"; do
+    for args in "-np 0 true" "-H a:0 true" "-np 5 -H a:2,b:2 true" "--bogus true" "-np 2" \
+        "-cb -H a:x"; do
         # shellcheck disable=SC2086
         run $args
         expect_rc 2
