@@ -212,6 +212,17 @@ static int64_t tick_cb(void *arg) {
  * the ranks named are those pointed at that point at nobody, when there
  * are such. */
 static void name_waited_on(struct job *j) {
+  static const struct {
+    const char *verb, *tail;
+  } SAID[] = {
+      [HVDRUN_WAIT_TIMEOUT] = {"timed out waiting for",
+                               ": it made no progress (stopped, hung, or cut off from the "
+                               "others?)"},
+      [HVDRUN_WAIT_SHUTDOWN] = {"stopped because",
+                                " shut hvd down: its program ended or raised an exception (see "
+                                "its output above)"},
+      [HVDRUN_WAIT_FAILED] = {"stopped because", " failed first"},
+  };
   bool any_silent = false;
   for (int r = 0; r < j->size && !any_silent; r++) {
     const struct hvdrun_stream *s = &rank(j, r)->streams[1];
@@ -242,26 +253,9 @@ static void name_waited_on(struct job *j) {
         break;
       }
     }
-    if (n == 0)
-      continue;
-    switch (kind) {
-    case HVDRUN_WAIT_TIMEOUT:
-      fprintf(stderr,
-              "hvdrun: rank%s %s timed out waiting for rank %d on host %s: it made no progress "
-              "(stopped, hung, or cut off from the others?)\n",
-              n > 1 ? "s" : "", waiters, target, host_of(j, target));
-      break;
-    case HVDRUN_WAIT_SHUTDOWN:
-      fprintf(stderr,
-              "hvdrun: rank%s %s stopped because rank %d on host %s shut hvd down: its program "
-              "ended or raised an exception (see its output above)\n",
-              n > 1 ? "s" : "", waiters, target, host_of(j, target));
-      break;
-    case HVDRUN_WAIT_FAILED:
-      fprintf(stderr, "hvdrun: rank%s %s stopped because rank %d on host %s failed first\n",
-              n > 1 ? "s" : "", waiters, target, host_of(j, target));
-      break;
-    }
+    if (n > 0)
+      fprintf(stderr, "hvdrun: rank%s %s %s rank %d on host %s%s\n", n > 1 ? "s" : "", waiters,
+              SAID[kind].verb, target, host_of(j, target), SAID[kind].tail);
   }
 }
 
