@@ -409,6 +409,28 @@ HVD_API void hvd_output_free(void *data);
  * no-op; so is every call in a build without GPU support. */
 HVD_API void hvd_output_free_gpu(void *data);
 
+/*
+ * Wraps an output taken with hvd_handle_take_output as a DLPack tensor, for
+ * a framework to adopt without a copy (in Python, a capsule named
+ * "dltensor" over *managed, which torch.utils.dlpack.from_dlpack takes).
+ * *managed receives a DLManagedTensor in the layout of dlpack.h 0.x (the
+ * one every framework reads): one dimension of `bytes` uint8 elements at
+ * data, in host memory (device HVD_DEVICE_CPU) or in GPU `device`'s.
+ * Its deleter, which the consumer calls once, on any thread, frees the
+ * output (as hvd_output_free or hvd_output_free_gpu would) and then the
+ * structure. The deleter is C only: it never calls back into the caller's
+ * language (it may run while an interpreter unwinds an exception or shuts
+ * down) and takes no lock. To drop a structure nobody consumed, call its
+ * deleter. On success the output belongs to *managed; on failure
+ * (HVD_ERR_INVALID_ARGUMENT for a NULL data or managed or a device below
+ * HVD_DEVICE_CPU, HVD_ERR_NO_MEMORY) it stays the caller's and *managed is
+ * untouched. Thread-safe.
+ */
+HVD_API hvd_status hvd_output_dlpack(void *data, size_t bytes, int device, void **managed);
+/* How many structures hvd_output_dlpack made are not deleted yet: a leak
+ * check for bindings and their tests. Thread-safe. */
+HVD_API size_t hvd_output_dlpack_live(void);
+
 /* An alltoall's received splits, one per rank of the process set (rows
  * received from each), valid until the handle is released. */
 HVD_API hvd_status hvd_handle_received_splits(hvd_handle handle, const int32_t **splits,

@@ -10,15 +10,22 @@ synchronized are released after hvd_shutdown, which completes every
 pending operation (hvd_handle_release would wait for one that is not).
 Completion is observed by poll and wait, never by a callback: a callback
 would take the GIL on hvd's loop thread.
+
+Threads may synchronize, poll and shut down at once, and hvd_handle_wait
+releases the GIL, so an entry counts the threads using its C handle
+(users) and is released exactly once: by whoever leaves it last after it
+left the table (retired). The first thread whose wait returns settles the
+entry (builds the result or the error, takes it out of the table); other
+threads waiting on it then return the same outcome. _table_lock guards
+_ops and every entry's users, retired, freed and settling; it is never
+held across a call that blocks (wait, release).
 """
 
 import atexit
-import ctypes
 import itertools
 import sys
 import threading
 import weakref
-from ctypes import byref, c_int, c_size_t, c_void_p
 
 from hvd import _lib
 from hvd._lib import lib
@@ -238,9 +245,9 @@ def stop_timeline():
 
 def join():
     """Blocks until every rank has joined; returns the rank that joined last."""
-    last = c_int(-1)
-    check(lib.hvd_join(byref(last)), invalid=ValueError)
-    return last.value
+    status, last = _lib.join()
+    check(status, invalid=ValueError)
+    return last
 
 
 def barrier(process_set=None):
@@ -251,94 +258,151 @@ def barrier(process_set=None):
 # ==== handles ====================================================================================
 
 class _Op(object):
-    __slots__ = ('c', 'keep', 'finish')
+    __slots__ = ('c', 'keep', 'finish', 'users', 'retired', 'freed', 'settling', 'settled',
+                 'result', 'error')
 
     def __init__(self, c, keep, finish):
-        self.c = c            # the hvd_handle
+        self.c = c            # the hvd_handle (a c_void_p)
         self.keep = keep      # what hvd points at until completion
         self.finish = finish  # the result from the completed handle
+        self.users = 0        # threads between _use and _unuse
+        self.retired = False  # out of the table: the last user releases c
+        self.freed = False    # c was released
+        self.settling = False  # a thread builds the outcome
+        self.settled = threading.Event()  # result or error is there
+        self.result = None
+        self.error = None
 
 
 _ops = {}
 _numbers = itertools.count(1)
+_table_lock = threading.Lock()
+
+
+def _use(handle):
+    """The entry of a handle in flight, marked in use; None if it is not."""
+    with _table_lock:
+        op = _ops.get(handle)
+        if op is not None:
+            op.users += 1
+        return op
+
+
+def _releasable(op):
+    """Under _table_lock: True, once, when op is out of the table and
+    unused; the caller then releases it."""
+    if op.retired and op.users == 0 and not op.freed:
+        op.freed = True
+        return True
+    return False
+
+
+def _retire(handle, op):
+    """Under _table_lock: takes op out of the table (if it is still there);
+    True when the caller must release it."""
+    if _ops.get(handle) is op:
+        del _ops[handle]
+    op.retired = True
+    return _releasable(op)
+
+
+def _unuse(op):
+    with _table_lock:
+        op.users -= 1
+        free = _releasable(op)
+    if free:
+        lib.hvd_handle_release(op.c)
 
 
 def submit(call, args, keep, finish):
     """Calls an hvd_*_async function (args without the handle pointer) and
     registers the handle; returns its number. A rejected call raises
     ValueError (bad argument, name in flight) or HorovodInternalError."""
-    c = c_void_p()
-    status = call(*args, byref(c))
+    status, c = _lib.submit(call, args)
     if status != _lib.OK:
         raise_for(status)
-    number = next(_numbers)
-    _ops[number] = _Op(c, keep, finish)
+    op = _Op(c, keep, finish)
+    with _table_lock:
+        number = next(_numbers)
+        _ops[number] = op
     return number
 
 
 def poll(handle):
     """True when the operation has completed; never blocks."""
-    op = _ops.get(handle)
+    op = _use(handle)
     if op is None:
         raise ValueError('poll: handle %r is not an operation in flight (synchronized already?)'
                          % (handle,))
-    return lib.hvd_handle_poll(op.c) != 0
+    try:
+        return lib.hvd_handle_poll(op.c) != 0
+    finally:
+        _unuse(op)
 
 
 def synchronize(handle):
     """Waits for the operation (the GIL released meanwhile) and returns its
-    result; None for a handle that is not in flight, as Horovod does."""
-    op = _ops.get(handle)
+    result; None for a handle that is not in flight, as Horovod does.
+    Threads that wait on one handle together all get its result (or its
+    error)."""
+    op = _use(handle)
     if op is None:
         return None
     try:
         status = lib.hvd_handle_wait(op.c)
-        if status != _lib.OK:
-            raise HorovodInternalError(last_error(status))
-        return op.finish(op.c) if op.finish is not None else None
+        message = last_error(status) if status != _lib.OK else None
+        with _table_lock:
+            mine = not op.settling
+            op.settling = True
+        if not mine:
+            op.settled.wait()
+            if op.error is not None:
+                raise op.error
+            return op.result
+        try:
+            if status != _lib.OK:
+                raise HorovodInternalError(message)
+            op.result = op.finish(op.c) if op.finish is not None else None
+            return op.result
+        except BaseException as e:
+            op.error = e
+            raise
+        finally:
+            with _table_lock:
+                _retire(handle, op)  # in use here: _unuse releases it
+            op.settled.set()
     finally:
-        _ops.pop(handle, None)
-        lib.hvd_handle_release(op.c)
+        _unuse(op)
 
 
 def release_all():
-    """Releases every handle in the table (after hvd_shutdown: all completed)."""
-    ops = list(_ops.values())
-    _ops.clear()
-    for op in ops:
+    """Releases every completed handle in the table (after hvd_shutdown:
+    all of them); a handle a thread still uses is released when that
+    thread is done with it."""
+    with _table_lock:
+        done = [(h, op) for h, op in _ops.items() if lib.hvd_handle_poll(op.c)]
+        free = [op for h, op in done if _retire(h, op)]
+    for op in free:
         lib.hvd_handle_release(op.c)
 
 
 def take_output(c, index=0):
     """(address, bytes, shape) of an output hvd allocated, now the caller's:
     free it with lib.hvd_output_free (lib.hvd_output_free_gpu if it is a GPU
-    tensor's)."""
-    data = c_void_p()
-    nbytes = c_size_t()
-    shape = (ctypes.c_int64 * _lib.MAX_DIMS)()
-    check(lib.hvd_handle_take_output(c, index, byref(data), byref(nbytes), shape),
-          invalid=None)
-    return data.value, nbytes.value, shape
+    tensor's), or hand it to a framework (hvd._dlpack)."""
+    status, address, nbytes, shape = _lib.take_output(c, index)
+    check(status, invalid=None)
+    return address, nbytes, shape
 
 
 def received_splits(c):
-    splits = ctypes.POINTER(ctypes.c_int32)()
-    n = c_size_t()
-    check(lib.hvd_handle_received_splits(c, byref(splits), byref(n)), invalid=None)
-    return [splits[i] for i in range(n.value)]
+    status, splits = _lib.received_splits(c)
+    check(status, invalid=None)
+    return splits
 
 
-def tensor_struct(name, dtype, shape, inptr, outptr):
-    """An hvd_tensor; the shape array travels in the structure's _objects."""
-    t = _lib.Tensor()
-    t.name = name
-    t.dtype = dtype
-    t.ndims = len(shape)
-    if shape:
-        t.shape = (ctypes.c_int64 * len(shape))(*shape)
-    t.input = inptr
-    t.output = outptr
-    return t
+# mpi_ops and elastic build their hvd_tensor structures with it.
+tensor_struct = _lib.tensor_struct
 
 
 # ==== process sets ================================================================================
@@ -409,11 +473,9 @@ def set_id(process_set):
 
 
 def set_ranks(set_id_):
-    n = c_size_t()
-    check(lib.hvd_process_set_ranks(set_id_, None, 0, byref(n)), invalid=None)
-    ranks = (c_int * max(n.value, 1))()
-    check(lib.hvd_process_set_ranks(set_id_, ranks, n.value, byref(n)), invalid=None)
-    return list(ranks[:n.value])
+    status, ranks = _lib.process_set_ranks(set_id_)
+    check(status, invalid=None)
+    return ranks
 
 
 def add_process_set(process_set):
@@ -425,11 +487,9 @@ def add_process_set(process_set):
         raise ValueError('%s is registered already' % ps)
     if not is_initialized():
         raise ValueError(NOT_INITIALIZED)
-    n = len(ps.ranks)
-    ranks = (c_int * max(n, 1))(*ps.ranks)
-    new_id = c_int(-1)
-    check(lib.hvd_process_set_add(ranks, n, byref(new_id)), invalid=ValueError)
-    ps.process_set_id = new_id.value
+    status, new_id = _lib.process_set_add(ps.ranks)
+    check(status, invalid=ValueError)
+    ps.process_set_id = new_id
     _registered.add(ps)
     return ps
 
@@ -450,8 +510,6 @@ def remove_process_set(process_set):
 
 def process_set_ids():
     """The ids of every registered set, ascending."""
-    n = c_size_t()
-    check(lib.hvd_process_set_ids(None, 0, byref(n)), invalid=None)
-    ids = (c_int * max(n.value, 1))()
-    check(lib.hvd_process_set_ids(ids, n.value, byref(n)), invalid=None)
-    return list(ids[:n.value])
+    status, ids = _lib.process_set_ids()
+    check(status, invalid=None)
+    return ids

@@ -1,136 +1,25 @@
-"""libhvd.so through ctypes: the one file that knows hvd.h's binary interface.
+"""libhvd.so through ctypes: the one module that calls hvd with ctypes
+arguments.
 
-It finds the library, checks that its ABI is the one declared here
-(hvd_abi_version and the structures' sizes), and declares every function
-the package calls, so that ctypes converts and checks the arguments.
-ctypes.CDLL releases the GIL around each call: a thread that waits in
-hvd_handle_wait or hvd_join does not stop the others.
+It finds the library, checks that it is the one _abi.py declares (its ABI
+version, the structures' sizes, the dtype and op names), and declares
+every function of _abi.PROTOTYPES on it, so that ctypes converts and
+checks the arguments. _abi.py's declarations are re-exported here
+(_lib.OK, _lib.Tensor, ...). Below the loading, the calls whose arguments
+are ctypes objects (out-parameters, arrays, structures) are built here and
+return plain Python values with the status. ctypes.CDLL releases the GIL
+around each call: a thread that waits in hvd_handle_wait or hvd_join does
+not stop the others.
 """
 
 import ctypes
 import os
-from ctypes import (POINTER, Structure, c_char_p, c_double, c_int, c_int32, c_int64, c_size_t,
-                    c_void_p)
+from ctypes import byref, c_int, c_int32, c_int64, c_size_t, c_void_p
 
-ABI_VERSION = 1
+from hvd import _abi
+from hvd._abi import *  # noqa: F401,F403 (the declarations, as _lib.NAME)
+
 LIBRARY_NAME = 'libhvd.so.0'
-
-# hvd_status
-OK = 0
-ERR_INVALID_ARGUMENT = 1
-ERR_NO_MEMORY = 2
-ERR_TIMEOUT = 3
-ERR_NOT_FOUND = 4
-ERR_IO = 5
-ERR_NETWORK = 6
-ERR_PROTOCOL = 7
-ERR_UNAUTHORIZED = 8
-ERR_TOO_LARGE = 9
-ERR_CONFLICT = 10
-ERR_UNSUPPORTED = 11
-ERR_PRECONDITION = 12
-ERR_ABORTED = 13
-ERR_INTERNAL = 14
-ERR_MISMATCH = 15
-ERR_HOSTS_UPDATED = 16
-ERR_REMOVED = 17
-ERR_EXISTS = 18
-
-# hvd_dtype
-UINT8, INT8, UINT16, INT16, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, BOOL = range(11)
-
-# hvd_reduce_op
-SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = range(6)
-
-PROCESS_SET_GLOBAL = 0
-DEVICE_CPU = -1
-MAX_DIMS = 32
-HOSTS_ADDED = 1
-HOSTS_REMOVED = 2
-
-
-class Tensor(Structure):
-    """hvd_tensor"""
-    _fields_ = [('name', c_char_p), ('dtype', c_int), ('ndims', c_int),
-                ('shape', POINTER(c_int64)), ('input', c_void_p), ('output', c_void_p)]
-
-
-class Options(Structure):
-    """hvd_options; the defaults of HVD_OPTIONS_INIT."""
-    _fields_ = [('op', c_int), ('prescale', c_double), ('postscale', c_double),
-                ('process_set', c_int), ('root', c_int), ('device', c_int),
-                ('callback', c_void_p), ('callback_arg', c_void_p), ('ready_event', c_void_p)]
-
-    def __init__(self, op=SUM, prescale=1.0, postscale=1.0, process_set=PROCESS_SET_GLOBAL,
-                 root=0, device=DEVICE_CPU):
-        super().__init__(op, prescale, postscale, process_set, root, device, None, None, None)
-
-
-class ElasticHooks(Structure):
-    """hvd_elastic_hooks (declared for the size check; this package drives
-    elastic jobs from Python and passes no hooks)."""
-    _fields_ = [('commit', c_void_p), ('restore', c_void_p), ('sync', c_void_p)]
-
-
-_handle = c_void_p
-_status = c_int
-
-# name: (restype, argtypes)
-_FUNCTIONS = {
-    'hvd_abi_version': (c_int, []),
-    'hvd_abi_sizeof': (c_size_t, [c_char_p]),
-    'hvd_version': (c_char_p, []),
-    'hvd_strerror': (c_char_p, [_status]),
-    'hvd_last_error_message': (c_char_p, []),
-    'hvd_init': (_status, []),
-    'hvd_shutdown': (_status, []),
-    'hvd_is_initialized': (c_int, []),
-    'hvd_rank': (c_int, []),
-    'hvd_size': (c_int, []),
-    'hvd_local_rank': (c_int, []),
-    'hvd_local_size': (c_int, []),
-    'hvd_cross_rank': (c_int, []),
-    'hvd_cross_size': (c_int, []),
-    'hvd_is_homogeneous': (c_int, []),
-    'hvd_allreduce_async': (_status, [POINTER(Tensor), POINTER(Options), POINTER(_handle)]),
-    'hvd_grouped_allreduce_async':
-        (_status, [POINTER(Tensor), c_size_t, POINTER(Options), POINTER(_handle)]),
-    'hvd_allgather_async': (_status, [POINTER(Tensor), POINTER(Options), POINTER(_handle)]),
-    'hvd_grouped_allgather_async':
-        (_status, [POINTER(Tensor), c_size_t, POINTER(Options), POINTER(_handle)]),
-    'hvd_broadcast_async': (_status, [POINTER(Tensor), POINTER(Options), POINTER(_handle)]),
-    'hvd_alltoall_async':
-        (_status, [POINTER(Tensor), POINTER(c_int32), POINTER(Options), POINTER(_handle)]),
-    'hvd_reducescatter_async': (_status, [POINTER(Tensor), POINTER(Options), POINTER(_handle)]),
-    'hvd_grouped_reducescatter_async':
-        (_status, [POINTER(Tensor), c_size_t, POINTER(Options), POINTER(_handle)]),
-    'hvd_reducescatter_rows': (c_int64, [c_int64, c_int]),
-    'hvd_join': (_status, [POINTER(c_int)]),
-    'hvd_barrier': (_status, [c_int]),
-    'hvd_handle_poll': (c_int, [_handle]),
-    'hvd_handle_wait': (_status, [_handle]),
-    'hvd_handle_take_output':
-        (_status, [_handle, c_size_t, POINTER(c_void_p), POINTER(c_size_t), POINTER(c_int64)]),
-    'hvd_handle_received_splits':
-        (_status, [_handle, POINTER(POINTER(c_int32)), POINTER(c_size_t)]),
-    'hvd_handle_release': (None, [_handle]),
-    'hvd_output_free': (None, [c_void_p]),
-    'hvd_output_free_gpu': (None, [c_void_p]),
-    'hvd_cuda_built': (c_int, []),
-    'hvd_nccl_built': (c_int, []),
-    'hvd_process_set_add': (_status, [POINTER(c_int), c_size_t, POINTER(c_int)]),
-    'hvd_process_set_remove': (_status, [c_int]),
-    'hvd_process_set_rank': (c_int, [c_int]),
-    'hvd_process_set_size': (c_int, [c_int]),
-    'hvd_process_set_ranks': (_status, [c_int, POINTER(c_int), c_size_t, POINTER(c_size_t)]),
-    'hvd_process_set_ids': (_status, [POINTER(c_int), c_size_t, POINTER(c_size_t)]),
-    'hvd_timeline_start': (_status, [c_char_p, c_int]),
-    'hvd_timeline_stop': (_status, []),
-    'hvd_elastic_reset': (_status, []),
-    'hvd_elastic_resets': (c_int, []),
-    'hvd_elastic_hosts_updated': (c_int, []),
-    'hvd_elastic_done': (_status, []),
-}
 
 
 def _candidates():
@@ -163,26 +52,27 @@ def _load():
                       'HVD_LIBRARY to the library\'s path.' % (LIBRARY_NAME, '\n  '.join(tried)))
 
 
-def _check_abi(lib):
+def check_abi(lib):
+    """The library's ABI version and structure sizes are _abi.py's."""
     if not hasattr(lib, 'hvd_abi_version'):
         raise ImportError('hvd: %s is older than this package (it has no hvd_abi_version); '
                           'rebuild hvd or point HVD_LIBRARY at a matching build' % lib._name)
     lib.hvd_abi_version.restype = c_int
     lib.hvd_abi_sizeof.restype = c_size_t
-    lib.hvd_abi_sizeof.argtypes = [c_char_p]
-    if lib.hvd_abi_version() != ABI_VERSION:
+    lib.hvd_abi_sizeof.argtypes = [ctypes.c_char_p]
+    if lib.hvd_abi_version() != _abi.ABI_VERSION:
         raise ImportError('hvd: %s has ABI version %d, this package knows version %d; use a '
-                          'matching build' % (lib._name, lib.hvd_abi_version(), ABI_VERSION))
-    for name, struct in (('hvd_tensor', Tensor), ('hvd_options', Options),
-                         ('hvd_elastic_hooks', ElasticHooks)):
-        size = lib.hvd_abi_sizeof(name.encode())
+                          'matching build' % (lib._name, lib.hvd_abi_version(), _abi.ABI_VERSION))
+    for struct in _abi.STRUCTURES:
+        size = lib.hvd_abi_sizeof(struct.c_name.encode())
         if size != ctypes.sizeof(struct):
             raise ImportError('hvd: %s has a %s of %d bytes, this package declares %d; use a '
-                              'matching build' % (lib._name, name, size, ctypes.sizeof(struct)))
+                              'matching build' % (lib._name, struct.c_name, size,
+                                                  ctypes.sizeof(struct)))
 
 
 def _declare(lib):
-    for name, (restype, argtypes) in _FUNCTIONS.items():
+    for name, (restype, argtypes) in _abi.functions().items():
         try:
             fn = getattr(lib, name)
         except AttributeError:
@@ -192,6 +82,100 @@ def _declare(lib):
         fn.argtypes = argtypes
 
 
+def check_names(lib):
+    """Each dtype and reduce op value names in the library what _abi.py says."""
+    for fn, names in ((lib.hvd_dtype_name, _abi.DTYPE_NAMES),
+                      (lib.hvd_reduce_op_name, _abi.OP_NAMES)):
+        for value, name in enumerate(names):
+            got = fn(value).decode()
+            if got != name:
+                raise ImportError('hvd: in %s, %s(%d) is %r, this package declares %r; use a '
+                                  'matching build' % (lib._name, fn.__name__, value, got, name))
+
+
 lib = _load()
-_check_abi(lib)
+check_abi(lib)
 _declare(lib)
+check_names(lib)
+
+
+# ==== calls with ctypes arguments =================================================================
+
+def tensor_struct(name, dtype, shape, inptr, outptr):
+    """An hvd_tensor; the shape array travels in the structure's _objects."""
+    t = _abi.Tensor()
+    t.name = name
+    t.dtype = dtype
+    t.ndims = len(shape)
+    if shape:
+        t.shape = (c_int64 * len(shape))(*shape)
+    t.input = inptr
+    t.output = outptr
+    return t
+
+
+def submit(fn, args):
+    """fn(*args, &handle) for an hvd_*_async function: (status, handle), the
+    handle a c_void_p (NULL on failure)."""
+    handle = c_void_p()
+    status = fn(*args, byref(handle))
+    return status, handle
+
+
+def take_output(handle, index):
+    """hvd_handle_take_output: (status, address, bytes, shape's MAX_DIMS entries)."""
+    data = c_void_p()
+    nbytes = c_size_t()
+    shape = (c_int64 * _abi.MAX_DIMS)()
+    status = lib.hvd_handle_take_output(handle, index, byref(data), byref(nbytes), shape)
+    return status, data.value, nbytes.value, shape
+
+
+def output_dlpack(address, nbytes, device):
+    """hvd_output_dlpack: (status, the DLManagedTensor's address)."""
+    managed = c_void_p()
+    status = lib.hvd_output_dlpack(address, nbytes, device, byref(managed))
+    return status, managed.value
+
+
+def received_splits(handle):
+    """hvd_handle_received_splits: (status, [rows received from each rank])."""
+    splits = ctypes.POINTER(c_int32)()
+    n = c_size_t()
+    status = lib.hvd_handle_received_splits(handle, byref(splits), byref(n))
+    return status, [splits[i] for i in range(n.value)] if status == _abi.OK else []
+
+
+def _int_list(fn, *args):
+    """(status, list) of a call that fills up to cap ints and says how many
+    there are: asked for the count first, then for that many."""
+    n = c_size_t()
+    status = fn(*args, None, 0, byref(n))
+    if status != _abi.OK:
+        return status, []
+    values = (c_int * max(n.value, 1))()
+    status = fn(*args, values, n.value, byref(n))
+    return status, list(values[:n.value]) if status == _abi.OK else []
+
+
+def process_set_ranks(set_id):
+    return _int_list(lib.hvd_process_set_ranks, set_id)
+
+
+def process_set_ids():
+    return _int_list(lib.hvd_process_set_ids)
+
+
+def process_set_add(ranks):
+    """hvd_process_set_add: (status, the new set's id)."""
+    array = (c_int * max(len(ranks), 1))(*ranks)
+    new_id = c_int(-1)
+    status = lib.hvd_process_set_add(array, len(ranks), byref(new_id))
+    return status, new_id.value
+
+
+def join():
+    """hvd_join: (status, the rank that joined last)."""
+    last = c_int(-1)
+    status = lib.hvd_join(byref(last))
+    return status, last.value
