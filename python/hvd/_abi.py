@@ -170,6 +170,7 @@ PROTOTYPES = (
     'hvd_status hvd_barrier(int process_set)',
     'int hvd_handle_poll(hvd_handle handle)',
     'hvd_status hvd_handle_wait(hvd_handle handle)',
+    'hvd_status hvd_handle_wait_for(hvd_handle handle, int64_t timeout_ms)',
     'hvd_status hvd_handle_take_output(hvd_handle handle, size_t index, void **data, '
     'size_t *bytes, int64_t *shape)',
     'hvd_status hvd_handle_received_splits(hvd_handle handle, const int32_t **splits, size_t *n)',

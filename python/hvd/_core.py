@@ -258,18 +258,19 @@ def barrier(process_set=None):
 # ==== handles ====================================================================================
 
 class _Op(object):
-    __slots__ = ('c', 'keep', 'finish', 'users', 'retired', 'freed', 'settling', 'settled',
-                 'result', 'error')
+    __slots__ = ('c', 'keep', 'finish', 'users', 'retired', 'freed', 'settling', 'done',
+                 'settled', 'result', 'error')
 
     def __init__(self, c, keep, finish):
-        self.c = c            # the hvd_handle (a c_void_p)
+        self.c = c            # the hvd_handle (an int)
         self.keep = keep      # what hvd points at until completion
         self.finish = finish  # the result from the completed handle
         self.users = 0        # threads between _use and _unuse
         self.retired = False  # out of the table: the last user releases c
         self.freed = False    # c was released
         self.settling = False  # a thread builds the outcome
-        self.settled = threading.Event()  # result or error is there
+        self.done = False     # result or error is there
+        self.settled = None   # an Event for threads waiting on the settling one, made by them
         self.result = None
         self.error = None
 
@@ -277,6 +278,10 @@ class _Op(object):
 _ops = {}
 _numbers = itertools.count(1)
 _table_lock = threading.Lock()
+# How long one wait lasts before Python may run its signal handlers (Ctrl-C
+# raises KeyboardInterrupt within it); an operation that ends sooner
+# returns at once.
+_WAIT_SLICE_MS = 50
 
 
 def _use(handle):
@@ -322,8 +327,8 @@ def submit(call, args, keep, finish):
     if status != _lib.OK:
         raise_for(status)
     op = _Op(c, keep, finish)
+    number = next(_numbers)  # itertools.count is atomic under the GIL
     with _table_lock:
-        number = next(_numbers)
         _ops[number] = op
     return number
 
@@ -340,6 +345,30 @@ def poll(handle):
         _unuse(op)
 
 
+def wait(c):
+    """hvd_handle_wait in slices, so that a signal (Ctrl-C) interrupts the
+    wait at once with its exception; the operation itself goes on."""
+    status = _lib.wait_for(c, _WAIT_SLICE_MS)
+    while status == _lib.ERR_TIMEOUT:
+        if lib.hvd_handle_poll(c):
+            return lib.hvd_handle_wait(c)  # the operation's own status, a timeout too
+        status = _lib.wait_for(c, _WAIT_SLICE_MS)
+    return status
+
+
+def _await_settled(op):
+    """Waits for the thread settling op; its outcome."""
+    with _table_lock:
+        if not op.done and op.settled is None:
+            op.settled = threading.Event()
+        event = op.settled
+    if event is not None:
+        event.wait()
+    if op.error is not None:
+        raise op.error
+    return op.result
+
+
 def synchronize(handle):
     """Waits for the operation (the GIL released meanwhile) and returns its
     result; None for a handle that is not in flight, as Horovod does.
@@ -349,16 +378,13 @@ def synchronize(handle):
     if op is None:
         return None
     try:
-        status = lib.hvd_handle_wait(op.c)
+        status = wait(op.c)
         message = last_error(status) if status != _lib.OK else None
         with _table_lock:
             mine = not op.settling
             op.settling = True
         if not mine:
-            op.settled.wait()
-            if op.error is not None:
-                raise op.error
-            return op.result
+            return _await_settled(op)
         try:
             if status != _lib.OK:
                 raise HorovodInternalError(message)
@@ -370,7 +396,10 @@ def synchronize(handle):
         finally:
             with _table_lock:
                 _retire(handle, op)  # in use here: _unuse releases it
-            op.settled.set()
+                op.done = True
+                event = op.settled
+            if event is not None:
+                event.set()
     finally:
         _unuse(op)
 
@@ -399,10 +428,6 @@ def received_splits(c):
     status, splits = _lib.received_splits(c)
     check(status, invalid=None)
     return splits
-
-
-# mpi_ops and elastic build their hvd_tensor structures with it.
-tensor_struct = _lib.tensor_struct
 
 
 # ==== process sets ================================================================================

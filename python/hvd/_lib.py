@@ -14,6 +14,7 @@ not stop the others.
 
 import ctypes
 import os
+import threading
 from ctypes import byref, c_int, c_int32, c_int64, c_size_t, c_void_p
 
 from hvd import _abi
@@ -101,6 +102,14 @@ check_names(lib)
 
 # ==== calls with ctypes arguments =================================================================
 
+def check_name(name, what='name'):
+    """A caller's op name as the C string hvd copies; ValueError for a name
+    C would cut short (a NUL inside), as hvd's C API refuses it."""
+    if '\0' in name:
+        raise ValueError('%s must not contain a NUL character: %r' % (what, name))
+    return name.encode()
+
+
 def tensor_struct(name, dtype, shape, inptr, outptr):
     """An hvd_tensor; the shape array travels in the structure's _objects."""
     t = _abi.Tensor()
@@ -114,12 +123,81 @@ def tensor_struct(name, dtype, shape, inptr, outptr):
     return t
 
 
+def tensor_array(tensors):
+    """An array of hvd_tensor, one per (name, dtype, shape, input, output)."""
+    array = (_abi.Tensor * len(tensors))()
+    for i, fields in enumerate(tensors):
+        array[i] = tensor_struct(*fields)
+    return array
+
+
+class _PerThread(threading.local):
+    """Each thread's reused ctypes objects: hvd copies an hvd_tensor and
+    hvd_options at submission, so one structure per (name, dtype, shape)
+    serves every later call on the thread, with only its two addresses
+    rewritten; and one handle cell takes every submission's handle."""
+
+    def __init__(self):
+        self.tensors = {}
+        self.handle = c_void_p()
+        self.handle_ref = byref(self.handle)
+
+
+_per_thread = _PerThread()
+_TENSOR_CACHE_MAX = 4096  # structures per thread; past it the cache starts again
+
+
+def tensor_ref(name, dtype, shape, inptr, outptr):
+    """A pointer to this thread's hvd_tensor for (name, dtype, shape) with
+    these addresses, valid until the thread's next tensor_ref of the same
+    key: pass it to one submission at once."""
+    key = (name, dtype, shape)
+    cache = _per_thread.tensors
+    entry = cache.get(key)
+    if entry is None:
+        if len(cache) >= _TENSOR_CACHE_MAX:
+            cache.clear()
+        t = tensor_struct(name, dtype, shape, inptr, outptr)
+        entry = cache[key] = (t, byref(t))
+    else:
+        t = entry[0]
+        t.input = inptr
+        t.output = outptr
+    return entry[1]
+
+
+def options_ref(options):
+    """A pointer to an Options structure, for a submission."""
+    return byref(options)
+
+
 def submit(fn, args):
     """fn(*args, &handle) for an hvd_*_async function: (status, handle), the
-    handle a c_void_p (NULL on failure)."""
-    handle = c_void_p()
-    status = fn(*args, byref(handle))
-    return status, handle
+    handle an int (None on failure)."""
+    status = fn(*args, _per_thread.handle_ref)
+    return status, _per_thread.handle.value
+
+
+def wait_for(handle, timeout_ms):
+    """hvd_handle_wait_for: the status; ERR_TIMEOUT while it still runs."""
+    return lib.hvd_handle_wait_for(handle, timeout_ms)
+
+
+def int32_array(values):
+    """A C int32_t array of values (one element at least)."""
+    return (c_int32 * max(len(values), 1))(*values)
+
+
+class Int64Cell(object):
+    """One int64 in memory hvd may read and write: its address and value."""
+
+    def __init__(self, value):
+        self._cell = c_int64(value)
+        self.address = ctypes.addressof(self._cell)
+
+    @property
+    def value(self):
+        return self._cell.value
 
 
 def take_output(handle, index):

@@ -33,7 +33,6 @@ through hvd's C API directly, so they need no framework: a binding gives
 only its object broadcast and its rank, as in Horovod.
 """
 
-import ctypes
 import functools
 import logging
 import os
@@ -63,11 +62,9 @@ def is_elastic_job():
 
 def _int64_collective(submit_fn, name, value, options):
     """One int64 through an hvd_*_async call; returns the result."""
-    cell = ctypes.c_int64(value)
-    address = ctypes.addressof(cell)
-    tensor = _core.tensor_struct(name, _lib.INT64, [1], address, address)
-    handle = _core.submit(submit_fn, (ctypes.byref(tensor), ctypes.byref(options)),
-                          (cell, tensor, options), None)
+    cell = _lib.Int64Cell(value)
+    tensor = _lib.tensor_ref(name, _lib.INT64, (1,), cell.address, cell.address)
+    handle = _core.submit(submit_fn, (tensor, _lib.options_ref(options)), (cell, options), None)
     _core.synchronize(handle)
     return cell.value
 

@@ -11,9 +11,7 @@ then call in the same order. Outputs hvd allocates
 (allgather, alltoall) become the torch tensor's memory without a copy.
 """
 
-import ctypes
 import warnings
-from ctypes import byref
 
 import torch
 import torch.utils.dlpack
@@ -97,12 +95,24 @@ def _check_list(tensors, what):
         _dtype_device(t, what)
 
 
+_NAMES_MAX = 4096  # names remembered; past it the cache starts again
+_names = {}  # (kind, the caller's name): the C name
+
+
 def _name(kind, name):
+    """The C name of a collective's `name` ("allreduce.<name>"), remembered
+    per name: training loops pass the same names every step."""
     if name is None:
         return None
-    if not isinstance(name, str):
-        raise ValueError('name must be a str, not %r' % (name,))
-    return ('%s.%s' % (kind, name)).encode()
+    key = (kind, name)
+    c_name = _names.get(key)
+    if c_name is None:
+        if not isinstance(name, str):
+            raise ValueError('name must be a str, not %r' % (name,))
+        if len(_names) >= _NAMES_MAX:
+            _names.clear()
+        c_name = _names[key] = _lib.check_name('%s.%s' % (kind, name))
+    return c_name
 
 
 def _group_names(kind, name, n):
@@ -110,7 +120,7 @@ def _group_names(kind, name, n):
         return [None] * n
     if not isinstance(name, str):
         raise ValueError('name must be a str, not %r' % (name,))
-    return [('%s.%s_%dof%d' % (kind, name, i + 1, n)).encode() for i in range(n)]
+    return [_lib.check_name('%s.%s_%dof%d' % (kind, name, i + 1, n)) for i in range(n)]
 
 
 def _scale(value, what):
@@ -131,11 +141,23 @@ def _op_from(op, average, what):
     return Average if op is None else op
 
 
+_options_made = {}  # (op, prescale, postscale, set id, root, device): Options, its pointer
+
+
 def _options(op=Sum, prescale=1.0, postscale=1.0, process_set=global_process_set, root=0,
              device=_lib.DEVICE_CPU, what='allreduce'):
-    return _lib.Options(_core.reduce_op(op, what), _scale(prescale, 'prescale_factor'),
-                        _scale(postscale, 'postscale_factor'), _core.set_id(process_set), root,
-                        device)
+    """A pointer to the hvd_options of these arguments. hvd copies the
+    options at submission and nothing writes them after, so one structure
+    per combination serves every call, on any thread."""
+    key = (op, _scale(prescale, 'prescale_factor'), _scale(postscale, 'postscale_factor'),
+           _core.set_id(process_set), root, device)
+    made = _options_made.get(key)
+    if made is None:
+        o = _lib.Options(_core.reduce_op(op, what), key[1], key[2], key[3], root, device)
+        if len(_options_made) >= _NAMES_MAX:
+            _options_made.clear()
+        made = _options_made[key] = (o, _lib.options_ref(o))
+    return made[1]
 
 
 def _not_initialized():
@@ -167,10 +189,9 @@ def _tensors(kind, tensors, names, outputs):
     devices = set(d for _, d in checked)
     if len(devices) > 1:
         raise ValueError('%s: the tensors of a group must all be on one device' % kind)
-    array = (_lib.Tensor * len(tensors))()
-    for i, t in enumerate(tensors):
-        out = outputs[i].data_ptr() if outputs is not None else None
-        array[i] = _core.tensor_struct(names[i], checked[i][0], tuple(t.shape), t.data_ptr(), out)
+    array = _lib.tensor_array([
+        (names[i], checked[i][0], t.shape, t.data_ptr(),
+         outputs[i].data_ptr() if outputs is not None else None) for i, t in enumerate(tensors)])
     return array, checked[0][1]
 
 
@@ -206,13 +227,19 @@ def _adopt(c, index, dtype, ndims, device):
 
 # ==== allreduce ==================================================================================
 
-def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
-    dtype, device = _dtype_device(tensor, 'allreduce')
-    t = _core.tensor_struct(_name('allreduce', name), dtype, tuple(tensor.shape),
-                            tensor.data_ptr(), output.data_ptr())
+def _submit_one(call, kind, tensor, output, name, options, dtype):
+    """Submits a collective of one tensor into `output`; returns the handle,
+    whose result is `output`."""
+    t = _lib.tensor_ref(_name(kind, name), dtype, tensor.shape, tensor.data_ptr(),
+                        output.data_ptr())
+    return _submit(call, (t, options), (tensor, output), lambda c: output)
+
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
+                     checked=None):
+    dtype, device = checked or _dtype_device(tensor, 'allreduce')
     o = _options(op, prescale_factor, postscale_factor, process_set, device=device)
-    return _submit(lib.hvd_allreduce_async, (byref(t), byref(o)), (tensor, output, t, o),
-                  lambda c: output)
+    return _submit_one(lib.hvd_allreduce_async, 'allreduce', tensor, output, name, o, dtype)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -223,9 +250,10 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     input must not change until then. prescale_factor multiplies every
     input, postscale_factor the result."""
     op = _op_from(op, average, 'allreduce')
-    output = _new_output(tensor, 'allreduce')
+    checked = _dtype_device(tensor, 'allreduce')
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
     return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
-                            process_set)
+                            process_set, checked)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -263,7 +291,14 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """Reduces `tensor` over the ranks of the process set and returns the
     result as a new tensor (differentiable). compression decides what
     travels (Compression.fp16: float16)."""
-    _dtype_device(tensor, 'allreduce')
+    checked = _dtype_device(tensor, 'allreduce')
+    if compression is Compression.none and not (tensor.requires_grad and
+                                                torch.is_grad_enabled()):
+        # No gradient wanted: no autograd Function, and the checks made once.
+        op = _op_from(op, average, 'allreduce')
+        output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+        return synchronize(_allreduce_async(tensor, output, name, op, prescale_factor,
+                                            postscale_factor, process_set, checked))
     tensor_compressed, ctx = compression.compress(tensor)
     reduced = _run(HorovodAllreduce, tensor_compressed, average, name, op, prescale_factor,
                                      postscale_factor, process_set)
@@ -283,7 +318,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     names = _group_names('grouped_allreduce', name, len(tensors) if tensors else 0)
     array, device = _tensors('grouped_allreduce', tensors, names, outputs)
     o = _options(op, prescale_factor, postscale_factor, process_set, device=device)
-    return _submit(lib.hvd_grouped_allreduce_async, (array, len(tensors), byref(o)),
+    return _submit(lib.hvd_grouped_allreduce_async, (array, len(tensors), o),
                   (tensors, outputs, array, o), lambda c: list(outputs))
 
 
@@ -381,11 +416,10 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's `tensor` along the first dimension
     (ranks may differ in it only); synchronize() returns the result."""
     dtype, device = _dtype_device(tensor, 'allgather')
-    t = _core.tensor_struct(_name('allgather', name), dtype, tuple(tensor.shape),
-                            tensor.data_ptr(), None)
+    t = _lib.tensor_ref(_name('allgather', name), dtype, tensor.shape, tensor.data_ptr(), None)
     o = _options(process_set=process_set, device=device, what='allgather')
     ndims, torch_dtype = tensor.dim(), tensor.dtype
-    return _submit(lib.hvd_allgather_async, (byref(t), byref(o)), (tensor, t, o),
+    return _submit(lib.hvd_allgather_async, (t, o), (tensor,),
                   lambda c: _adopt(c, 0, torch_dtype, ndims, device))
 
 
@@ -426,7 +460,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     array, device = _tensors('grouped_allgather', tensors, names, None)
     o = _options(process_set=process_set, device=device, what='grouped_allgather')
     specs = [(t.dtype, t.dim()) for t in tensors]
-    return _submit(lib.hvd_grouped_allgather_async, (array, len(tensors), byref(o)),
+    return _submit(lib.hvd_grouped_allgather_async, (array, len(tensors), o),
                   (tensors, array, o),
                   lambda c: [_adopt(c, i, dt, nd, device) for i, (dt, nd) in
                              enumerate(specs)])
@@ -478,11 +512,8 @@ def _set_root(root_rank, process_set, what):
 def _broadcast_async(tensor, output, root_rank, name, process_set):
     dtype, device = _dtype_device(tensor, 'broadcast')
     root = _set_root(root_rank, process_set, 'broadcast')
-    t = _core.tensor_struct(_name('broadcast', name), dtype, tuple(tensor.shape),
-                            tensor.data_ptr(), output.data_ptr())
     o = _options(process_set=process_set, root=root, device=device, what='broadcast')
-    return _submit(lib.hvd_broadcast_async, (byref(t), byref(o)), (tensor, output, t, o),
-                  lambda c: output)
+    return _submit_one(lib.hvd_broadcast_async, 'broadcast', tensor, output, name, o, dtype)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -545,7 +576,7 @@ def _splits(splits, set_size, what):
                 from None
     if len(values) != set_size:
         raise ValueError('Number of entries in splits does not equal number of workers.')
-    return (ctypes.c_int32 * max(len(values), 1))(*values)
+    return _lib.int32_array(values)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
@@ -556,8 +587,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     if set_size < 0 and not lib.hvd_is_initialized():
         raise _not_initialized()
     c_splits = _splits(splits, set_size, 'alltoall')
-    t = _core.tensor_struct(_name('alltoall', name), dtype, tuple(tensor.shape),
-                            tensor.data_ptr(), None)
+    t = _lib.tensor_ref(_name('alltoall', name), dtype, tensor.shape, tensor.data_ptr(), None)
     o = _options(process_set=process_set, device=device, what='alltoall')
     ndims, torch_dtype = tensor.dim(), tensor.dtype
 
@@ -566,8 +596,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         received = torch.tensor(_core.received_splits(c), dtype=torch.int32)
         return output, received
 
-    return _submit(lib.hvd_alltoall_async, (byref(t), c_splits, byref(o)),
-                  (tensor, splits, c_splits, t, o), result)
+    return _submit(lib.hvd_alltoall_async, (t, c_splits, o), (tensor, splits, c_splits), result)
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -627,12 +656,10 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     dtype, device = _dtype_device(tensor, 'reducescatter')
     output = _scatter_output(tensor, process_set, 'reducescatter')
     op = _scatter_op(op, 'reducescatter')
-    t = _core.tensor_struct(_name('reducescatter', name), dtype, tuple(tensor.shape),
-                            tensor.data_ptr(), output.data_ptr())
     o = _options(op, prescale_factor, postscale_factor, process_set, device=device,
                  what='reducescatter')
-    return _submit(lib.hvd_reducescatter_async, (byref(t), byref(o)),
-                  (tensor, output, t, o), lambda c: output)
+    return _submit_one(lib.hvd_reducescatter_async, 'reducescatter', tensor, output, name, o,
+                       dtype)
 
 
 def _scattered_grads(op, process_set, grads):
@@ -683,7 +710,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     op = _scatter_op(op, 'grouped_reducescatter')
     o = _options(op, prescale_factor, postscale_factor, process_set, device=device,
                  what='grouped_reducescatter')
-    return _submit(lib.hvd_grouped_reducescatter_async, (array, len(tensors), byref(o)),
+    return _submit(lib.hvd_grouped_reducescatter_async, (array, len(tensors), o),
                   (tensors, outputs, array, o), lambda c: list(outputs))
 
 
