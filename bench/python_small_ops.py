@@ -1,0 +1,270 @@
+"""Small allreduces from Python: hvd.torch against torch.distributed (gloo),
+and the C API's 4-byte allreduce for reference. A benchmark: it asserts
+nothing about timing (docs/PERFORMANCE.md, "Small operations from Python").
+
+One script, two roles:
+
+- the driver (the default) runs, for each repetition and each np, three
+  jobs in an order rotated every repetition: the hvd worker under
+  `hvdrun -np N`, the gloo worker under torchrun (tests/python/torchrun.py's
+  fix for Debian's torch 1.13), and the C benchmarks (hvd-bench-grads
+  latency: hvd_allreduce_async + hvd_handle_wait + release of 4 bytes, the
+  public API; hvd-bench -I 1: the same through the ops layer). It prints
+  the medians over repetitions of each run's per-op median, the ratios, and
+  the commands it ran;
+- the workers (--worker hvd|gloo), which time float32 sum allreduces of
+  each size, one op at a time, after a barrier and warm-up ops.
+
+    /usr/bin/python3 bench/python_small_ops.py                 # np 2 and 4, 5 repetitions
+    /usr/bin/python3 bench/python_small_ops.py --nps 2 --reps 3 --iters 1000
+    build/bin/hvdrun -np 2 /usr/bin/python3 bench/python_small_ops.py --worker hvd \\
+        --profile /tmp/small.prof                               # cProfile of rank 0
+
+Exit status: 0 when every run gave its result, 1 otherwise, 2 for bad
+arguments.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULT_TAG = 'SMALL_OPS_RESULT '
+SIZES = (4, 4096, 65536, 1 << 20)
+
+
+# ==== workers =====================================================================================
+
+def per_op_median_us(op, iters, warmup, barrier):
+    for _ in range(warmup):
+        op()
+    barrier()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter_ns()
+        op()
+        times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times) / 1e3
+
+
+def iters_for(size, iters):
+    """Fewer ops of the larger sizes: the same order of time per size."""
+    return max(50, iters // max(1, size // 16384))
+
+
+def worker_hvd(args):
+    import torch
+    import hvd.torch as hvd
+    hvd.init()
+    torch.set_num_threads(1)
+    results = {}
+    for size in args.sizes:
+        t = torch.ones(size // 4)
+        cases = {
+            'hvd_allreduce': lambda: hvd.allreduce(t, op=hvd.Sum),
+            'hvd_allreduce_': lambda: hvd.allreduce_(t, op=hvd.Sum),
+            'hvd_named_': lambda: hvd.allreduce_(t, name='small', op=hvd.Sum),
+        }
+        for name in sorted(cases):
+            results['%s/%d' % (name, size)] = per_op_median_us(
+                cases[name], iters_for(size, args.iters), args.warmup, hvd.barrier)
+    if args.profile and hvd.rank() == 0:
+        profile(args, lambda: hvd.allreduce(torch.ones(1), op=hvd.Sum))
+    elif args.profile:
+        for _ in range(args.iters):
+            hvd.allreduce(torch.ones(1), op=hvd.Sum)
+    if hvd.rank() == 0:
+        print(RESULT_TAG + json.dumps({'np': hvd.size(), 'median_us': results}), flush=True)
+    hvd.shutdown()
+
+
+def profile(args, op):
+    import cProfile
+    import pstats
+    p = cProfile.Profile()
+    p.enable()
+    for _ in range(args.iters):
+        op()
+    p.disable()
+    p.dump_stats(args.profile)
+    pstats.Stats(p, stream=sys.stderr).sort_stats('tottime').print_stats(15)
+
+
+def worker_gloo(args):
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60))
+    torch.set_num_threads(1)
+    results = {}
+    for size in args.sizes:
+        t = torch.ones(size // 4)
+        results['gloo_all_reduce/%d' % size] = per_op_median_us(
+            lambda: dist.all_reduce(t), iters_for(size, args.iters), args.warmup, dist.barrier)
+    if dist.get_rank() == 0:
+        print(RESULT_TAG + json.dumps({'np': dist.get_world_size(), 'median_us': results}),
+              flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ==== the driver ==================================================================================
+
+def run(argv, timeout):
+    """The worker's result line, or None; the command for the report."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        print('python_small_ops: timed out: %s' % ' '.join(argv), file=sys.stderr)
+        return None
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def result_of(out):
+    for line in out.splitlines():
+        if RESULT_TAG in line:
+            return json.loads(line.split(RESULT_TAG, 1)[1])['median_us']
+    return None
+
+
+def c_medians(out_grads, out_bench):
+    medians = {}
+    for line in out_grads.splitlines():
+        words = line.split()
+        if words and words[0] == 'latency':
+            medians['c_api/4'] = float(words[3])
+    for line in out_bench.splitlines():
+        if '# per-op us on rank 0:' in line:
+            words = line.split()
+            medians['c_ops/4'] = float(words[words.index('median') + 1])
+    return medians
+
+
+def jobs(args, np_):
+    script = os.path.abspath(__file__)
+    sizes = ','.join(str(s) for s in args.sizes)
+    common = ['--sizes', sizes, '--iters', str(args.iters), '--warmup', str(args.warmup)]
+    hvdrun = os.path.join(args.build, 'bin', 'hvdrun')
+    return {
+        'hvd': [[hvdrun, '-np', str(np_), args.python, script, '--worker', 'hvd'] + common],
+        'gloo': [[args.python, script, '--torchrun', '--standalone', '--nnodes', '1',
+                  '--nproc_per_node', str(np_), script, '--worker', 'gloo'] + common],
+        'c': [[os.path.join(args.build, 'bin', 'hvd-bench-grads'), 'latency', '--np', str(np_),
+               '-n', str(args.iters), '-w', str(args.warmup)],
+              [os.path.join(args.build, 'bin', 'hvd-bench'), 'allreduce', '--np', str(np_),
+               '-b', '4', '-e', '4', '-n', str(args.iters), '-w', str(args.warmup), '-I', '1']],
+    }
+
+
+def drive(args):
+    per_np = {np_: {} for np_ in args.nps}  # np -> case/size -> [median per repetition]
+    commands, failures = [], []
+    for rep in range(args.reps):
+        for np_ in args.nps:
+            table = jobs(args, np_)
+            order = sorted(table)
+            order = order[rep % len(order):] + order[:rep % len(order)]
+            for kind in order:
+                outs = []
+                for argv in table[kind]:
+                    shown = ' '.join(argv)
+                    if shown not in commands:
+                        commands.append(shown)
+                    r = run(argv, args.timeout)
+                    if r is None or r[0] != 0:
+                        failures.append('%s: %s' % (shown, 'timeout' if r is None else
+                                                    'exit %d: %s' % (r[0], r[2][-500:])))
+                        outs.append('')
+                    else:
+                        outs.append(r[1])
+                medians = c_medians(*outs) if kind == 'c' else result_of(outs[0]) or {}
+                for case, us in medians.items():
+                    per_np[np_].setdefault(case, []).append(us)
+    report(args, per_np, commands)
+    for f in failures:
+        print('failed: ' + f, file=sys.stderr)
+    return 1 if failures else 0
+
+
+def median_of(values):
+    return statistics.median(values) if values else None
+
+
+def fmt(us):
+    return '–' if us is None else '%.1f' % us
+
+
+def report(args, per_np, commands):
+    print('Medians over %d interleaved repetitions of each run\'s per-op median (us), '
+          'float32 sum allreduce, one op at a time:' % args.reps)
+    print()
+    print('| np | bytes | hvd.allreduce | hvd.allreduce_ | hvd.allreduce_ (named) | '
+          'gloo all_reduce | gloo / hvd.allreduce | C API (4 B) | hvd.allreduce - C API |')
+    print('|---|---|---|---|---|---|---|---|---|')
+    for np_, cases in sorted(per_np.items()):
+        m = {case: median_of(v) for case, v in cases.items()}
+        c_api = m.get('c_api/4')
+        for size in args.sizes:
+            hvd_new = m.get('hvd_allreduce/%d' % size)
+            gloo = m.get('gloo_all_reduce/%d' % size)
+            ratio = '%.2f' % (gloo / hvd_new) if gloo and hvd_new else '–'
+            extra = (fmt(hvd_new - c_api) if size == 4 and c_api and hvd_new else '')
+            print('| %d | %d | %s | %s | %s | %s | %s | %s | %s |' % (
+                np_, size, fmt(hvd_new), fmt(m.get('hvd_allreduce_/%d' % size)),
+                fmt(m.get('hvd_named_/%d' % size)), fmt(gloo), ratio,
+                fmt(c_api) if size == 4 else '', extra))
+        print('| %d | 4 | (C ops layer, hvd-bench -I 1: %s) | | | | | | |'
+              % (np_, fmt(m.get('c_ops/4'))))
+    print()
+    print('Commands:')
+    for c in commands:
+        print('    ' + c)
+    print('Per repetition: ' + json.dumps({str(k): v for k, v in per_np.items()}))
+
+
+def torchrun(argv):
+    sys.path.insert(0, os.path.join(REPO, 'tests', 'python'))
+    import torchrun as fixed_torchrun
+    fixed_torchrun.main(argv)
+
+
+def int_list(text):
+    try:
+        values = [int(v) for v in text.split(',') if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError('not a comma list of integers: %r' % text) from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError('need positive integers: %r' % text)
+    return values
+
+
+def main(argv):
+    if argv[:1] == ['--torchrun']:
+        return torchrun(argv[1:])
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--worker', choices=['hvd', 'gloo'])
+    p.add_argument('--nps', type=int_list, default=[2, 4])
+    p.add_argument('--sizes', type=int_list, default=list(SIZES), help='bytes, multiples of 4')
+    p.add_argument('--reps', type=int, default=5)
+    p.add_argument('--iters', type=int, default=2000, help='timed ops of the smallest sizes')
+    p.add_argument('--warmup', type=int, default=200)
+    p.add_argument('--timeout', type=int, default=300, help='seconds per run')
+    p.add_argument('--profile', help='worker hvd: cProfile of rank 0 to this file')
+    p.add_argument('--build', default=os.path.join(REPO, 'build'))
+    p.add_argument('--python', default=sys.executable)
+    args = p.parse_args(argv)
+    if any(s % 4 for s in args.sizes):
+        p.error('--sizes: multiples of 4 bytes (float32)')
+    if args.worker == 'hvd':
+        return worker_hvd(args)
+    if args.worker == 'gloo':
+        return worker_gloo(args)
+    return drive(args)
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))
