@@ -1,12 +1,14 @@
 /*
  * Tests of the transport: wire formats, and forked ranks on loopback that
  * meet through an in-process rendezvous store (rings, layouts, exchanges,
- * lazy links, failures, stray connections). Children never call ck_assert:
+ * lazy links, failures, stray connections, strangers at the shared
+ * segment's set-up). Children never call ck_assert:
  * they report through their exit code and stderr; the parent asserts.
  */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1192,6 +1195,245 @@ START_TEST(killed_peer_fails_links_fast) {
 }
 END_TEST
 
+/* ---- the shared segment's set-up, and who may delay it ------------------------------ */
+
+/* Pipes made before the ranks and the stranger fork. */
+struct setup_pipes {
+  int pid[2];    /* rank 0 -> stranger: rank 0's pid */
+  int go[2];     /* stranger -> rank 1: set up now */
+  int result[2]; /* stranger -> test: what it saw */
+  int done[2];   /* test -> stranger: the job is over (closed) */
+};
+
+struct stranger_result {
+  int connected; /* silent connections it made before rank 1 connected */
+  int closed;    /* of the first batch, those rank 0 closed */
+};
+
+enum { SILENT = 8 };
+
+static bool read_within(int fd, void *buf, size_t len, int ms) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  return poll(&p, 1, ms) == 1 && read(fd, buf, len) == (ssize_t)len;
+}
+
+/* The name of the segment's socket that process pid listens on (without
+ * the '@' of the abstract namespace), as a local user finds it in
+ * /proc/net/unix; the inode tells which of the host's it is. */
+static bool setup_socket_of(pid_t pid, char *name, size_t cap) {
+  char path[64], link[64], line[512];
+  unsigned long inodes[64];
+  int n = 0;
+  bool found = false;
+  struct dirent *e;
+  DIR *d;
+  FILE *f;
+
+  snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+  if ((d = opendir(path)) == NULL)
+    return false;
+  while ((e = readdir(d)) != NULL && n < 64) {
+    char fd_path[320];
+    ssize_t k;
+    snprintf(fd_path, sizeof(fd_path), "%s/%s", path, e->d_name);
+    k = readlink(fd_path, link, sizeof(link) - 1);
+    if (k > 0) {
+      link[k] = 0;
+      if (sscanf(link, "socket:[%lu]", &inodes[n]) == 1)
+        n++;
+    }
+  }
+  closedir(d);
+  if ((f = fopen("/proc/net/unix", "r")) == NULL)
+    return false;
+  while (!found && fgets(line, sizeof(line), f) != NULL) {
+    unsigned long inode;
+    char sock_path[128];
+    if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %127s", &inode, sock_path) != 2 ||
+        strncmp(sock_path, "@hvd-shm-", 9) != 0)
+      continue;
+    for (int i = 0; i < n && !found; i++) {
+      if (inodes[i] == inode) {
+        snprintf(name, cap, "%.100s", sock_path + 1);
+        found = true;
+      }
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* Up to n silent connections to the abstract socket name (a full queue
+ * refuses the rest); returns how many, their descriptors in fds. */
+static int connect_silently(const char *name, int n, int *fds) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+  int k = 0;
+
+  memcpy(sa.sun_path + 1, name, strlen(name));
+  for (int i = 0; i < n; i++) {
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, len) == 0)
+      fds[k++] = fd;
+    else if (fd >= 0)
+      close(fd);
+  }
+  return k;
+}
+
+/* A process that is not a member (of uid 65534 when other_uid, else of
+ * ours) finds rank 0's set-up socket and connects silently, twice: the
+ * first connections must be closed (10 s is a bound for a hang, not a
+ * wait); the second ones are still there when rank 1 connects, and held
+ * until the job is over. */
+static int stranger_main(struct setup_pipes *p, bool other_uid) {
+  struct stranger_result res = {0, 0};
+  int first[SILENT], second[SILENT];
+  int64_t until = hvd_deadline_after_ms(30000);
+  char name[108] = "", byte = 1;
+  pid_t pid0;
+
+  close(p->done[1]);
+  if (!read_within(p->pid[0], &pid0, sizeof(pid0), 30000))
+    return 10;
+  while (!setup_socket_of(pid0, name, sizeof(name)) && hvd_now_ns() < until)
+    hvd_sleep_ns(1000000);
+  if (name[0] == 0)
+    return 11;
+  if (other_uid && (setgid(65534) != 0 || setuid(65534) != 0))
+    return 12;
+  res.connected = connect_silently(name, SILENT, first);
+  res.closed = count_closed(first, res.connected, res.connected, 10000);
+  (void)connect_silently(name, SILENT, second);
+  if (write(p->go[1], &byte, 1) != 1 || write(p->result[1], &res, sizeof(res)) != sizeof(res))
+    return 13;
+  while (read(p->done[0], &byte, 1) > 0) {
+  }
+  return 0;
+}
+
+/* Rank 0 tells the stranger its pid and sets up; rank 1 waits until the
+ * stranger has connected. Both must get the segment and use it: a
+ * barrier, and each rank's number read by the other. */
+static int guarded_setup_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  struct setup_pipes *p = arg;
+  struct net_shm *s = NULL;
+  hvd_status st;
+  unsigned b;
+  char byte;
+  (void)store;
+
+  if (w->rank == 0) {
+    pid_t pid = getpid();
+    if (write(p->pid[1], &pid, sizeof(pid)) != sizeof(pid))
+      return EXIT_FAILED;
+  } else if (!read_within(p->go[0], &byte, 1, 30000)) {
+    fprintf(stderr, "rank 1: the stranger never connected\n");
+    return EXIT_FAILED;
+  }
+  if ((st = net_shm_get(w->global, 65536, 0, &s)) != HVD_OK)
+    return status_exit(st);
+  if (s == NULL) {
+    fprintf(stderr, "rank %d: the job runs on TCP\n", w->rank);
+    return EXIT_WRONG;
+  }
+  b = net_shm_next_round(s);
+  net_shm_post(s, b, 100 + (uint64_t)w->rank);
+  if ((st = net_shm_barrier(s)) != HVD_OK)
+    return status_exit(st);
+  return net_shm_value(s, 1 - w->rank, b) == 100 + (uint64_t)(1 - w->rank) ? 0 : EXIT_WRONG;
+}
+
+/* A 2-rank job sets up shared memory while a process that is not a member
+ * holds silent connections to the set-up socket. The timeout (60 s) is
+ * far above the test's deadline (30 s): a job that waited for it is
+ * killed, and fails. */
+static void setup_beside_stranger(bool other_uid) {
+  struct setup_pipes p;
+  struct stranger_result res = {-1, -1};
+  pid_t stranger;
+  int codes[2], status;
+
+  ck_assert_int_eq(pipe2(p.pid, O_CLOEXEC), 0);
+  ck_assert_int_eq(pipe2(p.go, O_CLOEXEC), 0);
+  ck_assert_int_eq(pipe2(p.result, O_CLOEXEC), 0);
+  ck_assert_int_eq(pipe2(p.done, O_CLOEXEC), 0);
+  stranger = fork();
+  ck_assert_int_ge(stranger, 0);
+  if (stranger == 0) {
+    alarm(90);
+    _exit(stranger_main(&p, other_uid));
+  }
+  job.timeout_ms = 60000;
+  run_job(&job, 2, guarded_setup_fn, &p, codes, 30);
+  close(p.done[1]);
+  (void)read_within(p.result[0], &res, sizeof(res), 1000);
+  ck_assert_int_eq(waitpid(stranger, &status, 0), stranger);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "stranger: status %d", status);
+  expect_all(codes, 2, 0);
+  ck_assert_msg(res.connected > 0, "the stranger could not connect");
+  ck_assert_msg(res.closed == res.connected, "%d of the stranger's %d connections were closed",
+                res.closed, res.connected);
+  for (int i = 0; i < 2; i++) {
+    close(p.pid[i]);
+    close(p.go[i]);
+    close(p.result[i]);
+  }
+  close(p.done[0]);
+}
+
+START_TEST(shm_setup_ignores_silent_process_of_our_uid) { setup_beside_stranger(false); }
+END_TEST
+
+START_TEST(shm_setup_ignores_silent_stranger) { setup_beside_stranger(true); }
+END_TEST
+
+/* How a rank's set-up of shared memory fails (arg: the case). */
+enum setup_case { PEER_DIES, PEER_WITHOUT_SHM, ROOT_WITHOUT_SHM };
+
+static int failed_setup_fn(struct net_world *w, struct rdzv_client *store, void *arg) {
+  enum setup_case c = *(const enum setup_case *)arg;
+  bool skips = (c == ROOT_WITHOUT_SHM) == (w->rank == 0);
+  const char *msg;
+  struct net_shm *s = NULL;
+  uint64_t word = 7;
+  hvd_status st;
+  (void)store;
+
+  if (skips && c == PEER_DIES)
+    _exit(0);
+  if (skips) { /* HVD_SHM=0 here: a TCP collective goes ahead */
+    st = net_send(w->global, 1 - w->rank, &word, sizeof(word));
+    if (st == HVD_OK)
+      (void)net_recv(w->global, 1 - w->rank, &word, sizeof(word));
+    return 0;
+  }
+  st = net_shm_get(w->global, 65536, 0, &s);
+  msg = hvd_last_error_message();
+  fprintf(stderr, "rank %d: %s\n", w->rank, msg);
+  if (st == HVD_OK || strstr(msg, "left communicator") != NULL)
+    return EXIT_WRONG;
+  if (c == PEER_DIES)
+    return strstr(msg, "rank 1") != NULL ? 0 : EXIT_WRONG;
+  return strstr(msg, "HVD_SHM must be the same on every rank") != NULL ? 0 : EXIT_WRONG;
+}
+
+/* The message of a failed set-up names the peer and why, not the rank
+ * that prints it. */
+START_TEST(shm_setup_failure_names_the_cause) {
+  static const enum setup_case cases[] = {PEER_DIES, PEER_WITHOUT_SHM, ROOT_WITHOUT_SHM};
+  int codes[2];
+
+  job.timeout_ms = 5000;
+  for (size_t i = 0; i < HVD_ARRAY_SIZE(cases); i++) {
+    int asserted = cases[i] == ROOT_WITHOUT_SHM ? 1 : 0;
+    run_job(&job, 2, failed_setup_fn, (void *)&cases[i], codes, 30);
+    ck_assert_msg(codes[asserted] == 0, "case %zu: rank %d exited with %d", i, asserted,
+                  codes[asserted]);
+  }
+}
+END_TEST
+
 static Suite *comm_suite(void) {
   Suite *s = suite_create("comm");
   TCase *tc = tcase_create("comm");
@@ -1225,18 +1467,39 @@ static Suite *failure_suite(void) {
   tcase_add_test(tc, wrong_token_rank_is_refused);
   tcase_add_test(tc, abandoned_round_fails_the_communicator);
   tcase_add_test(tc, abandoned_round_ends_waiting_ranks);
+  tcase_add_test(tc, shm_setup_ignores_silent_process_of_our_uid);
+  tcase_add_test(tc, shm_setup_failure_names_the_cause);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+/* A suite of its own: it needs root to become another uid, and main
+ * reports it skipped (77) elsewhere. */
+static Suite *outsider_suite(void) {
+  Suite *s = suite_create("outsider");
+  TCase *tc = tcase_create("outsider");
+  tcase_add_checked_fixture(tc, job_setup, job_teardown);
+  tcase_add_test(tc, shm_setup_ignores_silent_stranger);
   suite_add_tcase(s, tc);
   return s;
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(wire_suite());
+  const char *only = getenv("CK_RUN_SUITE");
+  SRunner *sr;
   int failed;
 
+  if (only != NULL && strcmp(only, "outsider") == 0 && geteuid() != 0) {
+    printf("skipped: not root, so the test cannot become another uid\n");
+    return 77;
+  }
+  sr = srunner_create(wire_suite());
   signal(SIGPIPE, SIG_IGN);
   srunner_add_suite(sr, iface_suite());
   srunner_add_suite(sr, comm_suite());
   srunner_add_suite(sr, failure_suite());
+  if (geteuid() == 0)
+    srunner_add_suite(sr, outsider_suite());
   srunner_run_all(sr, CK_NORMAL);
   failed = srunner_ntests_failed(sr);
   srunner_free(sr);

@@ -6,14 +6,17 @@
  * socket in the abstract namespace under a random name, and sends both
  * names with a random secret to every member over the communicator's TCP
  * links, which the job token authenticated. Each member connects and sends
- * its rank and the secret; member 0 checks the secret and that the kernel's
- * credentials of the connection (SO_PEERCRED) are this user and the process
- * the member published, then passes the memfd (SCM_RIGHTS). Four fixed
- * messages over TCP keep everybody in step, and the last one carries member
- * 0's verdict, so that all members take the same path:
+ * its rank and the secret. Any local user can find the socket and connect
+ * too, so member 0 first checks the connection's kernel credentials
+ * (SO_PEERCRED: this user, a process a member published) and closes any
+ * other unread, then checks the rank and secret and passes the memfd
+ * (SCM_RIGHTS). It serves the socket while it waits for the answers, and
+ * connections wait side by side: no connection holds up another. Four
+ * fixed messages over TCP keep everybody in step, and the last one carries
+ * member 0's verdict, so that all members take the same path:
  *   0 -> all: offer (names, secret, sizes) or why there is none
  *   all -> 0: connected, or why not
- *   (member 0 accepts, checks and passes the descriptor)
+ *   (member 0 accepts, checks and passes the descriptor, from the offer on)
  *   all -> 0: mapped, or why not
  *   0 -> all: verdict
  * A host that refuses any step (no memfd, seccomp, ranks in different
@@ -24,11 +27,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -40,6 +45,8 @@
 #include "transport_private.h"
 
 enum { NAME_MAX_BYTES = 48, SECRET_BYTES = 16, WHY_BYTES = 200 };
+/* Connections member 0 takes from the socket's queue between looks at TCP. */
+enum { ACCEPTS_PER_PASS = 64 };
 
 /* Member 0's offer. All members run on one host (they published its
  * name) and so share the byte order; fields are checked all the same. */
@@ -137,10 +144,11 @@ static hvd_status send_with_fds(int sock, const void *buf, size_t len, const int
   return HVD_OK;
 }
 
-/* Receives one message of exactly len bytes with exactly nfds descriptors
- * before the deadline; the end of the connection is a refusal. */
-static hvd_status recv_with_fds(int sock, void *buf, size_t len, int *fds, int nfds,
-                                int64_t deadline_ns) {
+/* Takes one message of exactly len bytes with exactly nfds descriptors if
+ * one has come (*there says whether); the end of the connection is a
+ * refusal. */
+static hvd_status take_with_fds(int sock, void *buf, size_t len, int *fds, int nfds,
+                                bool *there) {
   struct iovec iov = {.iov_base = buf, .iov_len = len};
   union {
     struct cmsghdr align;
@@ -148,14 +156,14 @@ static hvd_status recv_with_fds(int sock, void *buf, size_t len, int *fds, int n
   } u;
   struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
                        .msg_controllen = sizeof(u.buf)};
-  hvd_status st = wait_fd(sock, POLLIN, deadline_ns);
-  ssize_t n;
+  ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   struct cmsghdr *c;
   int got = 0;
 
-  if (st != HVD_OK)
-    return st;
-  n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  *there = false;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return HVD_OK;
+  *there = true;
   if (n < 0)
     return hvd_error(HVD_ERR_NETWORK, "receiving on the segment's socket: %s", strerror(errno));
   c = CMSG_FIRSTHDR(&msg);
@@ -177,6 +185,19 @@ static hvd_status recv_with_fds(int sock, void *buf, size_t len, int *fds, int n
     return hvd_error(HVD_ERR_NETWORK, n == 0 ? "the connection ended" : "a malformed message");
   }
   return HVD_OK;
+}
+
+/* The same, waiting for the message until the deadline. */
+static hvd_status recv_with_fds(int sock, void *buf, size_t len, int *fds, int nfds,
+                                int64_t deadline_ns) {
+  for (;;) {
+    bool there;
+    hvd_status st = wait_fd(sock, POLLIN, deadline_ns);
+    if (st == HVD_OK)
+      st = take_with_fds(sock, buf, len, fds, nfds, &there);
+    if (st != HVD_OK || there)
+      return st;
+  }
 }
 
 /* ---- the state, and the mapping ----------------------------------------------------- */
@@ -231,10 +252,28 @@ static hvd_status make_bell(struct net_shm *s) {
 
 /* ---- member 0 -------------------------------------------------------------------- */
 
+/*
+ * Member 0's end of the socket. Anyone on the host can read the socket's
+ * name in /proc/net/unix and connect, without the token: a connection is
+ * judged by its kernel credentials (this user, a member's process) before
+ * anything is read from it, and strangers are closed at once. Members'
+ * connections wait side by side for their hellos, and the listener is
+ * served while member 0 waits for the members' answers over TCP (a
+ * member's connect() blocks while the listener's queue is full, and anyone
+ * can fill it): nobody who connects holds anybody else.
+ */
 struct host_side {
   int memfd;
   int listen_fd;
+  int epfd;   /* the listener and the waiting connections */
   int *conns; /* per member, -1 until it proved itself */
+  /* Per member, a connection from its process whose hello has not come, or -1. */
+  int *waiting;
+  int admitted;
+  int strangers;         /* connections closed unread: another uid, or no member's process */
+  struct ucred stranger; /* the last of them */
+  hvd_status failed;     /* HVD_OK while the socket is served; then it is closed */
+  char failed_why[WHY_BYTES];
 };
 
 static hvd_status create_segment(struct host_side *h, size_t bytes) {
@@ -259,7 +298,8 @@ static void abstract_address(const char *name, struct sockaddr_un *sa, socklen_t
   *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + nlen);
 }
 
-static hvd_status create_socket(struct host_side *h, struct offer *o, int backlog) {
+static hvd_status create_socket(struct host_side *h, struct offer *o) {
+  struct epoll_event ev = {.events = EPOLLIN};
   struct sockaddr_un sa;
   unsigned char rnd[16];
   socklen_t len;
@@ -274,61 +314,227 @@ static hvd_status create_socket(struct host_side *h, struct offer *o, int backlo
   h->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (h->listen_fd < 0)
     return hvd_error(HVD_ERR_UNSUPPORTED, "a Unix socket: %s", strerror(errno));
-  if (bind(h->listen_fd, (struct sockaddr *)&sa, len) != 0 || listen(h->listen_fd, backlog) != 0)
+  /* A long queue: strangers in it are closed as soon as they are seen. */
+  if (bind(h->listen_fd, (struct sockaddr *)&sa, len) != 0 ||
+      listen(h->listen_fd, SOMAXCONN) != 0)
     return hvd_error(HVD_ERR_UNSUPPORTED, "binding a Unix socket: %s", strerror(errno));
+  h->epfd = epoll_create1(EPOLL_CLOEXEC);
+  ev.data.fd = h->listen_fd;
+  if (h->epfd < 0 || epoll_ctl(h->epfd, EPOLL_CTL_ADD, h->listen_fd, &ev) != 0)
+    return hvd_error(HVD_ERR_IO, "epoll: %s", strerror(errno));
   return HVD_OK;
 }
 
-/* Accepts one connection per member, checks who it is, and passes the
- * segment (and member 0's doorbell) in exchange for the member's. */
-static hvd_status admit(struct net_shm *s, struct host_side *h, const struct offer *o,
-                        int64_t deadline_ns) {
+/* Closes the listener and the connections still waiting for their hello:
+ * a member still waiting for the descriptor, or in connect(), sees the end. */
+static void stop_serving(struct host_side *h, int size) {
+  for (int r = 0; r < size; r++) {
+    if (h->waiting[r] >= 0)
+      close(h->waiting[r]);
+    h->waiting[r] = -1;
+  }
+  if (h->listen_fd >= 0)
+    close(h->listen_fd);
+  h->listen_fd = -1;
+}
+
+/* Serving the socket failed here: member 0's verdict will say why. */
+static void serving_failed(struct host_side *h, int size, hvd_status st) {
+  h->failed = st;
+  set_why(h->failed_why, "rank 0: ");
+  stop_serving(h, size);
+}
+
+/* The member (not yet admitted, none of whose connections waits) whose
+ * process this is, or -1. */
+static int member_of(const struct net_comm *comm, const struct host_side *h, pid_t pid) {
+  for (int r = 1; r < comm->size; r++) {
+    if (comm->records[r].pid == pid && h->conns[r] < 0 && h->waiting[r] < 0)
+      return r;
+  }
+  return -1;
+}
+
+/* Closes a connection from someone who is not a member, unread. */
+static void refuse(struct host_side *h, int fd, const struct ucred *cred) {
+  h->strangers++;
+  h->stranger = *cred;
+  close(fd);
+}
+
+/* Reads the hello of member r's waiting connection if it has come, and
+ * admits the member it proves, passing the segment (and member 0's
+ * doorbell) in exchange for the member's. */
+static void hear(struct net_shm *s, struct host_side *h, const struct offer *o, int r) {
   struct net_comm *comm = s->comm;
   int nbell = o->ring_bytes > 0 ? 1 : 0;
-  int admitted = 0;
+  int fd = h->waiting[r], bell = -1;
+  struct hello hi;
+  bool there = false;
+  hvd_status st = take_with_fds(fd, &hi, sizeof(hi), &bell, nbell, &there);
 
-  while (admitted < comm->size - 1) {
-    struct hello hi;
+  if (st == HVD_OK && !there)
+    return;
+  h->waiting[r] = -1; /* closing it takes it out of the epoll set */
+  /* A member's process that does not prove it is a member is dropped and
+   * the wait goes on. */
+  if (st != HVD_OK || memcmp(hi.secret, o->secret, SECRET_BYTES) != 0 || hi.rank == 0 ||
+      hi.rank >= (uint32_t)comm->size || h->conns[hi.rank] >= 0 ||
+      comm->records[hi.rank].pid != comm->records[r].pid) {
+    HVD_LOG_WARN("communicator %s: dropped a connection to the shared segment's socket from "
+                 "rank %d's process (pid %d) that did not prove it is a member",
+                 comm->scope, r, comm->records[r].pid);
+    if (bell >= 0)
+      close(bell);
+    close(fd);
+    return;
+  }
+  h->conns[hi.rank] = fd;
+  s->bells[hi.rank] = bell;
+  int fds[2] = {h->memfd, s->bells[0]};
+  if ((st = send_with_fds(fd, "S", 1, fds, 1 + nbell)) != HVD_OK) {
+    serving_failed(h, comm->size, st);
+    return;
+  }
+  h->admitted++;
+}
+
+/* Takes what waits on the listener (at most max connections, and none
+ * after the deadline), closing strangers unread, then reads the hellos
+ * that have come. */
+static void serve(struct net_shm *s, struct host_side *h, const struct offer *o, int max,
+                  int64_t deadline_ns) {
+  struct net_comm *comm = s->comm;
+
+  for (int i = 0; i < max && h->failed == HVD_OK && h->admitted < comm->size - 1; i++) {
+    struct epoll_event ev = {.events = EPOLLIN};
     struct ucred cred;
     socklen_t clen = sizeof(cred);
-    int bell = -1;
-    int fd = accept4(h->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    hvd_status st;
+    int fd, r;
 
+    if (hvd_now_ns() >= deadline_ns)
+      break;
+    fd = accept4(h->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-        return hvd_error(HVD_ERR_IO, "accept: %s", strerror(errno));
-      if ((st = wait_fd(h->listen_fd, POLLIN, deadline_ns)) != HVD_OK)
-        return hvd_error(st, "%d of %d members connected to the segment's socket in time",
-                         admitted, comm->size - 1);
-      continue;
+      if (errno == EINTR || errno == ECONNABORTED)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        serving_failed(h, comm->size,
+                       hvd_error(HVD_ERR_IO, "accept on the segment's socket: %s",
+                                 strerror(errno)));
+      break;
     }
-    st = recv_with_fds(fd, &hi, sizeof(hi), &bell, nbell, deadline_ns);
-    if (st == HVD_OK && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0)
-      st = hvd_error(HVD_ERR_IO, "SO_PEERCRED: %s", strerror(errno));
-    /* A stranger (wrong secret) is dropped and the wait goes on; a member
-     * that is not the process it published means namespaces differ. */
-    if (st != HVD_OK || memcmp(hi.secret, o->secret, SECRET_BYTES) != 0 || hi.rank == 0 ||
-        hi.rank >= (uint32_t)comm->size || h->conns[hi.rank] >= 0 || cred.uid != getuid()) {
-      HVD_LOG_WARN("communicator %s: dropped a connection to the shared segment's socket that "
-                   "did not prove it is a member (pid %d)",
-                   comm->scope, st == HVD_OK ? (int)cred.pid : -1);
-      if (bell >= 0)
-        close(bell);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) {
       close(fd);
       continue;
     }
-    h->conns[hi.rank] = fd;
-    s->bells[hi.rank] = bell;
-    if (cred.pid != comm->records[hi.rank].pid)
+    if (cred.uid != getuid() || (r = member_of(comm, h, cred.pid)) < 0) {
+      refuse(h, fd, &cred);
+      continue;
+    }
+    ev.data.fd = fd;
+    if (epoll_ctl(h->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      close(fd);
+      serving_failed(h, comm->size, hvd_error(HVD_ERR_IO, "epoll_ctl: %s", strerror(errno)));
+      break;
+    }
+    h->waiting[r] = fd;
+    hear(s, h, o, r); /* a member sends its hello right after connecting */
+  }
+  for (int r = 1; r < comm->size && h->failed == HVD_OK; r++) {
+    if (h->waiting[r] >= 0)
+      hear(s, h, o, r);
+  }
+}
+
+/* Receives every member's answer to the offer (connected, or why not)
+ * while serving the socket. */
+static hvd_status gather(struct net_shm *s, struct host_side *h, const struct offer *o,
+                         struct answer *answers, int64_t deadline_ns) {
+  struct net_comm *comm = s->comm;
+  int n = comm->size - 1, posted = 0;
+  struct net_req *reqs = calloc((size_t)n, sizeof(*reqs));
+  struct net_req **left = calloc((size_t)n, sizeof(*left));
+  hvd_status st = HVD_OK;
+
+  if (reqs == NULL || left == NULL) {
+    st = hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the segment's setup");
+    goto out;
+  }
+  while (posted < n && st == HVD_OK) {
+    st = net_irecv(comm, posted + 1, &answers[posted], sizeof(*answers), &reqs[posted]);
+    if (st == HVD_OK)
+      posted++;
+  }
+  while (st == HVD_OK) {
+    struct net_wake wake = {.fd = -1};
+    size_t k = 0;
+
+    if (h->listen_fd >= 0) {
+      serve(s, h, o, ACCEPTS_PER_PASS, deadline_ns);
+      if (h->admitted == n)
+        stop_serving(h, comm->size);
+    }
+    for (int i = 0; i < n; i++) {
+      if (!reqs[i].done)
+        left[k++] = &reqs[i];
+    }
+    if (k == 0)
+      break;
+    if (hvd_now_ns() >= deadline_ns) {
+      /* The engine's own timeout, and its message naming who is waited for. */
+      st = net_wait(comm, left, k);
+      break;
+    }
+    wake.fd = h->listen_fd >= 0 ? h->epfd : -1;
+    st = net_wait_event(comm, left, k, &wake, deadline_ns);
+  }
+  if (st != HVD_OK) {
+    /* The engine's message names the rank; a rank with HVD_SHM=0 sends
+     * something else, or nothing, in place of its answer. */
+    hvd_error_prefix("waiting for the answers to rank 0's shared-memory offer%s",
+                     st == HVD_ERR_PROTOCOL || st == HVD_ERR_TIMEOUT
+                         ? " (HVD_SHM must be the same on every rank)"
+                         : "");
+    /* Requests still posted point into memory freed below. */
+    for (int i = 0; i < posted; i++) {
+      if (!reqs[i].done) {
+        net_comm_poison(comm, st);
+        break;
+      }
+    }
+  }
+out:
+  free(left);
+  free(reqs);
+  return st;
+}
+
+/* Admits the members not admitted yet once all answered. Each member
+ * connected and sent its hello before answering (member()), so by now
+ * every member's connection is queued with its hello: a member still
+ * missing after the queue is taken came from a process it did not
+ * publish. */
+static hvd_status admit_rest(struct net_shm *s, struct host_side *h, const struct offer *o,
+                             int64_t deadline_ns) {
+  struct net_comm *comm = s->comm;
+
+  if (h->listen_fd >= 0)
+    serve(s, h, o, INT_MAX, deadline_ns);
+  if (h->failed != HVD_OK)
+    return h->failed;
+  for (int r = 1; r < comm->size; r++) {
+    if (h->conns[r] >= 0)
+      continue;
+    if (h->strangers > 0)
       return hvd_error(HVD_ERR_UNSUPPORTED,
-                       "rank %u published pid %d but connected as pid %d (the ranks are in "
-                       "different process namespaces)",
-                       hi.rank, comm->records[hi.rank].pid, (int)cred.pid);
-    int fds[2] = {h->memfd, s->bells[0]};
-    if ((st = send_with_fds(fd, "S", 1, fds, 1 + nbell)) != HVD_OK)
-      return st;
-    admitted++;
+                       "rank %d (pid %d) did not reach the segment's socket as that process; the "
+                       "last connection refused came from pid %d of uid %u (the ranks are in "
+                       "different process or user namespaces)",
+                       r, comm->records[r].pid, (int)h->stranger.pid, (unsigned)h->stranger.uid);
+    return hvd_error(HVD_ERR_UNSUPPORTED,
+                     "rank %d (pid %d) did not prove it is a member on the segment's socket", r,
+                     comm->records[r].pid);
   }
   return HVD_OK;
 }
@@ -357,9 +563,18 @@ static bool first_refusal(const struct answer *a, int n, char *why) {
   return false;
 }
 
+/* Logs, once per set-up, the connections closed unread. */
+static void log_strangers(const struct net_comm *comm, const struct host_side *h) {
+  if (h->strangers > 0)
+    HVD_LOG_WARN("communicator %s: closed %d connection%s to the shared segment's socket from "
+                 "processes that are not its members (the last: pid %d of uid %u)",
+                 comm->scope, h->strangers, h->strangers == 1 ? "" : "s", (int)h->stranger.pid,
+                 (unsigned)h->stranger.uid);
+}
+
 static hvd_status host(struct net_shm *s, size_t buffer_bytes, size_t ring_bytes, char *why) {
   struct net_comm *comm = s->comm;
-  struct host_side h = {.memfd = -1, .listen_fd = -1};
+  struct host_side h = {.memfd = -1, .listen_fd = -1, .epfd = -1};
   struct offer o;
   struct answer *answers = calloc((size_t)comm->size, sizeof(*answers));
   struct answer verdict = {.ok = 1};
@@ -367,13 +582,15 @@ static hvd_status host(struct net_shm *s, size_t buffer_bytes, size_t ring_bytes
   hvd_status st, local = HVD_OK;
 
   h.conns = malloc((size_t)comm->size * sizeof(int));
-  if (answers == NULL || h.conns == NULL) {
+  h.waiting = malloc((size_t)comm->size * sizeof(int));
+  if (answers == NULL || h.conns == NULL || h.waiting == NULL) {
     free(answers);
     free(h.conns);
+    free(h.waiting);
     return hvd_error(HVD_ERR_NO_MEMORY, "cannot allocate the segment's setup");
   }
   for (int r = 0; r < comm->size; r++)
-    h.conns[r] = -1;
+    h.conns[r] = h.waiting[r] = -1;
   memset(&o, 0, sizeof(o));
   o.size = (uint32_t)comm->size;
   o.buffer_bytes = buffer_bytes;
@@ -381,7 +598,7 @@ static hvd_status host(struct net_shm *s, size_t buffer_bytes, size_t ring_bytes
   o.segment_bytes = segment_bytes(comm->size, buffer_bytes, ring_bytes);
   local = create_segment(&h, o.segment_bytes);
   if (local == HVD_OK)
-    local = create_socket(&h, &o, comm->size);
+    local = create_socket(&h, &o);
   if (local == HVD_OK && ring_bytes > 0)
     local = make_bell(s);
   if (local == HVD_OK)
@@ -396,10 +613,13 @@ static hvd_status host(struct net_shm *s, size_t buffer_bytes, size_t ring_bytes
   }
   st = exchange_all(comm, &o, NULL, sizeof(o));
   if (st == HVD_OK && o.ok) {
-    st = exchange_all(comm, NULL, answers, sizeof(*answers));
-    if (st == HVD_OK && !first_refusal(answers, comm->size, verdict.why) &&
-        (local = admit(s, &h, &o, deadline)) != HVD_OK)
-      set_why(verdict.why, "rank 0: ");
+    st = gather(s, &h, &o, answers, deadline);
+    if (st == HVD_OK && !first_refusal(answers, comm->size, verdict.why)) {
+      if (h.failed != HVD_OK)
+        memcpy(verdict.why, h.failed_why, sizeof(verdict.why));
+      else if (admit_rest(s, &h, &o, deadline) != HVD_OK)
+        set_why(verdict.why, "rank 0: ");
+    }
     /* Refused or not, every connection closes now, and the listener
      * with the connections still queued on it: a member still waiting
      * for the descriptor sees the end. */
@@ -407,8 +627,8 @@ static hvd_status host(struct net_shm *s, size_t buffer_bytes, size_t ring_bytes
       if (h.conns[r] >= 0)
         close(h.conns[r]);
     }
-    close(h.listen_fd);
-    h.listen_fd = -1;
+    stop_serving(&h, comm->size);
+    log_strangers(comm, &h);
     if (st == HVD_OK)
       st = exchange_all(comm, NULL, answers, sizeof(*answers));
     if (st == HVD_OK && verdict.why[0] == 0)
@@ -422,8 +642,11 @@ static hvd_status host(struct net_shm *s, size_t buffer_bytes, size_t ring_bytes
   }
   if (h.listen_fd >= 0)
     close(h.listen_fd);
+  if (h.epfd >= 0)
+    close(h.epfd);
   if (h.memfd >= 0)
     close(h.memfd);
+  free(h.waiting);
   free(h.conns);
   free(answers);
   if (st == HVD_OK && !verdict.ok)
@@ -433,7 +656,12 @@ static hvd_status host(struct net_shm *s, size_t buffer_bytes, size_t ring_bytes
 
 /* ---- the other members ------------------------------------------------------------- */
 
-static hvd_status connect_to(const struct offer *o, int *out) {
+/* Connects before the deadline: connect() waits while rank 0's queue is
+ * full. */
+static hvd_status connect_to(const struct offer *o, int64_t deadline_ns, int *out) {
+  int64_t left_us = (deadline_ns - hvd_now_ns()) / 1000;
+  struct timeval tv = {.tv_sec = left_us > 0 ? left_us / 1000000 : 0,
+                       .tv_usec = left_us > 0 ? left_us % 1000000 : 1};
   struct sockaddr_un sa;
   socklen_t len;
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -441,9 +669,12 @@ static hvd_status connect_to(const struct offer *o, int *out) {
   if (fd < 0)
     return hvd_error(HVD_ERR_UNSUPPORTED, "a Unix socket: %s", strerror(errno));
   abstract_address(o->name, &sa, &len);
-  if (connect(fd, (struct sockaddr *)&sa, len) != 0) {
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0 ||
+      connect(fd, (struct sockaddr *)&sa, len) != 0) {
     int e = errno;
     close(fd);
+    if (e == EAGAIN || e == EINPROGRESS)
+      return hvd_error(HVD_ERR_TIMEOUT, "rank 0's socket took no connection in time");
     return hvd_error(HVD_ERR_UNSUPPORTED,
                      "cannot reach rank 0's socket: %s (the ranks are in different network "
                      "namespaces)",
@@ -455,7 +686,8 @@ static hvd_status connect_to(const struct offer *o, int *out) {
 
 /* Connects, proves the secret (sending the doorbell for links) and checks
  * that the socket is rank 0's process. */
-static hvd_status introduce(struct net_shm *s, const struct offer *o, int *sock) {
+static hvd_status introduce(struct net_shm *s, const struct offer *o, int64_t deadline_ns,
+                            int *sock) {
   struct net_comm *comm = s->comm;
   struct hello hi = {.rank = (uint32_t)comm->rank};
   struct ucred cred;
@@ -470,16 +702,21 @@ static hvd_status introduce(struct net_shm *s, const struct offer *o, int *sock)
                      (unsigned long long)o->segment_bytes, o->size);
   if (o->ring_bytes > 0 && (st = make_bell(s)) != HVD_OK)
     return st;
-  if ((st = connect_to(o, sock)) != HVD_OK)
+  if ((st = connect_to(o, deadline_ns, sock)) != HVD_OK)
     return st;
   if ((st = send_with_fds(*sock, &hi, sizeof(hi), &s->bells[s->rank], o->ring_bytes > 0)) !=
       HVD_OK)
     return st;
-  if (getsockopt(*sock, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0 ||
-      cred.pid != comm->records[0].pid || cred.uid != getuid())
+  if (getsockopt(*sock, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0)
+    return hvd_error(HVD_ERR_IO, "SO_PEERCRED: %s", strerror(errno));
+  /* Only rank 0 knew the name before it bound it: another process or user
+   * there means the ranks see each other through different namespaces. */
+  if (cred.pid != comm->records[0].pid || cred.uid != getuid())
     return hvd_error(HVD_ERR_UNSUPPORTED,
-                     "the segment's socket does not belong to rank 0's process (pid %d)",
-                     comm->records[0].pid);
+                     "the segment's socket does not belong to rank 0's process (pid %d): it is "
+                     "pid %d of uid %u here (the ranks are in different process or user "
+                     "namespaces)",
+                     comm->records[0].pid, (int)cred.pid, (unsigned)cred.uid);
   return HVD_OK;
 }
 
@@ -492,13 +729,17 @@ static hvd_status member(struct net_shm *s, char *why) {
   int sock = -1;
   hvd_status st = net_recv(comm, 0, &o, sizeof(o));
 
+  /* Rank 0 with HVD_SHM=0 sends something else, or nothing, instead. */
   if (st != HVD_OK)
-    return st;
+    return hvd_error_prefix("waiting for rank 0's shared-memory offer%s",
+                            st == HVD_ERR_PROTOCOL || st == HVD_ERR_TIMEOUT
+                                ? " (HVD_SHM must be the same on every rank)"
+                                : "");
   if (!o.ok) {
     snprintf(why, WHY_BYTES, "%.*s", WHY_BYTES - 1, o.why);
     return HVD_OK;
   }
-  a.ok = introduce(s, &o, &sock) == HVD_OK;
+  a.ok = introduce(s, &o, deadline, &sock) == HVD_OK;
   if (!a.ok)
     set_why(a.why, "");
   st = net_send(comm, 0, &a, sizeof(a));
@@ -557,6 +798,10 @@ hvd_status net_shm_get(struct net_comm *comm, size_t buffer_bytes, size_t ring_b
       buffer_bytes = (buffer_bytes + 4095) / 4096 * 4096;
       st = comm->rank == 0 ? host(s, buffer_bytes, ring_bytes, why) : member(s, why);
       if (st != HVD_OK) {
+        /* Recorded as the segment's failure, this thread's message (the
+         * peer and why) survives the destroy. */
+        if (s->hdr != NULL)
+          net_shm_mark_failed(s);
         net_shm_destroy(s);
         return hvd_error_prefix("communicator %s: setting up shared memory", comm->scope);
       }
