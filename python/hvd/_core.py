@@ -348,11 +348,11 @@ def poll(handle):
 def wait(c):
     """hvd_handle_wait in slices, so that a signal (Ctrl-C) interrupts the
     wait at once with its exception; the operation itself goes on."""
-    status = _lib.wait_for(c, _WAIT_SLICE_MS)
+    status = lib.hvd_handle_wait_for(c, _WAIT_SLICE_MS)
     while status == _lib.ERR_TIMEOUT:
         if lib.hvd_handle_poll(c):
             return lib.hvd_handle_wait(c)  # the operation's own status, a timeout too
-        status = _lib.wait_for(c, _WAIT_SLICE_MS)
+        status = lib.hvd_handle_wait_for(c, _WAIT_SLICE_MS)
     return status
 
 
@@ -377,6 +377,7 @@ def synchronize(handle):
     op = _use(handle)
     if op is None:
         return None
+    settled = False
     try:
         status = wait(op.c)
         message = last_error(status) if status != _lib.OK else None
@@ -394,14 +395,21 @@ def synchronize(handle):
             op.error = e
             raise
         finally:
+            # Settled, out of the table and unused by this thread at once.
             with _table_lock:
-                _retire(handle, op)  # in use here: _unuse releases it
+                _retire(handle, op)
                 op.done = True
                 event = op.settled
+                op.users -= 1
+                settled = True
+                free = _releasable(op)
             if event is not None:
                 event.set()
+            if free:
+                lib.hvd_handle_release(op.c)
     finally:
-        _unuse(op)
+        if not settled:
+            _unuse(op)
 
 
 def release_all():

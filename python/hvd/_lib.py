@@ -178,11 +178,6 @@ def submit(fn, args):
     return status, _per_thread.handle.value
 
 
-def wait_for(handle, timeout_ms):
-    """hvd_handle_wait_for: the status; ERR_TIMEOUT while it still runs."""
-    return lib.hvd_handle_wait_for(handle, timeout_ms)
-
-
 def int32_array(values):
     """A C int32_t array of values (one element at least)."""
     return (c_int32 * max(len(values), 1))(*values)

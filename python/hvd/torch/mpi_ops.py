@@ -69,9 +69,9 @@ def _dtype_device(tensor, what):
         raise ValueError('Tensor type %s is not supported.' % tensor.type())
     if not tensor.is_contiguous():
         raise ValueError('Tensor is required to be contiguous.')
-    if tensor.device.type == 'cpu':
+    if tensor.is_cpu:
         return dtype, _lib.DEVICE_CPU
-    if tensor.device.type == 'cuda':
+    if tensor.is_cuda:
         if not _core.cuda_built():
             raise ValueError('%s: the tensor is on %s, and this build of hvd has no GPU support'
                              % (what, tensor.device))
@@ -149,6 +149,11 @@ def _options(op=Sum, prescale=1.0, postscale=1.0, process_set=global_process_set
     """A pointer to the hvd_options of these arguments. hvd copies the
     options at submission and nothing writes them after, so one structure
     per combination serves every call, on any thread."""
+    try:  # the arguments as given, when they were seen before
+        return _options_made[(op, prescale, postscale, process_set.process_set_id, root,
+                              device)][1]
+    except (KeyError, TypeError, AttributeError):
+        pass
     key = (op, _scale(prescale, 'prescale_factor'), _scale(postscale, 'postscale_factor'),
            _core.set_id(process_set), root, device)
     made = _options_made.get(key)
