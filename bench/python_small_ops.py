@@ -19,6 +19,8 @@ One script, two roles:
     /usr/bin/python3 bench/python_small_ops.py --nps 2 --reps 3 --iters 1000
     build/bin/hvdrun -np 2 /usr/bin/python3 bench/python_small_ops.py --worker hvd \\
         --profile /tmp/small.prof                               # cProfile of rank 0
+    HVD_LIBRARY=$PWD/build/lib/libhvd.so.0 /usr/bin/python3 bench/python_small_ops.py \\
+        --hvd-package /tmp/old/python                           # an older hvd package
 
 Exit status: 0 when every run gave its result, 1 otherwise, 2 for bad
 arguments.
@@ -149,8 +151,10 @@ def jobs(args, np_):
     sizes = ','.join(str(s) for s in args.sizes)
     common = ['--sizes', sizes, '--iters', str(args.iters), '--warmup', str(args.warmup)]
     hvdrun = os.path.join(args.build, 'bin', 'hvdrun')
+    package = ['--hvd-package', args.hvd_package] if args.hvd_package else []
     return {
-        'hvd': [[hvdrun, '-np', str(np_), args.python, script, '--worker', 'hvd'] + common],
+        'hvd': [[hvdrun, '-np', str(np_), args.python, script, '--worker', 'hvd'] + common +
+                package],
         'gloo': [[args.python, script, '--torchrun', '--standalone', '--nnodes', '1',
                   '--nproc_per_node', str(np_), script, '--worker', 'gloo'] + common],
         'c': [[os.path.join(args.build, 'bin', 'hvd-bench-grads'), 'latency', '--np', str(np_),
@@ -254,12 +258,16 @@ def main(argv):
     p.add_argument('--warmup', type=int, default=200)
     p.add_argument('--timeout', type=int, default=300, help='seconds per run')
     p.add_argument('--profile', help='worker hvd: cProfile of rank 0 to this file')
+    p.add_argument('--hvd-package', help='import hvd from this directory (another checkout\'s '
+                   'python/, with HVD_LIBRARY set) to compare versions')
     p.add_argument('--build', default=os.path.join(REPO, 'build'))
     p.add_argument('--python', default=sys.executable)
     args = p.parse_args(argv)
     if any(s % 4 for s in args.sizes):
         p.error('--sizes: multiples of 4 bytes (float32)')
     if args.worker == 'hvd':
+        if args.hvd_package:
+            sys.path.insert(0, os.path.abspath(args.hvd_package))
         return worker_hvd(args)
     if args.worker == 'gloo':
         return worker_gloo(args)
