@@ -183,6 +183,24 @@ static bool closed_by_peer(int fd) {
   return recv(fd, &c, 1, 0) <= 0;
 }
 
+/* Whether fd, turned away to make room for another connection, reads a 503
+ * with Retry-After (its request was not run) and is then closed. */
+static bool turned_away(int fd) {
+  struct response r;
+  return read_response(fd, &r) == 503 && strstr(r.headers, "\r\nRetry-After: ") != NULL &&
+         strstr(r.body, "not run") != NULL && closed_by_peer(fd);
+}
+
+/* Whether fd is closed within 10 s, answered or not. */
+static bool ends(int fd) {
+  char buf[4096];
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  ssize_t n = 1;
+  while (n > 0 && poll(&p, 1, 10000) > 0)
+    n = recv(fd, buf, sizeof(buf), 0);
+  return n <= 0;
+}
+
 /* A number from the server's /_health on port (-1 if it cannot be read). */
 static double health_number(int port, const char *name) {
   struct response r;
@@ -1206,8 +1224,10 @@ START_TEST(http_slow_clients_do_not_lock_ranks_out) {
   ck_assert_str_eq(v.data, "here");
   atomic_store(&trickle_stop, true);
   pthread_join(th, NULL);
+  /* Those past the slots made room (a 503) for later ones, the rest missed
+   * their deadline. */
   for (int i = 0; i < SLOW_CLIENTS; i++) {
-    closed += closed_by_peer(fds[i]);
+    closed += ends(fds[i]);
     close(fds[i]);
   }
   ck_assert_int_eq(closed, SLOW_CLIENTS);
@@ -1215,12 +1235,211 @@ START_TEST(http_slow_clients_do_not_lock_ranks_out) {
   doc = cJSON_Parse(health.data);
   ck_assert_ptr_nonnull(doc);
   ck_assert_int_ge(cJSON_GetObjectItem(doc, "slow_connections_closed")->valueint, SLOTS - 10);
+  ck_assert_int_ge(cJSON_GetObjectItem(doc, "connections_evicted")->valueint,
+                   SLOW_CLIENTS - SLOTS);
   cJSON_Delete(doc);
   rdzv_client_destroy(c);
   rdzv_server_stop(s);
   hvd_buf_fini(&v);
   hvd_buf_fini(&health);
   free(fds);
+}
+END_TEST
+
+/* Silent connections that squat on the connection limits without the
+ * token, and reopen at once each one the server closes (issue 38): from
+ * 127.0.0.1 they used to hold a one-host job's ranks out of the store. */
+enum { SQUAT_QUOTA = 64, SQUAT_RANKS = 4, SQUAT_REQUESTS = 12 };
+
+struct squatter {
+  int port;
+  const char *sources[2];
+  int nsources;
+  atomic_bool stop;
+  atomic_int connected; /* connections open now */
+  atomic_long reopened; /* connections opened after the server closed one */
+};
+
+/* A connection from source, or -1; no assertions (it runs on a thread). */
+static int squat_connect(int port, const char *source) {
+  struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in from = {.sin_family = AF_INET};
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+  if (fd < 0)
+    return -1;
+  if (inet_pton(AF_INET, source, &from.sin_addr) != 1 ||
+      bind(fd, (struct sockaddr *)&from, sizeof(from)) != 0 ||
+      connect(fd, (struct sockaddr *)&to, sizeof(to)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void *squatter_main(void *arg) {
+  struct squatter *sq = arg;
+  enum { N = 2 * SQUAT_QUOTA };
+  struct pollfd p[N];
+  int n = sq->nsources * SQUAT_QUOTA;
+  bool filled = false;
+
+  for (int i = 0; i < n; i++)
+    p[i] = (struct pollfd){.fd = -1, .events = POLLIN | POLLRDHUP};
+  while (!atomic_load(&sq->stop)) {
+    int open = 0;
+    for (int i = 0; i < n; i++) {
+      /* It sends nothing, so anything it reads (a 503, the end) means the
+       * server let go of it. */
+      if (p[i].fd >= 0 && p[i].revents == 0)
+        continue;
+      if (p[i].fd >= 0) {
+        close(p[i].fd);
+        atomic_fetch_add(&sq->reopened, 1);
+      }
+      p[i].fd = squat_connect(sq->port, sq->sources[i % sq->nsources]);
+      p[i].revents = 0;
+    }
+    for (int i = 0; i < n; i++)
+      open += p[i].fd >= 0;
+    if (!filled && open == n)
+      filled = true;
+    atomic_store(&sq->connected, filled ? open : 0);
+    if (poll(p, (nfds_t)n, 20) < 0 && errno != EINTR)
+      break;
+  }
+  for (int i = 0; i < n; i++) {
+    if (p[i].fd >= 0)
+      close(p[i].fd);
+  }
+  return NULL;
+}
+
+struct squat_rank {
+  int port, id;
+  int served;        /* requests answered as they should be */
+  char error[256];   /* the first failure */
+};
+
+/* Each request on a fresh connection, which has not shown the token until
+ * its request arrives: the case the squatters could crowd out. */
+static void *squat_rank_main(void *arg) {
+  struct squat_rank *r = arg;
+  char key[16], want[16];
+  struct hvd_buf v;
+  int64_t sum = 0;
+
+  hvd_buf_init(&v, 0);
+  snprintf(key, sizeof(key), "r%d", r->id);
+  for (int i = 0; i < SQUAT_REQUESTS; i++) {
+    struct rdzv_client *c = NULL;
+    hvd_status st = rdzv_client_create("127.0.0.1", r->port, "tok", 20000, &c);
+    if (st == HVD_OK) {
+      switch (i % 3) {
+      case 0:
+        snprintf(want, sizeof(want), "v%d", i);
+        st = rdzv_client_set(c, "squat", key, S(want));
+        break;
+      case 1:
+        st = rdzv_client_get(c, "squat", key, &v, NULL);
+        if (st == HVD_OK && (v.len != strlen(want) || memcmp(v.data, want, v.len) != 0))
+          st = HVD_ERR_INTERNAL;
+        break;
+      default:
+        st = rdzv_client_add(c, "squat", "sum", 1, &sum);
+        break;
+      }
+    }
+    if (st == HVD_OK)
+      r->served++;
+    else if (r->error[0] == '\0')
+      snprintf(r->error, sizeof(r->error), "rank %d request %d: %s", r->id, i,
+               hvd_last_error_message());
+    rdzv_client_destroy(c);
+  }
+  hvd_buf_fini(&v);
+  return NULL;
+}
+
+static unsigned squat_max_connections;
+
+static void squat_limits(struct rdzv_server_config *cfg) {
+  cfg->max_connections = squat_max_connections;
+  cfg->max_connections_per_address = SQUAT_QUOTA;
+}
+
+/* Squatters from sources fill a limit; ranks from 127.0.0.1 meanwhile make
+ * requests, each on a new connection, and every one must be served. */
+static void squat_and_serve(const char *const *sources, int nsources, unsigned max_connections) {
+  struct squatter sq = {.nsources = nsources};
+  struct squat_rank ranks[SQUAT_RANKS];
+  pthread_t sq_thread, rank_threads[SQUAT_RANKS];
+  struct rdzv_server *s;
+  struct rdzv_client *c;
+  struct hvd_buf v;
+  int64_t deadline;
+  double held;
+  int served = 0;
+
+  squat_max_connections = max_connections;
+  s = start_server_with("tok", squat_limits);
+  sq.port = rdzv_server_port(s);
+  for (int i = 0; i < nsources; i++)
+    sq.sources[i] = sources[i];
+  ck_assert_int_eq(pthread_create(&sq_thread, NULL, squatter_main, &sq), 0);
+  /* Every squatter connected, and the server holding them all. */
+  deadline = hvd_deadline_after_ms(20000);
+  while (atomic_load(&sq.connected) < nsources * SQUAT_QUOTA && hvd_now_ns() < deadline)
+    hvd_sleep_ns(10 * 1000000LL);
+  ck_assert_int_eq(atomic_load(&sq.connected), nsources * SQUAT_QUOTA);
+  /* (The probe counts itself, in a slot it took from a squatter; it may
+   * itself be displaced by the squatters' reopening: -1.) */
+  while ((held = health_number(sq.port, "connections")) < nsources * SQUAT_QUOTA &&
+         hvd_now_ns() < deadline)
+    hvd_sleep_ns(10 * 1000000LL);
+  ck_assert_int_ge(held, nsources * SQUAT_QUOTA);
+
+  for (int i = 0; i < SQUAT_RANKS; i++) {
+    ranks[i] = (struct squat_rank){.port = sq.port, .id = i};
+    ck_assert_int_eq(pthread_create(&rank_threads[i], NULL, squat_rank_main, &ranks[i]), 0);
+  }
+  for (int i = 0; i < SQUAT_RANKS; i++) {
+    pthread_join(rank_threads[i], NULL);
+    ck_assert_msg(ranks[i].served == SQUAT_REQUESTS, "%d of %d served; %s", ranks[i].served,
+                  SQUAT_REQUESTS, ranks[i].error);
+    served += ranks[i].served;
+  }
+  ck_assert_int_eq(served, SQUAT_RANKS * SQUAT_REQUESTS);
+  /* The squatters were displaced, not the ranks, and kept coming back. */
+  deadline = hvd_deadline_after_ms(10000);
+  while (atomic_load(&sq.reopened) == 0 && hvd_now_ns() < deadline)
+    hvd_sleep_ns(10 * 1000000LL);
+  ck_assert_int_gt(atomic_load(&sq.reopened), 0);
+  atomic_store(&sq.stop, true);
+  pthread_join(sq_thread, NULL);
+  c = client_for(s, "tok", 20000);
+  hvd_buf_init(&v, 0);
+  ck_assert_int_eq(rdzv_client_get(c, "squat", "sum", &v, NULL), HVD_OK);
+  ck_assert_int_eq(atoi(v.data), SQUAT_RANKS * (SQUAT_REQUESTS / 3));
+  ck_assert_int_ge(health_number(sq.port, "connections_evicted"), 1);
+  hvd_buf_fini(&v);
+  rdzv_client_destroy(c);
+  rdzv_server_stop(s);
+}
+
+/* The per-address quota full of squatters from the ranks' own address. */
+START_TEST(http_squatters_on_the_address_quota) {
+  static const char *const local[] = {"127.0.0.1"};
+  squat_and_serve(local, 1, 1024);
+}
+END_TEST
+
+/* Every connection slot full of squatters from other loopback addresses
+ * (each within its quota), none from the ranks' address. */
+START_TEST(http_squatters_on_every_slot) {
+  static const char *const others[] = {"127.0.0.2", "127.0.0.3"};
+  squat_and_serve(others, 2, 2 * SQUAT_QUOTA);
 }
 END_TEST
 
@@ -1949,18 +2168,39 @@ static void ten_per_address(struct rdzv_server_config *cfg) {
   cfg->max_connections_per_address = 10;
 }
 
-/* One address cannot take every slot: past its share it is turned away,
- * while another address is still served. */
+/* One address cannot take every slot. Past its share, a newcomer takes the
+ * place of its oldest connection that has not shown the token (here, with
+ * no token, sent a request); once all have, it is turned away, while
+ * another address is still served. */
 START_TEST(raw_connections_per_address) {
+  static const char get[] = "GET /s/k HTTP/1.1\r\nHost: x\r\n\r\n";
   struct rdzv_server *limited = start_server_with(NULL, ten_per_address);
   int port = rdzv_server_port(limited);
-  int held[10], extra, other;
+  int held[10], extra, other, displaced = -1;
+  struct pollfd p[10];
   struct response r;
 
   for (int i = 0; i < 10; i++)
     held[i] = connect_from("127.0.0.1", port);
+  /* An 11th silent connection displaces one of the first ten. */
   extra = connect_from("127.0.0.1", port);
-  ck_assert(closed_by_peer(extra));
+  for (int i = 0; i < 10; i++)
+    p[i] = (struct pollfd){.fd = held[i], .events = POLLIN};
+  ck_assert_int_eq(poll(p, 10, 10000), 1);
+  for (int i = 0; i < 10; i++) {
+    if (p[i].revents != 0)
+      displaced = i;
+  }
+  ck_assert(turned_away(held[displaced]));
+  close(held[displaced]);
+  held[displaced] = extra;
+  /* All ten send a request: none of them can be displaced now. */
+  for (int i = 0; i < 10; i++) {
+    send_all(held[i], get, strlen(get));
+    ck_assert_int_eq(read_response(held[i], &r), 404);
+  }
+  extra = connect_from("127.0.0.1", port);
+  ck_assert(turned_away(extra));
   close(extra);
   other = connect_from("127.0.0.2", port);
   send_all(other, S("GET /s/k HTTP/1.1\r\nHost: x\r\n\r\n"));
@@ -2543,6 +2783,8 @@ static Suite *http_suite(void) {
   tcase_add_test(tc, http_health);
   tcase_add_test(tc, http_health_while_starting);
   tcase_add_test(tc, http_slow_clients_do_not_lock_ranks_out);
+  tcase_add_test(tc, http_squatters_on_the_address_quota);
+  tcase_add_test(tc, http_squatters_on_every_slot);
   tcase_add_test(tc, http_client_reuses_its_connection);
   tcase_add_test(tc, http_no_server_fails_with_clear_message);
   tcase_add_test(tc, http_client_waits_for_late_server);

@@ -212,6 +212,15 @@ static bool retryable(CURLcode rc, bool idempotent) {
   }
 }
 
+/* A 503 with Retry-After: the server closed the connection to make room
+ * (over its connection limits, guard.c) and did not run the request, so
+ * any request may be repeated. Its shutdown 503 has no Retry-After. */
+static bool turned_away(struct rdzv_client *c, long code) {
+  struct curl_header *h;
+  return code == 503 &&
+         curl_easy_header(c->curl, "Retry-After", 0, CURLH_HEADER, -1, &h) == CURLHE_OK;
+}
+
 static int64_t jittered(struct rdzv_client *c, int64_t ms) {
   /* xorshift64: enough randomness to spread thousands of ranks apart */
   c->rng ^= c->rng << 13;
@@ -318,12 +327,16 @@ static hvd_status perform(struct rdzv_client *c, const struct call *call, long *
     rc = transfer(c);
     if (rc == CURLE_OK) {
       curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, code);
+      if (!turned_away(c, *code) || hvd_now_ns() >= call->deadline_ns)
+        break;
+      HVD_LOG_DEBUG("rendezvous %s: %s: turned away (the server is at its connection limit); "
+                    "retrying", c->base_url, what);
+    } else if (!retryable(rc, call->idempotent) || hvd_now_ns() >= call->deadline_ns) {
       break;
+    } else {
+      HVD_LOG_DEBUG("rendezvous %s: %s: %s; retrying", c->base_url, what,
+                    c->curl_error[0] ? c->curl_error : curl_easy_strerror(rc));
     }
-    if (!retryable(rc, call->idempotent) || hvd_now_ns() >= call->deadline_ns)
-      break;
-    HVD_LOG_DEBUG("rendezvous %s: %s: %s; retrying", c->base_url, what,
-                  c->curl_error[0] ? c->curl_error : curl_easy_strerror(rc));
     int64_t pause = jittered(c, backoff);
     int64_t left = hvd_remaining_ms(call->deadline_ns);
     hvd_sleep_ns((pause < left ? pause : left) * 1000000);
@@ -393,7 +406,9 @@ static hvd_status http_error(struct rdzv_client *c, const struct call *call, lon
   case 507: st = HVD_ERR_TOO_LARGE; break;
   case 503:
     st = HVD_ERR_ABORTED;
-    hint = " (the server is shutting down)";
+    hint = turned_away(c, code) ? " (until the deadline: too many connections from this host, or "
+                                  "in all, hold the server's connection limits)"
+                                : " (the server is shutting down)";
     break;
   default:
     st = HVD_ERR_PROTOCOL;

@@ -9,7 +9,10 @@
  * and suspends its connection; whoever satisfies the waiter (a PUT on another
  * loop, the store's deadline thread, shutdown) resumes it, and the loop calls
  * us again to send the answer. Values and scope bodies are sent straight from
- * the store's reference-counted blobs, without copies.
+ * the store's reference-counted blobs, without copies. The connection limits,
+ * in all and per address, are the guard's (guard.c): a connection that shows
+ * the token is trusted, and strangers over a limit make room for newcomers
+ * instead of locking them out.
  * The protocol is docs/rendezvous-protocol.md.
  */
 #include <errno.h>
@@ -32,6 +35,9 @@ enum {
   WAIT_MAX_MS = 3600 * 1000,
   COUNT_MAX = 1 << 24,
   FD_RESERVE = 64, /* descriptors kept for everything but connections */
+  /* Connections libmicrohttpd may hold beyond ours: those the guard evicted
+   * that their event loop has not closed yet (guard.c). */
+  EVICT_SLACK = 256,
 };
 
 #define ALLOWED_METHODS "GET, HEAD, PUT, POST, DELETE"
@@ -276,7 +282,8 @@ static bool authorized(struct request *req) {
 
 /* Reads If-Match / If-None-Match; false (with a reason) when malformed. */
 static bool parse_condition(struct request *req, const char **reason) {
-  const char *match = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_MATCH);
+  const char *match =
+      MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_MATCH);
   const char *none = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_IF_NONE_MATCH);
   int64_t version;
@@ -458,6 +465,8 @@ static enum MHD_Result begin(struct request *req, const char *url) {
     return answer_text(req, MHD_HTTP_UNAUTHORIZED,
                        "this rendezvous server needs the job token: send 'Authorization: Bearer "
                        "<token>' (hvd clients read it from HVD_TOKEN)");
+  if (!rdzv_guard_trust(req->conn))
+    return MHD_NO; /* closed meanwhile to make room, its client told to retry */
   code = parse_path(req, url, why, sizeof(why));
   if (code != 0)
     return answer_text(req, code, "%s", why);
@@ -570,26 +579,21 @@ static enum MHD_Result start_wait(struct request *req) {
 static enum MHD_Result answer_health(struct request *req) {
   struct rdzv_server *srv = req->srv;
   struct rdzv_store_stats stats;
-  /* The connection's daemon, not srv->daemon: a request can arrive before
-   * MHD_start_daemon has returned and that pointer is written. */
-  const union MHD_ConnectionInfo *conn_info =
-      MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_DAEMON);
-  const union MHD_DaemonInfo *info =
-      conn_info != NULL
-          ? MHD_get_daemon_info(conn_info->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS)
-          : NULL;
+  struct rdzv_guard_counts counts;
   cJSON *doc = cJSON_CreateObject();
   struct MHD_Response *resp;
   char *text;
 
   rdzv_store_get_stats(srv->store, &stats);
+  rdzv_guard_get_counts(srv->guard, &counts);
   if (doc == NULL)
     return MHD_NO;
   cJSON_AddStringToObject(doc, "status", "ok");
   cJSON_AddStringToObject(doc, "version", hvd_version());
   cJSON_AddNumberToObject(doc, "uptime_seconds",
                           (double)(hvd_now_ns() - srv->started_ns) / 1e9);
-  cJSON_AddNumberToObject(doc, "connections", info != NULL ? info->num_connections : 0);
+  /* The guard's count: libmicrohttpd's is per event loop. */
+  cJSON_AddNumberToObject(doc, "connections", counts.connections);
   cJSON_AddNumberToObject(doc, "requests", (double)atomic_load(&srv->requests));
   cJSON_AddNumberToObject(doc, "scopes", (double)stats.scopes);
   cJSON_AddNumberToObject(doc, "planned_scopes", (double)stats.planned_scopes);
@@ -599,7 +603,8 @@ static enum MHD_Result answer_health(struct request *req) {
   cJSON_AddNumberToObject(doc, "max_bytes", (double)srv->limits.max_total_bytes);
   cJSON_AddNumberToObject(doc, "waiters", (double)stats.waiters);
   cJSON_AddBoolToObject(doc, "token_required", srv->token != NULL);
-  cJSON_AddNumberToObject(doc, "slow_connections_closed", (double)rdzv_guard_closed(srv->guard));
+  cJSON_AddNumberToObject(doc, "slow_connections_closed", (double)counts.closed);
+  cJSON_AddNumberToObject(doc, "connections_evicted", (double)counts.evicted);
   text = cJSON_PrintUnformatted(doc);
   cJSON_Delete(doc);
   if (text == NULL)
@@ -637,6 +642,8 @@ static enum MHD_Result answer_admit(struct request *req) {
     HVD_LOG_WARN("rendezvous server: admission refused: %s", why);
     return answer_text(req, MHD_HTTP_FORBIDDEN, "admission refused: %s", why);
   }
+  if (!rdzv_guard_trust(req->conn))
+    return MHD_NO; /* closed meanwhile to make room: nobody to answer */
   if ((doc = cJSON_CreateObject()) == NULL)
     return MHD_NO;
   cJSON_AddStringToObject(doc, "job", srv->job != NULL ? srv->job : "");
@@ -886,6 +893,7 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
   unsigned max_conn = cfg->max_connections ? cfg->max_connections : capacity;
   unsigned threads = cfg->threads ? cfg->threads : default_threads();
   unsigned per_address = cfg->max_connections_per_address;
+  unsigned slack = capacity / 8 < EVICT_SLACK ? capacity / 8 : EVICT_SLACK;
   hvd_status st;
 
   if (srv == NULL)
@@ -913,10 +921,11 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
     st = hvd_error(HVD_ERR_NO_MEMORY, "cannot copy the job's name");
     goto fail;
   }
-  if (max_conn > capacity) {
-    HVD_LOG_WARN("rendezvous server: %u connections requested but the open-file limit allows %u",
-                 max_conn, capacity);
-    max_conn = capacity;
+  if (max_conn > capacity - slack) {
+    if (cfg->max_connections != 0)
+      HVD_LOG_WARN("rendezvous server: %u connections requested but the open-file limit allows "
+                   "%u", max_conn, capacity - slack);
+    max_conn = capacity - slack;
   }
   if (per_address == 0)
     per_address = max_conn / 4 > RDZV_MIN_PER_ADDRESS ? max_conn / 4 : RDZV_MIN_PER_ADDRESS;
@@ -926,8 +935,8 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
     threads = 1;
   st = rdzv_store_create(&cfg->limits, fire_cb, srv, &srv->store);
   if (st == HVD_OK)
-    st = rdzv_guard_start(cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms : 5000,
-                          waiter_gone, srv, &srv->guard);
+    st = rdzv_guard_start(cfg->header_timeout_ms > 0 ? cfg->header_timeout_ms : 5000, max_conn,
+                          per_address, waiter_gone, srv, &srv->guard);
   if (st != HVD_OK)
     goto fail;
   st = rdzv_listen(cfg->bind_address, cfg->port, &srv->listen_fd, srv->address,
@@ -941,8 +950,7 @@ hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_s
       srv, access_cb, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, srv,
       MHD_OPTION_LISTEN_SOCKET, srv->listen_fd,
       MHD_OPTION_THREAD_POOL_SIZE, threads > 1 ? threads : 0,
-      MHD_OPTION_CONNECTION_LIMIT, max_conn,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_address,
+      MHD_OPTION_CONNECTION_LIMIT, max_conn + slack, /* ours are the guard's */
       MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header_bytes,
       MHD_OPTION_NOTIFY_COMPLETED, completed_cb, srv,
