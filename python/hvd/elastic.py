@@ -36,7 +36,6 @@ only its object broadcast and its rank, as in Horovod.
 import functools
 import logging
 import os
-import sys
 
 from hvd import _core, _lib
 from hvd._lib import lib
