@@ -757,29 +757,53 @@ static int never_runs(int rank, int size, void *arg) {
 /* Settings every rank must have alike (how the collectives cut and order
  * their messages) fail hvd_init on the ranks that differ, naming the
  * variable and both values, instead of a hang or a wrong sum later. */
-START_TEST(settings_must_match) {
-  char path[] = "/tmp/hvd-test-settings-XXXXXX", text[4096] = "";
+/* Runs a job of two ranks whose hvd_init must fail on both, and returns
+ * what they wrote on stderr. */
+static void both_fail_to_start(char *text, size_t size) {
+  char path[] = "/tmp/hvd-test-settings-XXXXXX";
   int codes[2], saved = dup(STDERR_FILENO), fd = mkstemp(path);
   ssize_t n;
 
   ck_assert_int_ge(fd, 0);
-  job.rank_env[1][0] = "HVD_RING_WINDOW=8";
   fflush(stderr);
   dup2(fd, STDERR_FILENO); /* the ranks' messages, to read back */
   run_ranks(2, never_runs, NULL, codes, 30);
   fflush(stderr);
   dup2(saved, STDERR_FILENO);
   close(saved);
-  n = pread(fd, text, sizeof(text) - 1, 0);
+  n = pread(fd, text, size - 1, 0);
   close(fd);
   unlink(path);
   ck_assert_int_gt(n, 0);
+  text[n] = '\0';
   ck_assert_int_eq(codes[0], EXIT_SETUP);
   ck_assert_int_eq(codes[1], EXIT_SETUP);
+}
+
+START_TEST(settings_must_match) {
+  char text[4096];
+  job.rank_env[1][0] = "HVD_RING_WINDOW=8";
+  both_fail_to_start(text, sizeof(text));
   ck_assert_msg(strstr(text, "HVD_RING_WINDOW is 4 here but 8 on rank 1: every rank must have "
                              "the same value") != NULL,
                 "%s", text);
   ck_assert_msg(strstr(text, "HVD_RING_WINDOW is 8 here but 4 on rank 0") != NULL, "%s", text);
+}
+END_TEST
+
+/* HVD_SHM differing is said by every rank when they meet in the store,
+ * before any of them waits for a shared-memory set-up (it was a timeout
+ * on one side and a generic message on the other), whichever rank has it
+ * off. */
+START_TEST(shm_must_match) {
+  char text[4096], here[64], there[64];
+  int off = _i; /* the rank with HVD_SHM=0 */
+  job.timeout_s = 60; /* a wait for the set-up would outlast the test's deadline */
+  job.rank_env[off][0] = "HVD_SHM=0";
+  both_fail_to_start(text, sizeof(text));
+  snprintf(here, sizeof(here), "HVD_SHM is 1 here but 0 on rank %d", off);
+  snprintf(there, sizeof(there), "HVD_SHM is 0 here but 1 on rank %d", 1 - off);
+  ck_assert_msg(strstr(text, here) != NULL && strstr(text, there) != NULL, "%s", text);
 }
 END_TEST
 
@@ -2093,6 +2117,7 @@ static Suite *async_suite(void) {
   tcase_add_test(tc, user_threads);
   tcase_add_test(tc, settings_follow_rank_0);
   tcase_add_test(tc, settings_must_match);
+  tcase_add_loop_test(tc, shm_must_match, 0, 2);
   tcase_add_test(tc, long_lists_cross);
   tcase_add_test(tc, autotune_keeps_every_rank_in_step);
   return s;

@@ -31,6 +31,8 @@ hvd_status rdzv_record_encode(const struct rdzv_record *r, struct hvd_buf *out) 
   snprintf(gen, sizeof(gen), "%llu", (unsigned long long)r->generation);
   cJSON_AddStringToObject(doc, "gen", gen);
   cJSON_AddNumberToObject(doc, "port", r->port);
+  if (r->shm >= 0)
+    cJSON_AddNumberToObject(doc, "shm", r->shm);
   for (size_t i = 0; i < r->naddrs; i++) {
     cJSON *a = cJSON_CreateString(r->addrs[i]);
     if (a == NULL)
@@ -81,7 +83,7 @@ hvd_status rdzv_record_decode(const void *text, size_t len, struct rdzv_record *
   cJSON *doc = cJSON_ParseWithLength(text, len);
   const cJSON *addrs;
   struct rdzv_record r;
-  double v, rank, global_rank, local_rank, pid, port;
+  double v, rank, global_rank, local_rank, pid, port, shm = -1;
   char gen_text[24];
   int64_t gen;
   hvd_status st = HVD_ERR_PROTOCOL;
@@ -107,6 +109,10 @@ hvd_status rdzv_record_decode(const void *text, size_t len, struct rdzv_record *
                   sizeof(gen_text)) ||
       !get_string(cJSON_GetObjectItemCaseSensitive(doc, "host"), "host", r.host, sizeof(r.host)))
     goto out;
+  /* Optional: what each rank's HVD_SHM is, so that ranks that differ say
+   * so before any of them waits for a shared-memory set-up. */
+  if (cJSON_GetObjectItemCaseSensitive(doc, "shm") != NULL && !get_int(doc, "shm", 0, 1, &shm))
+    goto out;
   if (!hvd_parse_int64(gen_text, strlen(gen_text), &gen) || gen < 0) {
     hvd_error(HVD_ERR_PROTOCOL, "peer record: 'gen' is not a non-negative decimal integer");
     goto out;
@@ -129,6 +135,7 @@ hvd_status rdzv_record_decode(const void *text, size_t len, struct rdzv_record *
   r.pid = (int)pid;
   r.generation = (uint64_t)gen;
   r.port = (int)port;
+  r.shm = (int)shm;
   *out = r;
   st = HVD_OK;
 out:

@@ -93,6 +93,7 @@ struct rdzv_record {
   int port;
   char addrs[RDZV_RECORD_MAX_ADDRS][RDZV_RECORD_ADDR_MAX];
   size_t naddrs;
+  int shm; /* the rank's HVD_SHM, 0 or 1; -1: the record does not say (optional) */
 };
 
 /* What the elastic driver writes in place of the records that never came

@@ -35,6 +35,7 @@ static hvd_status publish(struct net_comm *comm) {
   rec.pid = (int)getpid();
   rec.generation = ctx->generation;
   rec.port = ctx->port;
+  rec.shm = ctx->shm ? 1 : 0;
   for (size_t i = 0; i < ctx->naddrs && i < RDZV_RECORD_MAX_ADDRS; i++)
     net_addr_format(&ctx->addrs[i], rec.addrs[rec.naddrs++], sizeof(rec.addrs[0]));
   hvd_buf_init(&text, 0);
@@ -82,6 +83,13 @@ static hvd_status collect(struct net_comm *comm) {
                      "%llu (a stale record from an earlier job or round?)",
                      comm->scope, r, (unsigned long long)rec->generation,
                      (unsigned long long)comm->ctx->generation);
+    else if (rec->shm >= 0 && rec->shm != (comm->ctx->shm ? 1 : 0))
+      /* Said here, by every rank, before any of them waits for a shared-
+       * memory set-up the others will never join. */
+      st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                     "HVD_SHM is %d here but %d on rank %d (global rank %d on %s): every rank "
+                     "must have the same value",
+                     comm->ctx->shm ? 1 : 0, rec->shm, r, rec->global_rank, rec->host);
   }
   rdzv_scope_view_fini(&view);
   return st;

@@ -95,6 +95,8 @@ hvd_status net_ctx_create(const struct net_ctx_config *cfg, struct net_ctx **out
   if (st == HVD_OK)
     st = hvd_setting_bool(HVD_SET_SPIN_YIELD, &ctx->spin_yield);
   if (st == HVD_OK)
+    st = hvd_setting_bool(HVD_SET_SHM, &ctx->shm);
+  if (st == HVD_OK)
     st = hvd_setting_int(HVD_SET_IO_CHUNK_BYTES, &chunk);
   ctx->io_chunk = (size_t)chunk;
   if (st != HVD_OK)

@@ -85,6 +85,7 @@ struct net_ctx {
   int64_t timeout_ms;
   int64_t spin_ns;
   bool spin_yield; /* sched_yield() between spins (HVD_SPIN_YIELD) */
+  bool shm;        /* HVD_SHM: published in this rank's records, compared with the peers' */
   int cpus;        /* online CPUs: members of one host beyond this share cores */
   int64_t spin_resume_ns; /* no spinning before this: the core was contended (engine.c) */
   int socket_buffer; /* SO_SNDBUF/SO_RCVBUF, 0: the kernel's autotuning */

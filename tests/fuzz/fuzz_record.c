@@ -11,7 +11,7 @@
 static bool same_record(const struct rdzv_record *a, const struct rdzv_record *b) {
   if (a->rank != b->rank || a->global_rank != b->global_rank || a->local_rank != b->local_rank ||
       a->pid != b->pid || a->generation != b->generation || a->port != b->port ||
-      a->naddrs != b->naddrs || strcmp(a->host, b->host) != 0)
+      a->naddrs != b->naddrs || a->shm != b->shm || strcmp(a->host, b->host) != 0)
     return false;
   for (size_t i = 0; i < a->naddrs; i++) {
     if (strcmp(a->addrs[i], b->addrs[i]) != 0)
@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FUZZ_CHECK(first.rank >= 0 && first.global_rank >= 0 && first.local_rank >= -1 &&
                  first.pid >= 0 && first.port >= 1 && first.port <= 65535 &&
                  first.naddrs >= 1 && first.naddrs <= RDZV_RECORD_MAX_ADDRS &&
-                 first.host[0] != '\0',
+                 first.host[0] != '\0' && first.shm >= -1 && first.shm <= 1,
              "a decoded record is out of range");
   hvd_buf_init(&text, 0);
   FUZZ_CHECK(rdzv_record_encode(&first, &text) == HVD_OK, "%s", hvd_last_error_message());

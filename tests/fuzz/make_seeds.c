@@ -270,6 +270,7 @@ static void record_seeds(void) {
   snprintf(r.addrs[0], sizeof(r.addrs[0]), "10.0.0.5");
   snprintf(r.addrs[1], sizeof(r.addrs[1]), "fe80::1%%eth0");
   r.naddrs = 2;
+  r.shm = 1;
   hvd_buf_init(&b, 0);
   must(rdzv_record_encode(&r, &b));
   put("record", "two-addrs", b.data, b.len);
@@ -277,6 +278,9 @@ static void record_seeds(void) {
            "{\"v\":1,\"rank\":0,\"global_rank\":0,\"host\":\"h\",\"local_rank\":-1,\"pid\":1,"
            "\"gen\":\"18446744073709551615\",\"port\":65535,\"addrs\":[\"127.0.0.1\"]}");
   put_text("record", "version-2", "{\"v\":2}");
+  put_text("record", "shm-2",
+           "{\"v\":1,\"rank\":0,\"global_rank\":0,\"host\":\"h\",\"local_rank\":-1,\"pid\":1,"
+           "\"gen\":\"1\",\"port\":1,\"shm\":2,\"addrs\":[\"127.0.0.1\"]}");
   put_text("record", "abandoned", RDZV_RECORD_ABANDONED);
   hvd_buf_fini(&b);
 }
