@@ -250,10 +250,10 @@ static int parse_args(int argc, char **argv, struct options *o) {
       o->server.idle_timeout_s = (unsigned)n;
       break;
     case OPT_LOG_LEVEL: {
-      enum hvd_log_level level;
-      if (hvd_log_parse_level(optarg, &level) != HVD_OK)
-        return usage_error("--log-level: %s", hvd_last_error_message());
-      hvd_log_set_level(level);
+      int level; /* HOROVOD_LOG_LEVEL's words are the levels, in order */
+      if (hvd_setting_word_of(HVD_SET_LOG_LEVEL, optarg, "--log-level", &level) != HVD_OK)
+        return usage_error("%s", hvd_last_error_message());
+      hvd_log_set_level((enum hvd_log_level)level);
       break;
     }
     case OPT_VERSION:

@@ -243,6 +243,16 @@ static void log_defaults(void) {
   hvd_error_clear();
 }
 
+/* A level as hvd-rendezvous's --log-level reads it: HOROVOD_LOG_LEVEL's
+ * words from the settings table. */
+static hvd_status level_of(const char *text, enum hvd_log_level *out) {
+  int level;
+  hvd_status st = hvd_setting_word_of(HVD_SET_LOG_LEVEL, text, "--log-level", &level);
+  if (st == HVD_OK)
+    *out = (enum hvd_log_level)level;
+  return st;
+}
+
 START_TEST(test_log_parse_level_accepts) {
   static const struct {
     const char *text;
@@ -258,7 +268,7 @@ START_TEST(test_log_parse_level_accepts) {
   };
   for (size_t i = 0; i < HVD_ARRAY_SIZE(cases); i++) {
     enum hvd_log_level level = (enum hvd_log_level)UNTOUCHED;
-    ck_assert_msg(hvd_log_parse_level(cases[i].text, &level) == HVD_OK, "'%s' rejected",
+    ck_assert_msg(level_of(cases[i].text, &level) == HVD_OK, "'%s' rejected",
                   cases[i].text);
     ck_assert_int_eq(level, cases[i].level);
   }
@@ -270,13 +280,13 @@ START_TEST(test_log_parse_level_rejects) {
   for (size_t i = 0; i < HVD_ARRAY_SIZE(bad); i++) {
     enum hvd_log_level level = (enum hvd_log_level)UNTOUCHED;
     hvd_error_clear();
-    ck_assert_msg(hvd_log_parse_level(bad[i], &level) == HVD_ERR_INVALID_ARGUMENT,
+    ck_assert_msg(level_of(bad[i], &level) == HVD_ERR_INVALID_ARGUMENT,
                   "'%s' accepted", bad[i]);
     ck_assert_int_eq(level, UNTOUCHED);
     ck_assert_int_eq(hvd_error_status(), HVD_ERR_INVALID_ARGUMENT);
     ck_assert_uint_gt(strlen(hvd_last_error_message()), 0);
   }
-  hvd_log_parse_level("verbose", &(enum hvd_log_level){HVD_LOG_INFO});
+  level_of("verbose", &(enum hvd_log_level){HVD_LOG_INFO});
   ck_assert_contains(hvd_last_error_message(), "verbose");
 }
 END_TEST

@@ -57,7 +57,6 @@ enum hvd_log_level {
 
 /* Reads HOROVOD_LOG_LEVEL and HOROVOD_LOG_HIDE_TIME; rejects bad values. */
 hvd_status hvd_log_configure_from_env(void);
-hvd_status hvd_log_parse_level(const char *text, enum hvd_log_level *out);
 void hvd_log_set_level(enum hvd_log_level level);
 enum hvd_log_level hvd_log_get_level(void);
 void hvd_log_set_hide_time(bool hide);

@@ -7,7 +7,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,29 +19,7 @@ static atomic_bool log_hide_time = false;
 static atomic_int log_rank = -1;
 static char log_name[LOG_NAME_MAX] = "hvd";
 
-static const char *const level_names[] = {"trace", "debug", "info", "warning", "error", "fatal"};
 static const char level_letters[] = "TDIWEF";
-
-hvd_status hvd_log_parse_level(const char *text, enum hvd_log_level *out) {
-  /* Surrounding blanks are tolerated, as for every other variable. */
-  size_t start = strspn(text, " \t\r\n");
-  size_t len = strlen(text + start);
-  while (len > 0 && strchr(" \t\r\n", text[start + len - 1]) != NULL)
-    len--;
-  for (size_t i = 0; i < HVD_ARRAY_SIZE(level_names); i++) {
-    if (len == strlen(level_names[i]) && strncasecmp(text + start, level_names[i], len) == 0) {
-      *out = (enum hvd_log_level)i;
-      return HVD_OK;
-    }
-  }
-  if (len == 4 && strncasecmp(text + start, "warn", 4) == 0) {
-    *out = HVD_LOG_WARNING;
-    return HVD_OK;
-  }
-  return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                   "'%s' is not a log level (use trace, debug, info, warning, error or fatal)",
-                   text);
-}
 
 hvd_status hvd_log_configure_from_env(void) {
   int level = HVD_LOG_WARNING; /* the table's words are the levels, in order */
@@ -95,7 +72,7 @@ void hvd_log_write(enum hvd_log_level level, const char *file, int line, const c
   va_list ap;
   int n;
 
-  if ((unsigned)level >= HVD_ARRAY_SIZE(level_names))
+  if ((unsigned)level >= sizeof(level_letters) - 1)
     level = HVD_LOG_FATAL;
   if (rank >= 0)
     snprintf(who, sizeof(who), "rank %d", rank);

@@ -122,8 +122,9 @@ static void word_list(const struct hvd_setting_info *s, char *out, size_t size) 
 
 /* The parsed value of one setting. */
 struct value {
-  int64_t i; /* INT, BOOL (0/1), WORD (index) */
-  double d;  /* NUMBER */
+  int64_t i;     /* INT, BOOL (0/1), WORD (index) */
+  double d;      /* NUMBER */
+  const char *t; /* TEXT: as given; NULL when unset */
 };
 
 static hvd_status parse(const struct hvd_setting_info *s, const char *text, struct origin o,
@@ -191,6 +192,7 @@ static hvd_status read_value(enum hvd_setting id, enum hvd_setting_type type, st
     return hvd_error(HVD_ERR_INTERNAL, "%s is not read as its type", s->env);
   v->i = s->def;
   v->d = s->ddef;
+  v->t = text;
   return text == NULL ? HVD_OK : parse(s, text, o, 1, v);
 }
 
@@ -230,7 +232,21 @@ hvd_status hvd_setting_text(enum hvd_setting id, const char **out) {
   struct value v;
   hvd_status st = read_value(id, HVD_SETTING_TEXT, &v);
   if (st == HVD_OK)
-    *out = hvd_env_str(TABLE[id].env);
+    *out = v.t;
+  return st;
+}
+
+hvd_status hvd_setting_word_of(enum hvd_setting id, const char *text, const char *label,
+                               int *out) {
+  struct origin o = {label, true};
+  struct value v;
+  hvd_status st;
+
+  if (TABLE[id].type != HVD_SETTING_WORD)
+    return hvd_error(HVD_ERR_INTERNAL, "%s is not a word", TABLE[id].env);
+  st = parse(&TABLE[id], text, o, 1, &v);
+  if (st == HVD_OK)
+    *out = (int)v.i;
   return st;
 }
 
@@ -268,7 +284,7 @@ hvd_status hvd_setting_check(enum hvd_setting id, const char *text, const char *
                              bool scaled, char **out) {
   const struct hvd_setting_info *s = &TABLE[id];
   struct origin o = {label, true};
-  struct value v = {0, 0};
+  struct value v = {0, 0, NULL};
   char canonical[32];
   hvd_status st;
 

@@ -86,6 +86,10 @@ hvd_status hvd_setting_bool(enum hvd_setting id, bool *out);
 /* WORD: the index of the word given (a second spelling counts as its
  * first), or the default's (-1 when it has none). */
 hvd_status hvd_setting_word(enum hvd_setting id, int *out);
+/* A WORD setting's word given as text (a flag's value): its index, as
+ * hvd_setting_word reads the variable; errors name label. */
+hvd_status hvd_setting_word_of(enum hvd_setting id, const char *text, const char *label,
+                               int *out);
 /* TEXT: the value or NULL when unset; too long is an error. */
 hvd_status hvd_setting_text(enum hvd_setting id, const char **out);
 /* The value as given (any type), or NULL when unset. */

@@ -110,21 +110,29 @@ static void check_bool(const char *text) {
   FUZZ_CHECK(hvd_parse_bool(text, &v) == known, "'%s' read wrongly", text);
 }
 
+/* Values are trimmed into a buffer of this many bytes (settings.c): a
+ * longer one is refused whatever it holds. */
+enum { ENV_VALUE_MAX = 256 };
+
 static void check_level(const char *text) {
   static const char *const names[] = {"trace", "debug", "info", "warning", "error", "fatal"};
-  enum hvd_log_level level;
-  size_t start = strspn(text, " \t\r\n"), len = strlen(text + start);
+  int level;
+  size_t start = 0, len = strlen(text);
   int want = -1;
 
-  while (len > 0 && strchr(" \t\r\n", text[start + len - 1]) != NULL)
+  /* Blanks around it go, as around every setting's value. */
+  while (isspace((unsigned char)text[start]))
+    start++;
+  len -= start;
+  while (len > 0 && isspace((unsigned char)text[start + len - 1]))
     len--;
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < 6 && len < ENV_VALUE_MAX; i++) {
     if (strlen(names[i]) == len && strncasecmp(text + start, names[i], len) == 0)
       want = i;
   }
   if (len == 4 && strncasecmp(text + start, "warn", 4) == 0)
     want = HVD_LOG_WARNING;
-  if (hvd_log_parse_level(text, &level) == HVD_OK)
+  if (hvd_setting_word_of(HVD_SET_LOG_LEVEL, text, "--log-level", &level) == HVD_OK)
     FUZZ_CHECK((int)level == want, "level %d, not %d", (int)level, want);
   else
     FUZZ_CHECK(want < 0, "level %d refused", want);
@@ -175,7 +183,6 @@ static bool set_var(const char *text) {
  * are left at most, or the value is refused), then parse and check the
  * range: VAR is -1 to 2^31-1 (unset: -1), VAR2 0 to 1, VAR3 a boolean
  * (unset: true). */
-enum { ENV_VALUE_MAX = 256 };
 
 static void check_env(const char *text) {
   size_t start = 0, len = strlen(text);
