@@ -192,10 +192,10 @@ static hvd_status compare_settings(struct coord_config *c, const enum hvd_settin
 static hvd_status control_handshake(struct coord_state *s) {
   enum hvd_setting ids[HANDSHAKE_MAX];
   size_t n = coord_handshake_settings(ids, HANDSHAKE_MAX);
-  unsigned char hello[HELLO_MAX], answer[HELLO_MAX], mine[HELLO_MAX], differs[HELLO_MAX];
+  unsigned char hello[HELLO_MAX], answer[HELLO_MAX], mine[HELLO_MAX];
+  char differs[HVD_ERROR_MESSAGE_MAX] = ""; /* why rank 0 refuses a worker's settings */
   size_t hello_bytes = 8 + 8 * n, answer_bytes = 8 * n + 8;
   bool homogeneous = true;
-  int differing = 0; /* the first worker whose settings rank 0 refuses */
   hvd_status st;
 
   s->homogeneous = true;
@@ -219,19 +219,17 @@ static hvd_status control_handshake(struct coord_state *s) {
     st = net_recv(s->control, r, hello, hello_bytes);
     if (st == HVD_OK && hvd_get_le64(hello) != (uint64_t)s->world->local_size)
       homogeneous = false;
-    if (st == HVD_OK && differing == 0 &&
-        compare_settings(&s->cfg, ids, n, mine, hello + 8, r, false) != HVD_OK) {
-      differing = r;
-      memcpy(differs, hello + 8, 8 * n);
-    }
+    if (st == HVD_OK && differs[0] == '\0' &&
+        compare_settings(&s->cfg, ids, n, mine, hello + 8, r, false) != HVD_OK)
+      snprintf(differs, sizeof(differs), "%s", hvd_last_error_message());
   }
   memcpy(answer, mine, 8 * n);
   hvd_put_le64(answer + 8 * n, homogeneous ? 1 : 0);
   for (int r = 1; r < s->size && st == HVD_OK; r++)
     st = net_send(s->control, r, answer, answer_bytes);
   s->homogeneous = homogeneous;
-  if (st == HVD_OK && differing > 0) /* its message again, after the sends' own */
-    st = compare_settings(&s->cfg, ids, n, mine, differs, differing, false);
+  if (st == HVD_OK && differs[0] != '\0') /* the first worker that differs, after every answer */
+    st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "%s", differs);
   return st;
 }
 
