@@ -1,7 +1,9 @@
 #!/bin/sh
 # Installs the Debian 12 packages that hvd's build, tests and demo need: the
 # C libraries, and Debian's PyTorch for the Python layer (python/hvd), which
-# scripts and tests run with /usr/bin/python3. Only packages that are
+# scripts and tests run with /usr/bin/python3, and the real systems tests
+# start themselves: Slurm and munge, etcd, Prometheus, headless Chromium.
+# Only packages that are
 # missing are installed; running it again changes nothing.
 set -eu
 
@@ -36,6 +38,10 @@ python3-torchvision
 slurm-wlm
 munge
 libmunge-dev
+etcd-server
+etcd-client
+prometheus
+chromium
 "
 
 missing=""
