@@ -3,8 +3,8 @@
 # C libraries, and Debian's PyTorch for the Python layer (python/hvd), which
 # scripts and tests run with /usr/bin/python3, and the real systems tests
 # start themselves: Slurm and munge, etcd, Prometheus, headless Chromium.
-# Only packages that are
-# missing are installed; running it again changes nothing.
+# Only packages that are missing are installed; running it again changes
+# nothing.
 set -eu
 
 PACKAGES="
