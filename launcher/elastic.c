@@ -824,6 +824,9 @@ static hvd_status start(struct driver *d) {
   free(remote);
   if (st != HVD_OK)
     return st;
+  if (d->rdzv.server == NULL)
+    return hvd_error(HVD_ERR_UNSUPPORTED, "an elastic job's driver keeps its rendezvous in "
+                     "hvdrun's own store: --rendezvous (HVD_RENDEZVOUS) is for static jobs");
   d->store = rdzv_server_store(d->rdzv.server);
   if (d->o->verbose)
     driver_say(d, "elastic job; rendezvous store on port %d (ranks use %s:%d)", d->rdzv.port,

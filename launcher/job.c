@@ -75,6 +75,11 @@ static hvd_status start_store(struct job *j) {
   free(remote);
   if (st != HVD_OK)
     return st;
+  if (j->store.server == NULL) { /* etcd: the job's keys go with its lease */
+    if (j->o->verbose)
+      fprintf(stderr, "hvdrun: rendezvous in %s\n", j->store.url);
+    return HVD_OK;
+  }
   /* Planned scopes clear themselves once every rank has finished with them. */
   plan.store = rdzv_server_store(j->store.server);
   plan.st = HVD_OK;
@@ -92,7 +97,9 @@ static hvd_status start_store(struct job *j) {
 static hvd_status spawn(struct job *j, int r) {
   const struct hvdrun_slot *s = &j->slots[r];
   struct hvdrun_env vars = {0};
-  hvd_status st = hvdrun_job_vars(j->o, j->store.addr, j->store.port, j->store.token, &vars);
+  hvd_status st = j->store.url != NULL
+                      ? hvdrun_job_vars(j->o, j->store.url, 0, j->store.token, &vars)
+                      : hvdrun_job_vars(j->o, j->store.addr, j->store.port, j->store.token, &vars);
 
   if (st == HVD_OK)
     st = hvdrun_slot_vars(j->hosts[s->host].name, s, &vars);
@@ -156,17 +163,40 @@ static void failed_cb(void *arg) {
   stop_job(j, 1);
 }
 
+/* Marks the ranks whose records are in the etcd job's `global` scope,
+ * where they stay (no plan clears it); true once every rank's is. */
+static bool etcd_arrivals(struct job *j) {
+  struct rdzv_scope_view view;
+
+  if (rdzv_client_get_scope(j->store.client, "global", 0, -1, &view) != HVD_OK) {
+    HVD_LOG_DEBUG("hvdrun: reading who reached the store: %s", hvd_last_error_message());
+    return false; /* the cluster may be electing a leader: next time */
+  }
+  for (size_t i = 0; i < view.count; i++) {
+    int64_t r;
+    if (hvd_parse_int64(view.entries[i].key, view.entries[i].key_len, &r) && r >= 0 &&
+        r < j->size)
+      j->arrived[r] = true;
+  }
+  rdzv_scope_view_fini(&view);
+  for (int r = 0; r < j->size; r++) {
+    if (!j->arrived[r])
+      return false;
+  }
+  return true;
+}
+
 /* Which running ranks have reached the store (sticky). */
 static void check_arrivals(struct job *j) {
-  struct rdzv_store *store = rdzv_server_store(j->store.server);
-  bool all = rdzv_store_plan_rounds(store, "global", 6) > 0;
+  struct rdzv_store *store = j->store.server ? rdzv_server_store(j->store.server) : NULL;
+  bool all = store != NULL ? rdzv_store_plan_rounds(store, "global", 6) > 0 : etcd_arrivals(j);
   int missing = 0;
 
   for (int r = 0; r < j->size; r++) {
     char key[16];
     struct rdzv_blob *b = NULL;
     int n = snprintf(key, sizeof(key), "%d", r);
-    if (!j->arrived[r] &&
+    if (!j->arrived[r] && store != NULL &&
         (all || (rdzv_store_get(store, "global", 6, key, (size_t)n, &b) == HVD_OK && b != NULL)))
       j->arrived[r] = true;
     rdzv_blob_unref(b);

@@ -45,8 +45,10 @@ hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int
 #define SET(...) \
   if (st == HVD_OK) \
   st = hvdrun_env_set(e, __VA_ARGS__)
-  SET("HOROVOD_GLOO_RENDEZVOUS_ADDR", "%s", addr);
-  SET("HOROVOD_GLOO_RENDEZVOUS_PORT", "%d", port);
+  if (port != 0) {
+    SET("HOROVOD_GLOO_RENDEZVOUS_ADDR", "%s", addr);
+    SET("HOROVOD_GLOO_RENDEZVOUS_PORT", "%d", port);
+  }
   SET("HOROVOD_CONTROLLER", "gloo");
   SET("HOROVOD_CPU_OPERATIONS", "gloo");
   SET("HVD_TOKEN", "%s", token);
@@ -58,6 +60,8 @@ hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int
         (info->needs == HVD_SET_NONE || hvdrun_setting_on(o, info->needs)))
       SET(info->env, "%s", o->settings[id]);
   }
+  if (port == 0) /* after the settings: the job's prefix, not the one given */
+    SET("HVD_RENDEZVOUS", "%s", addr);
   if (o->iface != NULL)
     SET("NCCL_SOCKET_IFNAME", "%s", o->iface);
   for (size_t i = 0; i < o->nexports && st == HVD_OK; i++) {

@@ -10,13 +10,19 @@
 
 struct rdzv_server;
 
-/* The store a job serves in-process, and what its ranks need to reach it. */
+struct rdzv_client;
+
+/* The store a job serves in-process, and what its ranks need to reach it;
+ * or, with --rendezvous (HVD_RENDEZVOUS) naming an etcd cluster, the
+ * job's own prefix in that cluster. */
 struct hvdrun_store {
-  struct rdzv_server *server;
+  struct rdzv_server *server; /* NULL with etcd */
   char token[HVD_TOKEN_HEX_DIGITS + 1]; /* random */
   char addr[128]; /* where ranks reach it */
   int port;
   bool loopback; /* listening on 127.0.0.1 alone (else on every interface) */
+  char *url; /* etcd: HVD_RENDEZVOUS with the job's prefix; else NULL */
+  struct rdzv_client *client; /* etcd: hvdrun's client */
 };
 
 /* What differs between the static job and the elastic driver. */
@@ -34,9 +40,11 @@ struct hvdrun_store_config {
 /* Makes a random token, chooses the ranks' address (--network-interface's,
  * else the route to the first remote host; for a name only the remote
  * shell knows, this host's first IPv4 address that is not loopback) and
- * starts the server (--rendezvous-port, one event loop). *out is written
- * only on success. Errors name what failed ("starting the rendezvous
- * store: ..."). */
+ * starts the server (--rendezvous-port, one event loop). With an etcd
+ * cluster instead, gives the job a prefix of its own under the one named
+ * (<prefix>/job-<random>: runs never meet each other's keys) and connects
+ * to it. *out is written only on success. Errors name what failed
+ * ("starting the rendezvous store: ..."). */
 hvd_status hvdrun_store_start(const struct hvdrun_options *o, const struct hvdrun_store_config *cfg,
                               struct hvdrun_store *out);
 /* Stops the server (waiting clients get 503). Safe on a zeroed struct. */
@@ -44,9 +52,10 @@ void hvdrun_store_stop(struct hvdrun_store *s);
 
 /* ==== ranks (proc.c) ======================================================= */
 
-/* The variables every rank of the job gets: the store, the token, the
- * knobs given as options, the -x exports and the Python path
- * (o->pythonpath, HVD_HOROVOD_COMPAT). */
+/* The variables every rank of the job gets: the store (port 0: addr is
+ * the HVD_RENDEZVOUS URL of an etcd cluster), the token, the knobs given
+ * as options, the -x exports and the Python path (o->pythonpath,
+ * HVD_HOROVOD_COMPAT). */
 hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int port,
                            const char *token, struct hvdrun_env *e);
 

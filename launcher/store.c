@@ -8,10 +8,12 @@
  * the side of this machine the ranks see. The server listens on 127.0.0.1
  * alone when that is the ranks' address and no host can join later, and
  * on every interface otherwise. One event loop is plenty: hvdrun's ranks
- * are its only clients.
+ * are its only clients. With an etcd cluster, hvdrun serves nothing: the
+ * job's keys live under a prefix of its own there.
  */
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "proc.h"
@@ -62,14 +64,51 @@ static hvd_status store_address(const struct hvdrun_options *o, const char *cons
   return HVD_OK;
 }
 
+/* The etcd cluster HVD_RENDEZVOUS (or --rendezvous) names, or NULL. */
+static const char *etcd_url(const struct hvdrun_options *o) {
+  const char *url = o->settings[HVD_SET_RENDEZVOUS];
+  return url != NULL ? url : hvd_setting_real(HVD_SET_RENDEZVOUS);
+}
+
+/* The job's prefix: the one given plus "/job-<random>". */
+static hvd_status etcd_job(const char *given, struct hvdrun_store *s) {
+  char id[HVD_TOKEN_HEX_DIGITS + 1];
+  const char *hosts = strstr(given, "://");
+  const char *slash = hosts != NULL ? strchr(hosts + 3, '/') : NULL;
+  size_t len = strlen(given);
+  hvd_status st = hvd_random_token(id);
+
+  if (st != HVD_OK)
+    return st;
+  id[16] = '\0';
+  while (len > 0 && given[len - 1] == '/')
+    len--;
+  if ((s->url = malloc(len + 64)) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+  snprintf(s->url, len + 64, "%.*s%s/job-%s", (int)len, given,
+           slash == NULL ? "/hvd/default" : "", id);
+  if ((st = rdzv_client_create_url(s->url, NULL, -1, &s->client)) != HVD_OK)
+    return hvd_error_prefix("--rendezvous");
+  return HVD_OK;
+}
+
 hvd_status hvdrun_store_start(const struct hvdrun_options *o, const struct hvdrun_store_config *cfg,
                               struct hvdrun_store *out) {
   struct rdzv_server_config sc;
   struct hvdrun_store s;
+  const char *url = etcd_url(o);
   hvd_status st;
 
   memset(&s, 0, sizeof(s));
   st = hvd_random_token(s.token);
+  if (st == HVD_OK && url != NULL) {
+    if ((st = etcd_job(url, &s)) == HVD_OK) {
+      *out = s;
+      return HVD_OK;
+    }
+    hvdrun_store_stop(&s);
+    return st;
+  }
   if (st == HVD_OK)
     st = store_address(o, cfg->remote, cfg->nremote, s.addr, sizeof(s.addr));
   if (st != HVD_OK)
@@ -91,4 +130,8 @@ hvd_status hvdrun_store_start(const struct hvdrun_options *o, const struct hvdru
 void hvdrun_store_stop(struct hvdrun_store *s) {
   rdzv_server_stop(s->server);
   s->server = NULL;
+  rdzv_client_destroy(s->client);
+  s->client = NULL;
+  free(s->url);
+  s->url = NULL;
 }

@@ -333,11 +333,13 @@ hvd_status rdzv_server_child_start(const struct rdzv_server_config *cfg, unsigne
                                    struct rdzv_server_child *out);
 void rdzv_server_child_stop(struct rdzv_server_child *child);
 
-/* ==== the HTTP client (client.c) ============================================
+/* ==== the client (client.c, client_http.c, client_etcd.c) ===================
  * One client per thread (it holds one keep-alive connection). Every call has
  * a deadline: the client's timeout unless the call takes one. While the
  * server is not up yet, refused connections are retried with backoff until
- * the deadline.
+ * the deadline. Two backends answer the same calls: hvd's own store over
+ * HTTP, and an etcd cluster (docs/etcd.md), whose keys are
+ * <prefix>/<scope>/<key>, kept under a job lease.
  */
 struct rdzv_client;
 
@@ -346,9 +348,20 @@ struct rdzv_client;
 
 hvd_status rdzv_client_create(const char *host, int port, const char *token, int64_t timeout_ms,
                               struct rdzv_client **out);
-/* Reads HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT, HVD_TOKEN and
+/* An etcd cluster's client: "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]" or
+ * "etcds://..." (TLS); the HVD_ETCD_* settings give credentials and the
+ * lease. (hvd's own store has no URL form: see rdzv_client_create.) */
+hvd_status rdzv_client_create_url(const char *url, const char *token, int64_t timeout_ms,
+                                  struct rdzv_client **out);
+/* HVD_RENDEZVOUS's etcd cluster if it is set; else hvd's store at
+ * HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT with HVD_TOKEN. Both with
  * HOROVOD_GLOO_TIMEOUT_SECONDS. */
 hvd_status rdzv_client_create_from_env(struct rdzv_client **out);
+/* The server, for messages: "http://HOST:PORT" or "etcd://..." */
+const char *rdzv_client_where(const struct rdzv_client *c);
+/* Whether the store clears a planned scope once each rank deleted its key
+ * (hvd's store); etcd's keys go with the job's lease instead. */
+bool rdzv_client_plans_scopes(const struct rdzv_client *c);
 void rdzv_client_destroy(struct rdzv_client *c);
 int64_t rdzv_client_timeout_ms(const struct rdzv_client *c);
 /* How long each later call may take (a heartbeat's is short). */
@@ -371,6 +384,12 @@ hvd_status rdzv_client_wait_keys(struct rdzv_client *c, const char *scope,
 /* Every entry of the scope once it holds at least min_count keys. */
 hvd_status rdzv_client_get_scope(struct rdzv_client *c, const char *scope, size_t min_count,
                                  int64_t timeout_ms, struct rdzv_scope_view *out);
+/* Waits until the scope changes (a key set, added to or deleted) after its
+ * version `after` (0: until the next change); *version is the version to
+ * wait after next. etcd only (its revisions): HVD_ERR_UNSUPPORTED on hvd's
+ * store, whose driver waits in-process. */
+hvd_status rdzv_client_wait_change(struct rdzv_client *c, const char *scope, uint64_t after,
+                                   int64_t timeout_ms, uint64_t *version);
 hvd_status rdzv_client_add(struct rdzv_client *c, const char *scope, const char *key,
                            int64_t delta, int64_t *result);
 /*

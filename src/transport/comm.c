@@ -11,7 +11,9 @@
  * read the scope; the second tells everybody so. Only then does a
  * member delete its key (which lets a planned scope clear itself), because a
  * deleted key in an unplanned scope would hide it from a member still
- * fetching. Other pairs connect lazily, on their first message.
+ * fetching. In etcd, which plans nothing, the keys stay until the job's
+ * lease ends: they show hvdrun who came. Other pairs connect lazily, on
+ * their first message.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,7 +201,7 @@ hvd_status net_comm_create(struct net_ctx *ctx, const char *scope, uint32_t comm
   if (st == HVD_OK)
     st = ring_barrier(comm);
   snprintf(key, sizeof(key), "%d", rank);
-  if (st == HVD_OK)
+  if (st == HVD_OK && rdzv_client_plans_scopes(ctx->store))
     st = rdzv_client_delete(ctx->store, scope, key);
   if (st != HVD_OK) {
     hvd_error_prefix("communicator %s (rank %d of %d)", scope, rank, size);
