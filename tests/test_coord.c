@@ -19,6 +19,7 @@
 #include "transport/transport_private.h" /* the control connections */
 
 Suite *coord_units_suite(void);
+Suite *coord_timeline_suite(void);
 
 /* ==== values ====================================================================== */
 
@@ -588,6 +589,67 @@ static int empty_without_buffers(int rank, int size, void *arg) {
 }
 
 START_TEST(empty_tensors_without_buffers) { run_ok(_i, empty_without_buffers, NULL); }
+END_TEST
+
+/* hvd_allreduce_wait_for's four outcomes: completed in time (released, no
+ * handle), still running (its handle), refused (the preset pointer kept)
+ * and failed (the operation's message, no handle). */
+static int allreduce_waits_for(int rank, int size, void *arg) {
+  hvd_handle sentinel = (hvd_handle)&sentinel, pending = sentinel;
+  int64_t shape[1] = {3};
+  int32_t in[3], out[3] = {0};
+  hvd_tensor t = {"wait_for", HVD_INT32, 1, shape, in, out};
+  hvd_options o = HVD_OPTIONS_INIT;
+  hvd_status st;
+  (void)arg;
+
+  for (int step = 0; step < 20; step++) { /* repeated: cached, then through lanes */
+    for (int i = 0; i < 3; i++)
+      in[i] = (rank + 1) * (i + step);
+    pending = sentinel;
+    st = hvd_allreduce_wait_for(&t, &o, 60000, &pending);
+    EXPECT(st == HVD_OK && pending == NULL, "step %d: %s, pending %p: %s", step,
+           hvd_strerror(st), (void *)pending, hvd_last_error_message());
+    for (int i = 0; i < 3; i++)
+      EXPECT(out[i] == size * (size + 1) / 2 * (i + step), "step %d element %d: %d", step, i,
+             out[i]);
+  }
+  /* Still running: the last rank comes 300 ms late. */
+  if (rank == size - 1)
+    usleep(300 * 1000);
+  t.name = "wait_for.late";
+  pending = sentinel;
+  st = hvd_allreduce_wait_for(&t, &o, rank == 0 ? 10 : 60000, &pending);
+  if (rank == 0) {
+    EXPECT(st == HVD_ERR_TIMEOUT && pending != NULL && pending != sentinel,
+           "late: %s, pending %p (want a timeout and the handle)", hvd_strerror(st),
+           (void *)pending);
+    CALL(hvd_handle_wait(pending));
+    hvd_handle_release(pending);
+  } else {
+    EXPECT(st == HVD_OK && pending == NULL, "late: %s: %s", hvd_strerror(st),
+           hvd_last_error_message());
+  }
+  /* Refused: nothing submitted, the pointer untouched. */
+  pending = sentinel;
+  st = hvd_allreduce_wait_for(NULL, &o, 1000, &pending);
+  EXPECT(st == HVD_ERR_INVALID_ARGUMENT && pending == sentinel, "no tensor: %s, pending %p",
+         hvd_strerror(st), (void *)pending);
+  EXPECT(hvd_allreduce_wait_for(&t, &o, 1000, NULL) == HVD_ERR_INVALID_ARGUMENT,
+         "no pending pointer accepted");
+  /* Failed: ranks disagree on the shape. */
+  t.name = "wait_for.disputed";
+  shape[0] = rank == size - 1 ? 2 : 3;
+  pending = sentinel;
+  st = hvd_allreduce_wait_for(&t, &o, 60000, &pending);
+  EXPECT(st == HVD_ERR_MISMATCH && pending == NULL &&
+             strstr(hvd_last_error_message(), "wait_for.disputed") != NULL,
+         "disputed: %s, pending %p: %s", hvd_strerror(st), (void *)pending,
+         hvd_last_error_message());
+  return 0;
+}
+
+START_TEST(allreduce_wait_for_outcomes) { run_ok(_i, allreduce_waits_for, NULL); }
 END_TEST
 
 START_TEST(allreduce_all_types) { run_ok(_i, allreduce_values, NULL); }
@@ -2107,6 +2169,7 @@ static Suite *collectives_suite(void) {
   tcase_add_loop_test(tc, grouped_allgather, 1, 4);
   tcase_add_loop_test(tc, grouped_reducescatter, 1, 4);
   tcase_add_loop_test(tc, empty_tensors_without_buffers, 1, 4);
+  tcase_add_loop_test(tc, allreduce_wait_for_outcomes, 2, 4);
   return s;
 }
 
@@ -2184,6 +2247,7 @@ int main(void) {
   srunner_add_suite(sr, join_suite());
   srunner_add_suite(sr, sets_suite());
   srunner_add_suite(sr, lifecycle_suite());
+  srunner_add_suite(sr, coord_timeline_suite());
   srunner_run_all(sr, CK_ENV);
   failed = srunner_ntests_failed(sr);
   srunner_free(sr);

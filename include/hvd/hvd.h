@@ -334,6 +334,26 @@ HVD_API hvd_status hvd_grouped_reducescatter(const hvd_tensor *tensors, size_t n
                                              const hvd_options *options);
 
 /*
+ * hvd_allreduce for a caller that must regain control now and then (an
+ * interpreter that runs signal handlers between calls): submits as
+ * hvd_allreduce_async and waits as hvd_handle_wait_for, at most
+ * timeout_ms. Then:
+ * - completed: releases the handle, sets *pending to NULL and returns
+ *   the operation's status (HVD_OK, or its failure with the message);
+ * - still running: returns HVD_ERR_TIMEOUT with the handle in *pending,
+ *   to wait on and release as any other (the operation goes on); called
+ *   from a completion callback, which cannot wait, HVD_ERR_PRECONDITION
+ *   with the handle in *pending;
+ * - refused at submission: returns that status as hvd_allreduce_async
+ *   does (HVD_ERR_INVALID_ARGUMENT, ...) and leaves *pending untouched,
+ *   so a caller that presets it can tell a refusal from a failure.
+ * HVD_ERR_INVALID_ARGUMENT without touching *pending for a NULL pending.
+ * One call instead of three for a small allreduce. Thread-safe.
+ */
+HVD_API hvd_status hvd_allreduce_wait_for(const hvd_tensor *tensor, const hvd_options *options,
+                                          int64_t timeout_ms, hvd_handle *pending);
+
+/*
  * Join, for ranks that run out of data early: blocks until every rank has
  * joined. Meanwhile the other ranks' allreduces go on without this rank,
  * which contributes the reduction's identity (0 for sum: an average still

@@ -166,11 +166,15 @@ PROTOTYPES = (
     'hvd_status hvd_grouped_reducescatter_async(const hvd_tensor *tensors, size_t n, '
     'const hvd_options *options, hvd_handle *handle)',
     'int64_t hvd_reducescatter_rows(int64_t dim0, int process_set)',
+    'hvd_status hvd_allreduce_wait_for(const hvd_tensor *tensor, const hvd_options *options, '
+    'int64_t timeout_ms, hvd_handle *pending)',
     'hvd_status hvd_join(int *last_joined_rank)',
     'hvd_status hvd_barrier(int process_set)',
     'int hvd_handle_poll(hvd_handle handle)',
     'hvd_status hvd_handle_wait(hvd_handle handle)',
     'hvd_status hvd_handle_wait_for(hvd_handle handle, int64_t timeout_ms)',
+    'hvd_status hvd_handle_output_at(hvd_handle handle, size_t index, void **data, '
+    'size_t *bytes, int64_t *shape)',
     'hvd_status hvd_handle_take_output(hvd_handle handle, size_t index, void **data, '
     'size_t *bytes, int64_t *shape)',
     'hvd_status hvd_handle_received_splits(hvd_handle handle, const int32_t **splits, size_t *n)',

@@ -281,7 +281,7 @@ _table_lock = threading.Lock()
 # How long one wait lasts before Python may run its signal handlers (Ctrl-C
 # raises KeyboardInterrupt within it); an operation that ends sooner
 # returns at once.
-_WAIT_SLICE_MS = 50
+WAIT_SLICE_MS = 50
 
 
 def _use(handle):
@@ -333,6 +333,24 @@ def submit(call, args, keep, finish):
     return number
 
 
+def outcome(status, pending, keep, finish):
+    """The result of a call that submitted and waited at once
+    (_lib.allreduce_wait_for) and did not return success: raises what
+    submit raises for a refused submission (pending False), what
+    synchronize raises for a failed operation (pending None); an operation
+    still running (pending, its C handle) enters the table as submit's do,
+    and synchronize waits for it (interruptible, released once)."""
+    if pending is False:
+        raise_for(status)
+    if pending is None:
+        raise HorovodInternalError(last_error(status))
+    op = _Op(pending, keep, finish)
+    number = next(_numbers)
+    with _table_lock:
+        _ops[number] = op
+    return synchronize(number)
+
+
 def poll(handle):
     """True when the operation has completed; never blocks."""
     op = _use(handle)
@@ -348,11 +366,11 @@ def poll(handle):
 def wait(c):
     """hvd_handle_wait in slices, so that a signal (Ctrl-C) interrupts the
     wait at once with its exception; the operation itself goes on."""
-    status = lib.hvd_handle_wait_for(c, _WAIT_SLICE_MS)
+    status = lib.hvd_handle_wait_for(c, WAIT_SLICE_MS)
     while status == _lib.ERR_TIMEOUT:
         if lib.hvd_handle_poll(c):
             return lib.hvd_handle_wait(c)  # the operation's own status, a timeout too
-        status = lib.hvd_handle_wait_for(c, _WAIT_SLICE_MS)
+        status = lib.hvd_handle_wait_for(c, WAIT_SLICE_MS)
     return status
 
 
@@ -421,6 +439,14 @@ def release_all():
         free = [op for h, op in done if _retire(h, op)]
     for op in free:
         lib.hvd_handle_release(op.c)
+
+
+def output_at(c, index=0):
+    """(address, bytes, shape) of an output hvd allocated, still the
+    handle's: valid until the handle is released."""
+    status, address, nbytes, shape = _lib.output_at(c, index)
+    check(status, invalid=None)
+    return address, nbytes, shape
 
 
 def take_output(c, index=0):

@@ -178,6 +178,26 @@ def submit(fn, args):
     return status, _per_thread.handle.value
 
 
+# What _per_thread.handle holds while hvd_allreduce_wait_for runs: no
+# handle has this address, so finding it there after the call means that
+# the call refused the submission and left *pending alone.
+_NOT_SUBMITTED = 1
+
+
+def allreduce_wait_for(tensor, options, timeout_ms):
+    """hvd_allreduce_wait_for with pointers from tensor_ref and options_ref:
+    (status, pending). pending is None when the operation completed (status
+    is its outcome), the handle (an int) of an operation still running
+    (status ERR_TIMEOUT), or False when the submission was refused."""
+    cell = _per_thread.handle
+    cell.value = _NOT_SUBMITTED
+    status = lib.hvd_allreduce_wait_for(tensor, options, timeout_ms, _per_thread.handle_ref)
+    if status == _abi.OK:
+        return status, None
+    pending = cell.value
+    return status, (False if pending == _NOT_SUBMITTED else pending)
+
+
 def int32_array(values):
     """A C int32_t array of values (one element at least)."""
     return (c_int32 * max(len(values), 1))(*values)
@@ -202,6 +222,22 @@ def take_output(handle, index):
     shape = (c_int64 * _abi.MAX_DIMS)()
     status = lib.hvd_handle_take_output(handle, index, byref(data), byref(nbytes), shape)
     return status, data.value, nbytes.value, shape
+
+
+def output_at(handle, index):
+    """hvd_handle_output_at: (status, address, bytes, shape's MAX_DIMS
+    entries); the memory stays the handle's."""
+    data = c_void_p()
+    nbytes = c_size_t()
+    shape = (c_int64 * _abi.MAX_DIMS)()
+    status = lib.hvd_handle_output_at(handle, index, byref(data), byref(nbytes), shape)
+    return status, data.value, nbytes.value, shape
+
+
+def copy_bytes(dst, src, nbytes):
+    """memmove of nbytes from address src to address dst; the GIL is
+    released meanwhile, as for every foreign call."""
+    ctypes.memmove(dst, src, nbytes)
 
 
 def output_dlpack(address, nbytes, device):

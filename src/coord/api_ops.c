@@ -451,6 +451,8 @@ HVD_API hvd_status hvd_grouped_reducescatter_async(const hvd_tensor *tensors, si
 
 /* ==== blocking forms ====================================================================== */
 
+static hvd_status wait_handle(hvd_handle h, int64_t deadline_ns, const char *what);
+
 static hvd_status finish(hvd_status st, hvd_handle h) {
   if (st != HVD_OK)
     return st;
@@ -496,6 +498,33 @@ HVD_API hvd_status hvd_grouped_reducescatter(const hvd_tensor *tensors, size_t n
   hvd_handle h = NULL;
   hvd_status st = hvd_grouped_reducescatter_async(tensors, n, options, &h);
   return finish(st, h);
+}
+
+HVD_API hvd_status hvd_allreduce_wait_for(const hvd_tensor *tensor, const hvd_options *options,
+                                          int64_t timeout_ms, hvd_handle *pending) {
+  char msg[HVD_ERROR_MESSAGE_MAX];
+  hvd_handle h = NULL;
+  hvd_status st;
+
+  if (pending == NULL)
+    return hvd_error(HVD_ERR_INVALID_ARGUMENT, "hvd_allreduce_wait_for: no pending pointer");
+  if ((st = hvd_allreduce_async(tensor, options, &h)) != HVD_OK)
+    return st;
+  st = wait_handle(h, hvd_deadline_after_ms(timeout_ms < 0 ? 0 : timeout_ms),
+                   "hvd_allreduce_wait_for");
+  if (!hvd_handle_poll(h)) { /* timed out, or a callback's thread, which cannot wait */
+    *pending = h;
+    return st;
+  }
+  *pending = NULL;
+  if (st == HVD_OK) {
+    hvd_handle_release(h);
+    return HVD_OK;
+  }
+  /* Keep the operation's message across the release. */
+  snprintf(msg, sizeof(msg), "%s", hvd_last_error_message());
+  hvd_handle_release(h);
+  return hvd_error(st, "%s", msg);
 }
 
 /* ==== control operations (join, barrier, process sets) ================================== */

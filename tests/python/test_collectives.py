@@ -280,21 +280,19 @@ def test_allgather_async_many_in_flight(rank, size):
     assert not out.any()
 
 
-def test_allgather_output_is_freed_with_its_tensor(rank, size):
-    # hvd's output becomes the tensor's memory (hvd/_dlpack.py); freeing the
-    # tensor, and every view of it, gives the memory back to hvd.
+def test_allgather_output_is_torchs_own(rank, size):
+    # hvd's output is copied into a tensor torch allocated, and hvd's buffer
+    # goes with the handle: no DLPack tensor stays behind, and torch grows
+    # the output as any tensor of its own, keeping its values.
     from hvd import _dlpack
     before = len(_dlpack._live)
-    out = hvd.allgather(torch.ones(3, 5) * rank, name='freed_with_tensor')
-    view = out[1:]
-    assert len(_dlpack._live) == before + 1
-    del out
-    gc.collect()
-    assert len(_dlpack._live) == before + 1, 'freed while a view still holds it'
-    assert torch.equal(view[-1], torch.full((5,), float(size - 1)))
-    del view
-    gc.collect()
+    out = hvd.allgather(torch.ones(3, 5) * rank, name='torchs_own')
     assert len(_dlpack._live) == before
+    out.resize_(3 * size + 2, 5)
+    assert out.shape == (3 * size + 2, 5)
+    assert torch.equal(out[:3 * size], (torch.arange(size).repeat_interleave(3) * 1.0)
+                       .reshape(-1, 1).expand(-1, 5))
+
 
 def test_grouped_allgather(rank, size):
     specs = [(torch.float32, (4,)), (torch.int64, ()), (torch.uint8, (2, 3)),

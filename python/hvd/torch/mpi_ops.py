@@ -7,10 +7,12 @@ HorovodInternalError carrying hvd's message (Horovod's, for a call before
 hvd.init()). Names given by the caller are prefixed with the collective
 ("allreduce.<name>"), as Horovod does, so that an allreduce and a
 broadcast may share a name; without one hvd generates it, and ranks must
-then call in the same order. Outputs hvd allocates
-(allgather, alltoall) become the torch tensor's memory without a copy.
+then call in the same order (allreduce and allreduce_, which wait, share one
+name instead: see _allreduce_now). Outputs hvd allocates (allgather,
+alltoall) are copied into tensors torch allocates (see _adopt).
 """
 
+import threading
 import warnings
 
 import torch
@@ -218,16 +220,39 @@ def _run(function, *args):
 
 
 def _adopt(c, index, dtype, ndims, device):
-    """The output hvd allocated for tensor `index` of a handle (host or GPU
-    memory), as a torch tensor that owns that memory (freed with it)."""
+    """The output hvd allocated for tensor `index` of a completed handle,
+    copied into a tensor torch allocates: an ordinary tensor whose storage
+    torch can grow (resize_), as Horovod's outputs are. hvd's buffer goes
+    with the handle. A tensor over hvd's memory could not grow, and torch
+    1.13's resize_ sets the new sizes before it finds that out: the tensor
+    then claimed memory past hvd's buffer."""
+    if device != _lib.DEVICE_CPU:
+        raw, shape = _hvd_bytes(c, index, device)
+        out = torch.empty(tuple(shape[:ndims]), dtype=dtype, device=torch.device('cuda', device))
+        if raw is not None:
+            out.view(-1).view(torch.uint8).copy_(raw)
+        return out
+    address, nbytes, shape = _core.output_at(c, index)
+    out = torch.empty(tuple(shape[:ndims]), dtype=dtype)
+    if out.numel() * out.element_size() != nbytes:
+        raise HorovodInternalError('hvd: output %d has %d bytes, not the %d of its shape %s'
+                                   % (index, nbytes, out.numel() * out.element_size(),
+                                      tuple(out.shape)))
+    if nbytes:
+        _lib.copy_bytes(out.data_ptr(), address, nbytes)
+    return out
+
+
+def _hvd_bytes(c, index, device):
+    """Output `index` of a completed handle, taken from it: (a uint8 tensor
+    over hvd's own memory, host or GPU, None for 0 bytes; the shape). The
+    memory goes back to hvd when the last tensor over it is freed
+    (hvd/_dlpack.py)."""
     address, nbytes, shape = _core.take_output(c, index)
-    dims = tuple(shape[:ndims])
-    where = 'cpu' if device == _lib.DEVICE_CPU else torch.device('cuda', device)
     if nbytes == 0:
         (lib.hvd_output_free if device == _lib.DEVICE_CPU else lib.hvd_output_free_gpu)(address)
-        return torch.empty(dims, dtype=dtype, device=where)
-    raw = torch.utils.dlpack.from_dlpack(_dlpack.bytes_capsule(address, nbytes, device))
-    return raw.view(dtype).view(dims)
+        return None, shape
+    return torch.utils.dlpack.from_dlpack(_dlpack.bytes_capsule(address, nbytes, device)), shape
 
 
 # ==== allreduce ==================================================================================
@@ -245,6 +270,36 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     dtype, device = checked or _dtype_device(tensor, 'allreduce')
     o = _options(op, prescale_factor, postscale_factor, process_set, device=device)
     return _submit_one(lib.hvd_allreduce_async, 'allreduce', tensor, output, name, o, dtype)
+
+
+# The name of every unnamed allreduce that waits for its result
+# (allreduce, allreduce_): one name, so that its repetitions hit hvd's
+# response cache as named ones do. A rank has at most one of them in flight
+# (_unnamed_now), so ranks still pair them in the order they call them, and
+# ranks that disagree about one still fail with hvd's mismatch error.
+_UNNAMED_NOW = b'allreduce.noname.now'
+_unnamed_now = threading.Lock()
+
+
+def _allreduce_now(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
+                   checked):
+    """Reduces `tensor` into `output` and returns `output`: submitted, waited
+    for and released in one C call when it completes within a wait slice
+    (else waited for as synchronize waits, interruptibly)."""
+    dtype, device = checked
+    o = _options(op, prescale_factor, postscale_factor, process_set, device=device)
+    if name is not None:
+        return _wait_for(_name('allreduce', name), dtype, tensor, output, o)
+    with _unnamed_now:
+        return _wait_for(_UNNAMED_NOW, dtype, tensor, output, o)
+
+
+def _wait_for(c_name, dtype, tensor, output, options):
+    t = _lib.tensor_ref(c_name, dtype, tensor.shape, tensor.data_ptr(), output.data_ptr())
+    status, pending = _lib.allreduce_wait_for(t, options, _core.WAIT_SLICE_MS)
+    if status == _lib.OK:
+        return output
+    return _initialized_call(_core.outcome, status, pending, (tensor, output), lambda c: output)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -279,9 +334,10 @@ class HorovodAllreduce(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        handle = allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                                 process_set)
-        return synchronize(handle)
+        checked = _dtype_device(tensor, 'allreduce')
+        output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+        return _allreduce_now(tensor, output, name, _op_from(op, average, 'allreduce'),
+                              prescale_factor, postscale_factor, process_set, checked)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -300,10 +356,9 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     if compression is Compression.none and not (tensor.requires_grad and
                                                 torch.is_grad_enabled()):
         # No gradient wanted: no autograd Function, and the checks made once.
-        op = _op_from(op, average, 'allreduce')
         output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-        return synchronize(_allreduce_async(tensor, output, name, op, prescale_factor,
-                                            postscale_factor, process_set, checked))
+        return _allreduce_now(tensor, output, name, _op_from(op, average, 'allreduce'),
+                              prescale_factor, postscale_factor, process_set, checked)
     tensor_compressed, ctx = compression.compress(tensor)
     reduced = _run(HorovodAllreduce, tensor_compressed, average, name, op, prescale_factor,
                                      postscale_factor, process_set)
@@ -313,9 +368,9 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` in place and returns it."""
-    handle = allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                              process_set)
-    return synchronize(handle)
+    checked = _dtype_device(tensor, 'allreduce')
+    return _allreduce_now(tensor, tensor, name, _op_from(op, average, 'allreduce'),
+                          prescale_factor, postscale_factor, process_set, checked)
 
 
 def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
