@@ -215,8 +215,8 @@ hvd_status rdzv_client_wait(struct rdzv_client *c, const char *scope, const char
   return st == HVD_OK ? c->ops->wait(c, scope, key, deadline_for(c, timeout_ms), value) : st;
 }
 
-hvd_status rdzv_client_wait_keys(struct rdzv_client *c, const char *scope,
-                                 const char *const *keys, size_t n, int64_t timeout_ms) {
+hvd_status rdzv_client_wait_keys(struct rdzv_client *c, const char *scope, const char *const *keys,
+                                 size_t n, int64_t timeout_ms) {
   int64_t deadline = deadline_for(c, timeout_ms);
 
   for (size_t i = 0; i < n; i++) {
@@ -240,15 +240,14 @@ hvd_status rdzv_client_wait_change(struct rdzv_client *c, const char *scope, uin
                                    int64_t timeout_ms, uint64_t *version) {
   hvd_status st = check_names(scope, NULL, false);
   if (st == HVD_OK && c->ops->wait_change == NULL)
-    st = hvd_error(HVD_ERR_UNSUPPORTED, "rendezvous %s: waiting for a scope to change needs an "
-                   "etcd store", c->where);
-  return st == HVD_OK
-             ? c->ops->wait_change(c, scope, after, deadline_for(c, timeout_ms), version)
-             : st;
+    st = hvd_error(HVD_ERR_UNSUPPORTED,
+                   "rendezvous %s: waiting for a scope to change needs an etcd store", c->where);
+  return st == HVD_OK ? c->ops->wait_change(c, scope, after, deadline_for(c, timeout_ms), version)
+                      : st;
 }
 
-hvd_status rdzv_client_add(struct rdzv_client *c, const char *scope, const char *key,
-                           int64_t delta, int64_t *result) {
+hvd_status rdzv_client_add(struct rdzv_client *c, const char *scope, const char *key, int64_t delta,
+                           int64_t *result) {
   hvd_status st = check_names(scope, key, true);
   return st == HVD_OK ? c->ops->add(c, scope, key, delta, result) : st;
 }

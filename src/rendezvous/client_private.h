@@ -27,8 +27,8 @@ struct rdzv_client_ops {
                     size_t len);
   hvd_status (*get)(struct rdzv_client *c, const char *scope, const char *key,
                     struct hvd_buf *value, uint64_t *version);
-  hvd_status (*wait)(struct rdzv_client *c, const char *scope, const char *key,
-                     int64_t deadline_ns, struct hvd_buf *value);
+  hvd_status (*wait)(struct rdzv_client *c, const char *scope, const char *key, int64_t deadline_ns,
+                     struct hvd_buf *value);
   hvd_status (*get_scope)(struct rdzv_client *c, const char *scope, size_t min_count,
                           int64_t deadline_ns, struct rdzv_scope_view *out);
   hvd_status (*wait_change)(struct rdzv_client *c, const char *scope, uint64_t after,
@@ -36,8 +36,8 @@ struct rdzv_client_ops {
   hvd_status (*add)(struct rdzv_client *c, const char *scope, const char *key, int64_t delta,
                     int64_t *result);
   hvd_status (*cas)(struct rdzv_client *c, const char *scope, const char *key,
-                    uint64_t expected_version, const void *value, size_t len,
-                    uint64_t *new_version, struct hvd_buf *current, uint64_t *current_version);
+                    uint64_t expected_version, const void *value, size_t len, uint64_t *new_version,
+                    struct hvd_buf *current, uint64_t *current_version);
   hvd_status (*del)(struct rdzv_client *c, const char *scope, const char *key);
   hvd_status (*admit)(struct rdzv_client *c, const char *credential, struct hvd_buf *job,
                       struct hvd_buf *token);
@@ -46,7 +46,7 @@ struct rdzv_client_ops {
 
 struct rdzv_client {
   const struct rdzv_client_ops *ops;
-  void *backend;  /* the backend's own state */
+  void *backend;   /* the backend's own state */
   char where[300]; /* the server, for messages: "http://host:port", "etcd://..." */
   CURL *curl;
   int64_t timeout_ms;

@@ -1,4 +1,5 @@
 /* etcd's JSON gateway encodings (etcd_wire.h). */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,8 +56,8 @@ bool etcd_base64_decode(const char *text, struct hvd_buf *out) {
         return false;
       }
     }
-    uint32_t bits = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 |
-                    (uint32_t)v[3];
+    uint32_t bits =
+        (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
     unsigned char bytes[3] = {(unsigned char)(bits >> 16), (unsigned char)(bits >> 8),
                               (unsigned char)bits};
     memcpy(out->data + out->len, bytes, 3 - pad);
@@ -94,8 +95,7 @@ hvd_status etcd_json_add_bytes(cJSON *object, const char *name, const void *data
   return st;
 }
 
-hvd_status etcd_key(struct hvd_buf *out, const char *prefix, const char *scope,
-                    const char *key) {
+hvd_status etcd_key(struct hvd_buf *out, const char *prefix, const char *scope, const char *key) {
   hvd_buf_reset(out);
   return hvd_buf_printf(out, "%s/%s/%s", prefix, scope, key != NULL ? key : "");
 }
@@ -103,4 +103,75 @@ hvd_status etcd_key(struct hvd_buf *out, const char *prefix, const char *scope,
 void etcd_range_end(const char *start, size_t len, char *end) {
   memcpy(end, start, len);
   end[len - 1] = (char)(start[len - 1] + 1);
+}
+
+const cJSON *etcd_first_kv(const cJSON *range_answer) {
+  return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(range_answer, "kvs"), 0);
+}
+
+cJSON *etcd_range_body(const struct hvd_buf *key, const struct hvd_buf *end) {
+  cJSON *body = cJSON_CreateObject();
+  if (body != NULL &&
+      (etcd_json_add_bytes(body, "key", key->data, key->len) != HVD_OK ||
+       (end != NULL && etcd_json_add_bytes(body, "range_end", end->data, end->len) != HVD_OK))) {
+    cJSON_Delete(body);
+    return NULL;
+  }
+  return body;
+}
+
+cJSON *etcd_txn_body(const struct hvd_buf *key, const char *target, int64_t revision,
+                     const void *value, size_t len, int64_t lease) {
+  cJSON *body = cJSON_CreateObject();
+  cJSON *cmp = cJSON_CreateObject(), *yes = cJSON_CreateObject(), *no = cJSON_CreateObject();
+  cJSON *put = cJSON_AddObjectToObject(yes, "request_put");
+  cJSON *get = cJSON_AddObjectToObject(no, "request_range");
+  char rev[24], id[24];
+  bool ok = body != NULL && cmp != NULL && yes != NULL && no != NULL && put != NULL && get != NULL;
+
+  snprintf(rev, sizeof(rev), "%" PRId64, revision);
+  snprintf(id, sizeof(id), "%" PRId64, lease);
+  ok = ok && etcd_json_add_bytes(cmp, "key", key->data, key->len) == HVD_OK &&
+       cJSON_AddStringToObject(cmp, "target", target) != NULL &&
+       cJSON_AddStringToObject(cmp, "result", "EQUAL") != NULL &&
+       cJSON_AddStringToObject(
+           cmp, strcmp(target, "CREATE") == 0 ? "create_revision" : "mod_revision", rev) != NULL &&
+       etcd_json_add_bytes(put, "key", key->data, key->len) == HVD_OK &&
+       etcd_json_add_bytes(put, "value", value, len) == HVD_OK &&
+       (lease == 0 || cJSON_AddStringToObject(put, "lease", id) != NULL) &&
+       etcd_json_add_bytes(get, "key", key->data, key->len) == HVD_OK;
+  if (ok) {
+    cJSON *compare = cJSON_AddArrayToObject(body, "compare");
+    cJSON *success = cJSON_AddArrayToObject(body, "success");
+    cJSON *failure = cJSON_AddArrayToObject(body, "failure");
+    ok = compare != NULL && success != NULL && failure != NULL &&
+         cJSON_AddItemToArray(compare, cmp) && cJSON_AddItemToArray(success, yes) &&
+         cJSON_AddItemToArray(failure, no);
+    if (ok)
+      return body;
+  }
+  cJSON_Delete(body);
+  cJSON_Delete(cmp);
+  cJSON_Delete(yes);
+  cJSON_Delete(no);
+  return NULL;
+}
+
+const cJSON *etcd_txn_current(const cJSON *answer) {
+  const cJSON *resp = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(answer, "responses"), 0);
+  return etcd_first_kv(cJSON_GetObjectItemCaseSensitive(resp, "response_range"));
+}
+
+bool etcd_kv_value(struct hvd_buf *out, const cJSON *kv) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(kv, "value");
+  if (kv == NULL)
+    return false;
+  if (v == NULL) { /* etcd leaves an empty value out */
+    hvd_buf_reset(out);
+    if (hvd_buf_reserve(out, 0) != HVD_OK)
+      return false;
+    out->data[0] = '\0';
+    return true;
+  }
+  return cJSON_IsString(v) && etcd_base64_decode(v->valuestring, out);
 }

@@ -1,0 +1,107 @@
+/*
+ * The job's lease (etcd_private.h). Every key of the job is written under
+ * it, so that a dead job's keys expire by themselves. The first process
+ * to need it grants one and publishes its id at <prefix>/_lease, a key
+ * attached to that lease (it goes when the lease does) and created only
+ * if absent, so all processes of the job agree on one; each renews it
+ * when a third of its time has passed while it uses the store.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "etcd_private.h"
+
+/* The lease id a "<prefix>/_lease" kv holds, or 0. */
+static int64_t lease_of(struct etcd *e, const cJSON *kv) {
+  int64_t id = 0;
+  if (!etcd_kv_value(&e->value, kv) || !hvd_parse_int64(e->value.data, e->value.len, &id))
+    return 0;
+  return id;
+}
+
+/* Grants a lease and makes it the job's unless another process was first. */
+static hvd_status establish_lease(struct rdzv_client *c, const char *what,
+                                  const struct hvd_buf *key, int64_t deadline_ns) {
+  struct etcd *e = etcd_of(c);
+  cJSON *body = cJSON_CreateObject();
+  char ttl[24], id[24];
+  int64_t granted = 0;
+  hvd_status st = HVD_OK;
+
+  snprintf(ttl, sizeof(ttl), "%" PRId64, e->lease_ttl_s);
+  if (body == NULL || cJSON_AddStringToObject(body, "TTL", ttl) == NULL)
+    st = hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+  if (st == HVD_OK)
+    st = etcd_call(c, "lease/grant", what, body, deadline_ns, false);
+  cJSON_Delete(body);
+  if (st == HVD_OK && (!etcd_json_int64(e->answer, "ID", &granted) || granted == 0))
+    st = hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: lease/grant: no lease id in the answer",
+                   c->where);
+  if (st != HVD_OK)
+    return st;
+  snprintf(id, sizeof(id), "%" PRId64, granted);
+  if ((body = etcd_txn_body(key, "CREATE", 0, id, strlen(id), granted)) == NULL)
+    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+  st = etcd_call(c, "kv/txn", what, body, deadline_ns, true);
+  cJSON_Delete(body);
+  if (st != HVD_OK)
+    return st;
+  /* Another process was first: its lease is the job's (ours, unused,
+   * expires by itself). */
+  if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e->answer, "succeeded")) &&
+      (granted = lease_of(e, etcd_txn_current(e->answer))) == 0)
+    return hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s does not hold a lease id", c->where,
+                     key->data);
+  e->lease = granted;
+  e->lease_renewed_ns = hvd_now_ns();
+  return HVD_OK;
+}
+
+/* The job's lease, known and renewed if a third of its time has passed. */
+hvd_status etcd_keep_lease(struct rdzv_client *c, const char *what, int64_t deadline_ns) {
+  struct etcd *e = etcd_of(c);
+  struct hvd_buf key;
+  cJSON *body;
+  int64_t ttl = 0;
+  char text[24];
+  hvd_status st;
+
+  if (e->lease != 0 && hvd_now_ns() - e->lease_renewed_ns < e->lease_ttl_s * 1000000000 / 3)
+    return HVD_OK;
+  if (e->lease != 0) {
+    snprintf(text, sizeof(text), "%" PRId64, e->lease);
+    body = cJSON_CreateObject();
+    if (body == NULL || cJSON_AddStringToObject(body, "ID", text) == NULL) {
+      cJSON_Delete(body);
+      return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+    }
+    st = etcd_call(c, "lease/keepalive", what, body, deadline_ns, true);
+    cJSON_Delete(body);
+    if (st != HVD_OK)
+      return st;
+    if (etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "result"), "TTL", &ttl) &&
+        ttl > 0) {
+      e->lease_renewed_ns = hvd_now_ns();
+      return HVD_OK;
+    }
+    e->lease = 0; /* it expired, and the job's keys with it: a new one */
+  }
+  hvd_buf_init(&key, 0);
+  st = hvd_buf_printf(&key, "%s/_lease", e->prefix);
+  body = st == HVD_OK ? etcd_range_body(&key, NULL) : NULL;
+  if (st == HVD_OK && body == NULL)
+    st = hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+  if (st == HVD_OK)
+    st = etcd_call(c, "kv/range", what, body, deadline_ns, true);
+  cJSON_Delete(body);
+  if (st == HVD_OK && (e->lease = lease_of(e, etcd_first_kv(e->answer))) != 0) {
+    e->lease_renewed_ns = 0; /* renew it now: it may be about to expire */
+    st = etcd_keep_lease(c, what, deadline_ns);
+  } else if (st == HVD_OK) {
+    st = establish_lease(c, what, &key, deadline_ns);
+  }
+  hvd_buf_fini(&key);
+  return st;
+}
