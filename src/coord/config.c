@@ -79,6 +79,8 @@ hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_co
   if (st == HVD_OK)
     st = hvd_setting_bool(HVD_SET_TIMELINE_MARK_CYCLES, &c.timeline_mark_cycles);
   if (st == HVD_OK)
+    st = hvd_setting_int(HVD_SET_TIMELINE_MAX_BYTES, &c.timeline_max_bytes);
+  if (st == HVD_OK)
     st = hvd_setting_int(HVD_SET_SPIN_US, &spin_us);
   if (st == HVD_OK)
     st = hvd_setting_bool(HVD_SET_SHM_LANES, &c.lanes);

@@ -590,11 +590,7 @@ static void record(struct coord_controller *c, struct pending *p, const struct c
   keep_inline(p, sub, srank, elements);
   if (p->elements != NULL)
     p->elements[srank] = elements;
-  if (coord_timeline_active(c->s->timeline)) {
-    char what[32];
-    snprintf(what, sizeof(what), "rank %d", sub->rank);
-    coord_timeline_mark(c->s->timeline, p->first.name, what);
-  }
+  coord_timeline_arrival(c->s->timeline, p->first.name, sub->rank);
 }
 
 /* A borrowed request copied into *copy for the table to keep; NULL (the

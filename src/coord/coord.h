@@ -211,6 +211,7 @@ struct coord_config {
   bool gpu_host_staged;         /* HVD_GPU_COLLECTIVES=host */
   char timeline[1024];          /* HOROVOD_TIMELINE: a path, "DYNAMIC" or "" */
   bool timeline_mark_cycles;    /* HOROVOD_TIMELINE_MARK_CYCLES */
+  int64_t timeline_max_bytes;   /* HVD_TIMELINE_MAX_BYTES; 0: no limit */
   int affinity_core;            /* HOROVOD_THREAD_AFFINITY's entry for this local rank; -1 */
   int64_t spin_ns;              /* HVD_SPIN_US: how long a waiting user thread spins */
   bool lanes;                   /* HVD_SHM_LANES (rank 0's counts): grant lanes (lanes.c) */
@@ -549,16 +550,24 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r);
 
 struct coord_timeline;
 
-hvd_status coord_timeline_create(struct coord_timeline **out);
+/* A file is cut into parts of max_bytes (0: never; HVD_TIMELINE_MAX_BYTES). */
+hvd_status coord_timeline_create(struct coord_timeline **out, int64_t max_bytes);
 void coord_timeline_destroy(struct coord_timeline *t);
+/* Writes the file's header before it returns, then a writer thread adds
+ * what is recorded within a millisecond; HVD_ERR_PRECONDITION while one is
+ * written, HVD_ERR_IO for a file that cannot be opened or written. */
 hvd_status coord_timeline_start(struct coord_timeline *t, const char *path, bool mark_cycles);
+/* Writes what is left, closes the array and the file; HVD_ERR_IO if a
+ * write failed since the start (the file keeps every whole event before). */
 hvd_status coord_timeline_stop(struct coord_timeline *t);
 bool coord_timeline_active(const struct coord_timeline *t);
-/* Events: name is the tensor; phase names follow Horovod's
- * (NEGOTIATE_ALLREDUCE, ALLREDUCE, MEMCPY_IN_FUSION_BUFFER, ...). */
+/* Events, from any thread: tensor is the tensor's name; phase names are
+ * ours and follow Horovod's (NEGOTIATE_ALLREDUCE, ALLREDUCE,
+ * MEMCPY_IN_FUSION_BUFFER, ...), written as they are. */
 void coord_timeline_begin(struct coord_timeline *t, const char *tensor, const char *phase);
 void coord_timeline_end(struct coord_timeline *t, const char *tensor);
-void coord_timeline_mark(struct coord_timeline *t, const char *tensor, const char *what);
+/* Rank's submission of the tensor reached rank 0 (on that rank's row). */
+void coord_timeline_arrival(struct coord_timeline *t, const char *tensor, int rank);
 void coord_timeline_cycle(struct coord_timeline *t);
 
 /* ==== GPU tensors (gpu.c; the CUDA backend in cuda/) ============================== */

@@ -331,7 +331,7 @@ static hvd_status state_create(const struct coord_start *how, uint64_t nth, int 
   if (st == HVD_OK)
     st = coord_sets_init(&s->sets, s->world->global, s->size);
   if (st == HVD_OK)
-    st = coord_timeline_create(&s->timeline);
+    st = coord_timeline_create(&s->timeline, s->cfg.timeline_max_bytes);
   if (st != HVD_OK)
     goto fail;
   coord_cache_init(&s->cache, s->cfg.cache_capacity);
