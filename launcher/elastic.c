@@ -41,8 +41,6 @@ enum {
    * elastic timeout, a removed worker's grace, a pod's silence) are
    * seconds long. */
   TICK_MS = 250,
-  WATCH_MS = 3600 * 1000, /* a watch's wait, armed again when it ends */
-  RETIRE_MS = 2000,       /* how long the end waits for a watch to come back */
   DISCOVERY_EVERY_MS = 1000,
   DISCOVERY_TIMEOUT_MS = 30000,
 };
@@ -106,37 +104,6 @@ void driver_say(const struct driver *d, const char *fmt, ...) {
   fprintf(stderr, "%s: %s\n", d->name, line);
 }
 
-void driver_put(const struct driver *d, const char *scope, const char *key, const char *value) {
-  if (rdzv_store_set(d->store, scope, strlen(scope), key, strlen(key), value, strlen(value),
-                     RDZV_SET_ALWAYS, 0, NULL, NULL) != HVD_OK)
-    driver_say(d, "cannot write %s/%s in the store: %s", scope, key, hvd_last_error_message());
-}
-
-void driver_scope_each(const struct driver *d, const char *scope,
-                       void (*fn)(struct driver *, const char *, const char *, size_t),
-                       struct driver *arg) {
-  struct rdzv_blob *body = NULL;
-  struct rdzv_scope_view view;
-  size_t count = 0;
-  char *copy;
-
-  if (rdzv_store_snapshot(d->store, scope, strlen(scope), &body, &count) != HVD_OK ||
-      count == 0) {
-    rdzv_blob_unref(body);
-    return;
-  }
-  if ((copy = malloc(body->len + 1)) != NULL) {
-    memcpy(copy, body->data, body->len + 1);
-    if (rdzv_scope_decode(copy, body->len, &view) == HVD_OK) {
-      for (size_t e = 0; e < view.count; e++)
-        fn(arg, view.entries[e].key, (const char *)view.entries[e].value,
-           view.entries[e].value_len);
-      rdzv_scope_view_fini(&view);
-    }
-  }
-  rdzv_blob_unref(body);
-}
-
 /* The transport scopes of the latest round (round n), through fn. */
 static void for_each_scope(const struct driver *d, uint64_t n,
                            void (*fn)(void *, const char *, size_t)) {
@@ -144,21 +111,18 @@ static void for_each_scope(const struct driver *d, uint64_t n,
 }
 
 static void plan_scope(void *arg, const char *scope, size_t size) {
-  const struct driver *d = arg;
-  if (rdzv_store_plan(d->store, scope, strlen(scope), size) != HVD_OK)
-    driver_say(d, "cannot plan scope %s: %s", scope, hvd_last_error_message());
+  driver_plan_scope(arg, scope, size);
 }
 
 /* A round whose ranks never all met: the missing records say so. */
 static void abandon_scope(void *arg, const char *scope, size_t size) {
   const struct driver *d = arg;
-  if (rdzv_store_plan_rounds(d->store, scope, strlen(scope)) > 0)
+  if (driver_scope_met(d, scope))
     return; /* everybody met there */
   for (size_t r = 0; r < size; r++) {
-    char key[16];
-    int n = snprintf(key, sizeof(key), "%zu", r);
-    (void)rdzv_store_set(d->store, scope, strlen(scope), key, (size_t)n, RDZV_RECORD_ABANDONED,
-                         strlen(RDZV_RECORD_ABANDONED), RDZV_SET_IF_ABSENT, 0, NULL, NULL);
+    char key[24];
+    snprintf(key, sizeof(key), "%zu", r);
+    driver_put_new(d, scope, key, RDZV_RECORD_ABANDONED);
   }
 }
 
@@ -267,7 +231,9 @@ static hvd_status start_worker(struct driver *d, const struct hvdrun_slot *s, co
   p = hvdrun_sup_proc(&d->sup, proc);
   st = hvdrun_proc_init(p, d->o, w->label, d->digits);
   if (st == HVD_OK)
-    st = hvdrun_job_vars(d->o, d->rdzv.addr, d->rdzv.port, d->rdzv.token, &vars);
+    st = d->rdzv.url != NULL ? hvdrun_job_vars(d->o, d->rdzv.url, 0, d->rdzv.token, &vars)
+                             : hvdrun_job_vars(d->o, d->rdzv.addr, d->rdzv.port, d->rdzv.token,
+                                               &vars);
 #define SET(...) \
   if (st == HVD_OK) \
   st = hvdrun_env_set(&vars, __VA_ARGS__)
@@ -312,7 +278,7 @@ static hvd_status publish(struct driver *d, struct hvdrun_host *hosts, size_t nh
   d->plan_size = size;
   d->round = n;
   snprintf(scope, sizeof(scope), "rank_and_size.%llu", (unsigned long long)n);
-  rdzv_store_delete_scope(d->store, "rank_and_size", 13);
+  driver_delete_scope(d, "rank_and_size");
   for (size_t i = 0; i < d->nw; i++)
     d->w[i].assigned = false;
   for (int r = 0; r < size; r++) {
@@ -365,7 +331,7 @@ static void need_round(struct driver *d) {
   d->pending_since = hvd_now_ns();
   for_each_scope(d, d->round, abandon_scope);
   /* Horovod's GET /rank_and_size/<slot> now waits for the next round. */
-  rdzv_store_delete_scope(d->store, "rank_and_size", 13);
+  driver_delete_scope(d, "rank_and_size");
 }
 
 static void on_failure(struct driver *d, struct worker *w, const char *why, int code) {
@@ -651,104 +617,6 @@ static void overdue_cb(void *arg, size_t proc) {
 
 static void failed_cb(void *arg) { stop_job(arg, 1, "poll failed"); }
 
-/* ==== scope watches ========================================================== */
-
-static void watch_fired(struct rdzv_waiter *w, void *arg) {
-  struct scope_watch *sw = arg;
-  struct hvdrun_sup *sup = atomic_load(&sw->sup);
-  (void)w;
-  atomic_store(&sw->fired, true);
-  if (sup != NULL) /* NULL: a watch the store kept past the driver's end */
-    hvdrun_sup_wake(sup);
-}
-
-/* Under the store's lock, on the arming thread: the wait is registered, so
- * its result belongs to the fire callback from now on. */
-static void watch_parked(struct rdzv_waiter *w, void *arg) {
-  struct scope_watch *sw = arg;
-  (void)w;
-  sw->parked = true;
-}
-
-/* Arms the watch again once the store has handed it back (the driver's
- * turn reads the scope anyway); false when the scope changed meanwhile and
- * the driver should take another turn at once. */
-static bool watch_arm(struct driver *d, struct scope_watch *sw) {
-  if (sw->armed && !atomic_load(&sw->fired))
-    return true; /* still waiting */
-  if (sw->armed) {
-    rdzv_blob_unref(sw->w.value);
-    sw->w.value = NULL;
-    if (sw->w.result == RDZV_WAIT_CANCELLED)
-      return true; /* the store is closing */
-    if (sw->w.result == RDZV_WAIT_READY)
-      sw->seen = sw->w.version;
-  }
-  memset(&sw->w, 0, sizeof(sw->w));
-  sw->w.scope = sw->scope;
-  sw->w.scope_len = strlen(sw->scope);
-  sw->w.changes = true;
-  sw->w.after = sw->seen;
-  sw->w.deadline_ns = hvd_deadline_after_ms(WATCH_MS);
-  sw->w.fire = watch_fired;
-  sw->w.fire_arg = sw;
-  atomic_store(&sw->sup, &d->sup);
-  sw->parked = false;
-  atomic_store(&sw->fired, false);
-  sw->armed = true;
-  if (rdzv_store_wait(d->store, &sw->w, watch_parked, sw) != HVD_OK) {
-    /* Not registered (the store is full, say): the next tick tries again. */
-    atomic_store(&sw->fired, true);
-    return true;
-  }
-  if (!sw->parked) {
-    /* Finished at once: no callback comes, and the scope changed. */
-    atomic_store(&sw->fired, true);
-    return false;
-  }
-  return true;
-}
-
-/* The end: takes every watch back from the store, which outlives the
- * driver in pods mode. */
-static void watches_retire(struct driver *d) {
-  int64_t deadline = hvd_deadline_after_ms(RETIRE_MS);
-  bool kept = false;
-
-  for (size_t i = 0; i < d->nwatches; i++) {
-    struct scope_watch *sw = &d->watches[i];
-    if (!sw->armed)
-      continue;
-    if (!atomic_load(&sw->fired))
-      (void)rdzv_store_abandon_wait(d->store, &sw->w);
-    while (!atomic_load(&sw->fired) && hvd_now_ns() < deadline)
-      hvd_sleep_ns(1000000);
-    if (!atomic_load(&sw->fired)) {
-      driver_say(d, "the store kept the driver's watch on scope '%s'", sw->scope);
-      atomic_store(&sw->sup, NULL);
-      kept = true;
-      continue;
-    }
-    rdzv_blob_unref(sw->w.value);
-    sw->w.value = NULL;
-    sw->armed = false;
-  }
-  if (!kept) /* else left allocated: the store may still hand a watch back */
-    free(d->watches);
-  d->watches = NULL;
-  d->nwatches = 0;
-}
-
-/* The scopes the driver watches; false if out of memory. */
-static bool watches_init(struct driver *d, const char *const *scopes, size_t n) {
-  if ((d->watches = calloc(n, sizeof(*d->watches))) == NULL)
-    return false;
-  d->nwatches = n;
-  for (size_t i = 0; i < n; i++)
-    d->watches[i].scope = scopes[i];
-  return true;
-}
-
 /* Discovery when due, the workers that left the round, the next round. */
 static void tick(struct driver *d) {
   if (d->stopping)
@@ -789,7 +657,7 @@ static int64_t tick_cb(void *arg) {
   if (d->stopping || (d->finishing && !d->pods))
     hvdrun_sup_end_when_idle(&d->sup);
   for (size_t i = 0; i < d->nwatches && !d->stopping; i++)
-    quiet = watch_arm(d, &d->watches[i]) && quiet;
+    quiet = driver_watch_arm(d, &d->watches[i]) && quiet;
   if (!quiet)
     return hvd_now_ns();
   return !d->pods && d->next_discovery < next ? d->next_discovery : next;
@@ -824,9 +692,12 @@ static hvd_status start(struct driver *d) {
   free(remote);
   if (st != HVD_OK)
     return st;
-  if (d->rdzv.server == NULL)
-    return hvd_error(HVD_ERR_UNSUPPORTED, "an elastic job's driver keeps its rendezvous in "
-                     "hvdrun's own store: --rendezvous (HVD_RENDEZVOUS) is for static jobs");
+  if (d->rdzv.server == NULL) { /* etcd */
+    d->client = d->rdzv.client;
+    if (d->o->verbose)
+      driver_say(d, "elastic job; rendezvous in %s", d->rdzv.url);
+    return HVD_OK;
+  }
   d->store = rdzv_server_store(d->rdzv.server);
   if (d->o->verbose)
     driver_say(d, "elastic job; rendezvous store on port %d (ranks use %s:%d)", d->rdzv.port,
@@ -859,7 +730,7 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
   }
   hvdrun_hosts_view_init(&d.view, o->cooldown_min_s, o->cooldown_max_s);
   st = hvdrun_sup_init(&d.sup, &hooks); /* before the store's threads */
-  if (st == HVD_OK && !watches_init(&d, (const char *const[]){"elastic_ready"}, 1))
+  if (st == HVD_OK && !driver_watches_init(&d, (const char *const[]){"elastic_ready"}, 1))
     st = hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
   if (st == HVD_OK && (st = discover(&d)) != HVD_OK)
     hvd_error_prefix("host discovery");
@@ -872,7 +743,7 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
     hvdrun_sup_run(&d.sup);
     code = d.exit_code;
   }
-  watches_retire(&d);
+  driver_watches_retire(&d);
   hvdrun_store_stop(&d.rdzv);
   driver_fini(&d);
   return code;
@@ -895,13 +766,13 @@ int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *
   d.pending_since = hvd_now_ns();
   if (hvdrun_sup_init(&d.sup, &hooks) != HVD_OK) {
     driver_say(&d, "%s", hvd_last_error_message());
-  } else if (!watches_init(&d, (const char *const[]){"elastic_ready", "elastic_pods"}, 2)) {
+  } else if (!driver_watches_init(&d, (const char *const[]){"elastic_ready", "elastic_pods"}, 2)) {
     driver_say(&d, "out of memory");
   } else {
     hvdrun_sup_run(&d.sup);
     code = d.exit_code;
   }
-  watches_retire(&d);
+  driver_watches_retire(&d);
   driver_fini(&d);
   return code;
 }

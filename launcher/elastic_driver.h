@@ -3,6 +3,8 @@
 #ifndef HVD_LAUNCHER_ELASTIC_DRIVER_H
 #define HVD_LAUNCHER_ELASTIC_DRIVER_H
 
+#include <pthread.h>
+
 #include "rendezvous/rendezvous.h"
 #include "supervise.h"
 
@@ -29,7 +31,8 @@ struct worker {
 static inline bool worker_live(const struct worker *w) { return w->running && !w->stopped; }
 
 /* A store scope the driver reads at every turn, watched so that what a
- * worker writes there wakes the driver at once (elastic.c). */
+ * worker writes there wakes the driver at once (driver_store.c): a waiter
+ * of hvdrun's own store, or in etcd a thread of its own that watches. */
 struct scope_watch {
   const char *scope;
   struct rdzv_waiter w;
@@ -38,6 +41,11 @@ struct scope_watch {
   atomic_bool fired;     /* the store handed w back: it may be armed again */
   uint64_t seen;         /* the scope's version at the last wake-up */
   _Atomic(struct hvdrun_sup *) sup; /* whom the callback wakes */
+  /* etcd */
+  pthread_t thread;
+  bool started;
+  int stop[2]; /* closing stop[1] ends the thread's watch */
+  const char *url;
 };
 
 struct driver {
@@ -48,6 +56,7 @@ struct driver {
   size_t nfixed;
   struct hvdrun_store rdzv; /* hvdrun's own store (pods: the caller's, not here) */
   struct rdzv_store *store; /* the store the driver reads and writes */
+  struct rdzv_client *client; /* or, in etcd, its client there (store NULL) */
   struct hvdrun_sup sup;    /* the workers' processes (pods: none) */
   int digits;
   struct worker *w;
@@ -83,12 +92,31 @@ struct driver {
 
 /* One line on stderr, "<name>: <message>". */
 void driver_say(const struct driver *d, const char *fmt, ...) HVD_PRINTF(2, 3);
+
+/* ---- the store (driver_store.c): hvdrun's own, or etcd's through a client.
+ * A failure is said, and the driver goes on: its next turn reads again. */
 void driver_put(const struct driver *d, const char *scope, const char *key, const char *value);
+/* driver_put only where the key is absent. */
+void driver_put_new(const struct driver *d, const char *scope, const char *key,
+                    const char *value);
+void driver_delete_scope(const struct driver *d, const char *scope);
 /* Calls fn for each key of a store scope (a snapshot). */
 void driver_scope_each(const struct driver *d, const char *scope,
                        void (*fn)(struct driver *, const char *key, const char *value,
                                   size_t value_len),
                        struct driver *arg);
+/* hvd's store: the scope clears itself once its `size` ranks finished. */
+void driver_plan_scope(const struct driver *d, const char *scope, size_t size);
+/* Whether every rank of a planned scope finished there (hvd's store; in
+ * etcd, whose records stay, false: writes where absent find them). */
+bool driver_scope_met(const struct driver *d, const char *scope);
+/* The scopes the driver watches; false if out of memory. */
+bool driver_watches_init(struct driver *d, const char *const *scopes, size_t n);
+/* Arms the watch again once it fired; false when the scope changed and
+ * the driver should take another turn at once. */
+bool driver_watch_arm(struct driver *d, struct scope_watch *sw);
+/* The end: takes every watch back. */
+void driver_watches_retire(struct driver *d);
 /* The live worker (running, not stopped) of a slot, the host given by
  * its first host_len bytes; NULL if none. */
 struct worker *driver_live_worker(struct driver *d, const char *host, size_t host_len,
