@@ -41,6 +41,7 @@ enum {
    * elastic timeout, a removed worker's grace, a pod's silence) are
    * seconds long. */
   TICK_MS = 250,
+  LEAD_RENEW_MS = 500, /* a third or less of hvd-rendezvous's leadership lease */
   DISCOVERY_EVERY_MS = 1000,
   DISCOVERY_TIMEOUT_MS = 30000,
 };
@@ -647,11 +648,25 @@ static void check_finished(struct driver *d) {
   }
 }
 
+/* A leader in etcd renews its leadership each turn; one that lapsed
+ * stops driving at once: another candidate leads by now. */
+static void renew_lead(struct driver *d) {
+  if (!d->leading || d->stopping || hvd_now_ns() < d->renew_at)
+    return;
+  d->renew_at = hvd_now_ns() + ms_ns(LEAD_RENEW_MS);
+  if (rdzv_client_lead_renew(d->client) == HVD_OK)
+    return;
+  d->lost_lead = true;
+  driver_say(d, "%s; standing by", hvd_last_error_message());
+  d->stopping = true;
+}
+
 static int64_t tick_cb(void *arg) {
   struct driver *d = arg;
   int64_t next = hvd_now_ns() + ms_ns(TICK_MS);
   bool quiet = true;
 
+  renew_lead(d);
   tick(d);
   check_finished(d);
   if (d->stopping || (d->finishing && !d->pods))
@@ -751,6 +766,12 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
 
 int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *server,
                             int pod_timeout_s) {
+  return driver_run_pods(o, server, NULL, NULL, pod_timeout_s, NULL);
+}
+
+int driver_run_pods(const struct hvdrun_options *o, struct rdzv_server *server,
+                    struct rdzv_client *client, const char *url, int pod_timeout_s,
+                    bool *lost_lead) {
   struct driver d;
   struct hvdrun_sup_hooks hooks = {&d, ended_cb, signal_cb, overdue_cb, failed_cb, tick_cb};
   int code = 1;
@@ -761,8 +782,13 @@ int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *
   d.pods = true;
   d.pod_timeout_s = pod_timeout_s;
   d.digits = 1;
-  d.store = rdzv_server_store(server);
+  d.store = server != NULL ? rdzv_server_store(server) : NULL;
+  d.client = client;
+  d.rdzv.url = (char *)url; /* not ours: driver_fini leaves rdzv alone */
+  d.leading = client != NULL;
   hvdrun_hosts_view_init(&d.view, 0, 0);
+  if (client != NULL)
+    driver_resume(&d);
   d.pending_since = hvd_now_ns();
   if (hvdrun_sup_init(&d.sup, &hooks) != HVD_OK) {
     driver_say(&d, "%s", hvd_last_error_message());
@@ -773,6 +799,9 @@ int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *
     code = d.exit_code;
   }
   driver_watches_retire(&d);
+  if (lost_lead != NULL)
+    *lost_lead = d.lost_lead;
+  rdzv_scope_view_fini(&d.admitted);
   driver_fini(&d);
   return code;
 }

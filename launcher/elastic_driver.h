@@ -82,6 +82,11 @@ struct driver {
   int pod_timeout_s;
   bool afresh;   /* every worker is gone: the next round starts the job again */
   bool finished; /* a worker succeeded and every worker has ended */
+  /* leading in etcd (elastic_lead.c): the leadership is renewed each turn */
+  bool leading;
+  bool lost_lead; /* it lapsed: the driver stopped, another leads */
+  int64_t renew_at;
+  struct rdzv_scope_view admitted; /* taking over: elastic_admitted as found */
   /* the end */
   bool finishing; /* a worker succeeded */
   bool stopping;
@@ -129,5 +134,19 @@ void driver_worker_ended(struct driver *d, struct worker *w, const char *why, in
 /* Pods: reads their registrations and heartbeats, admits new ones, ends
  * the ones that stopped, and lists the usable hosts (*found, malloc'ed). */
 hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n);
+
+/* Runs the pods' driver over hvd's store (server) or etcd (client and url;
+ * *lost_lead tells whether it ended because the leadership lapsed). */
+int driver_run_pods(const struct hvdrun_options *o, struct rdzv_server *server,
+                    struct rdzv_client *client, const char *url, int pod_timeout_s,
+                    bool *lost_lead);
+/* Taking over in etcd (driver_resume.c): the latest round, its plan and
+ * the updates announced, from what the previous driver wrote. */
+void driver_resume(struct driver *d);
+/* Whether the previous driver admitted this incarnation (so its
+ * admission stands), and then whether it has a place in the latest round
+ * (*assigned). Only while taking over; false otherwise. */
+bool driver_resumed_admission(const struct driver *d, const char *incarnation, const char *host,
+                              int local_rank, bool *assigned);
 
 #endif

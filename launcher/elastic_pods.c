@@ -47,6 +47,12 @@ static void admit(struct driver *d, const char *key, size_t host_len, int lr, co
   memcpy(w->beat, value, len);
   w->heard_at = hvd_now_ns();
   w->running = !d->finishing;
+  if (driver_resumed_admission(d, w->incarnation, w->host, lr, &w->assigned)) {
+    if (d->o->verbose)
+      driver_say(d, "pod %s is worker %d (admitted by the previous driver%s)", key, w->label,
+                 w->assigned ? "; in the latest round" : "");
+    return;
+  }
   if (d->finishing)
     snprintf(first, sizeof(first), "finished");
   else

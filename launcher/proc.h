@@ -113,4 +113,11 @@ int hvdrun_run_elastic(const struct hvdrun_options *o, const struct hvdrun_host 
 int hvdrun_run_elastic_pods(const struct hvdrun_options *o, struct rdzv_server *server,
                             int pod_timeout_s);
 
+/* The same driver in an etcd cluster (hvd-rendezvous --rendezvous
+ * etcd://... --min-np): any number of these processes stand by, one
+ * leads (elastic_lead.c), and a new leader takes the job over from what
+ * the last one wrote there. Until SIGINT, SIGTERM or SIGHUP; the exit
+ * code. */
+int hvdrun_lead_elastic_pods(const struct hvdrun_options *o, const char *url, int pod_timeout_s);
+
 #endif

@@ -40,6 +40,8 @@ struct options {
   struct hvdrun_options driver;
   int pod_timeout_s;
   const char *only_elastic; /* the first driver flag given, for the message without --min-np */
+  const char *etcd;         /* --rendezvous (or HVD_RENDEZVOUS): drive pods there */
+  const char *only_store;   /* the first flag of the HTTP store, for the message with etcd */
 };
 
 static const char usage_text[] =
@@ -74,6 +76,9 @@ static const char usage_text[] =
     "  --elastic-timeout S    how long a round may wait for pods to leave the last one\n"
     "                         (default: $HOROVOD_ELASTIC_TIMEOUT, else 600)\n"
     "  --pod-timeout S        a pod without a heartbeat for S seconds is gone (default 10)\n"
+    "  --rendezvous URL       the pods' rendezvous is in etcd (etcd://HOST:PORT,...[/PREFIX],\n"
+    "                         default: $HVD_RENDEZVOUS): serve nothing, and stand by to lead\n"
+    "                         their driver (run one in each pod; docs/etcd.md)\n"
     "  --verbose              say when pods register, and who has no place in a round\n"
     "  --version              print the version and exit\n"
     "  -h, --help             print this help and exit\n";
@@ -142,12 +147,20 @@ static int parse_plan(struct options *o, const char *arg) {
 static int check_driver(struct options *o) {
   struct hvdrun_options *d = &o->driver;
 
+  if (o->etcd == NULL)
+    o->etcd = hvd_setting_real(HVD_SET_RENDEZVOUS);
   if (d->min_np < 0) {
+    if (o->etcd != NULL)
+      return usage_error("with --rendezvous (or HVD_RENDEZVOUS) hvd-rendezvous only leads an "
+                         "elastic driver: add --min-np");
     if (o->only_elastic != NULL)
       return usage_error("%s is for the elastic driver: add --min-np", o->only_elastic);
     return -1;
   }
   d->elastic = true;
+  if (o->etcd != NULL && o->only_store != NULL)
+    return usage_error("--%s is for hvd's own store: with --rendezvous nothing is served",
+                       o->only_store);
   if (d->np < 0)
     d->np = d->min_np;
   if (d->np < d->min_np)
@@ -169,6 +182,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
     OPT_BIND = 256, OPT_PORT, OPT_TOKEN_FILE, OPT_PLAN, OPT_THREADS, OPT_MAX_CONN,
     OPT_MAX_PER_ADDRESS, OPT_MAX_VALUE, OPT_MAX_STORE, OPT_MAX_NAME, OPT_IDLE, OPT_LOG_LEVEL,
     OPT_VERSION, OPT_MIN_NP, OPT_NP, OPT_MAX_NP, OPT_ELASTIC_TIMEOUT, OPT_POD_TIMEOUT, OPT_VERBOSE,
+    OPT_RENDEZVOUS,
   };
   static const struct option longopts[] = {
       {"bind", required_argument, NULL, OPT_BIND},
@@ -190,6 +204,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"elastic-timeout", required_argument, NULL, OPT_ELASTIC_TIMEOUT},
       {"pod-timeout", required_argument, NULL, OPT_POD_TIMEOUT},
       {"verbose", no_argument, NULL, OPT_VERBOSE},
+      {"rendezvous", required_argument, NULL, OPT_RENDEZVOUS},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -198,6 +213,10 @@ static int parse_args(int argc, char **argv, struct options *o) {
 
   opterr = 0;
   while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    for (size_t i = 0; opt >= OPT_BIND && opt <= OPT_IDLE && o->only_store == NULL; i++) {
+      if (longopts[i].val == opt) /* the store's own flags: said with --rendezvous */
+        o->only_store = longopts[i].name;
+    }
     switch (opt) {
     case OPT_BIND:
       o->server.bind_address = optarg;
@@ -290,6 +309,13 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case OPT_VERBOSE:
       o->driver.verbose = true;
       break;
+    case OPT_RENDEZVOUS:
+      if (strncmp(optarg, "etcd://", 7) != 0 && strncmp(optarg, "etcds://", 8) != 0)
+        return usage_error("--rendezvous '%s' must be etcd://HOST:PORT[,...][/PREFIX] or "
+                           "etcds://...",
+                           optarg);
+      o->etcd = optarg;
+      break;
     case 'h':
       fputs(usage_text, stdout);
       return 0;
@@ -346,6 +372,8 @@ int main(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &signals, NULL);
   signal(SIGPIPE, SIG_IGN);
 
+  if (o.etcd != NULL)
+    return hvdrun_lead_elastic_pods(&o.driver, o.etcd, o.pod_timeout_s);
   if (rdzv_server_start(&o.server, &srv) != HVD_OK) {
     fprintf(stderr, "hvd-rendezvous: %s\n", hvd_last_error_message());
     return 1;

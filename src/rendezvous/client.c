@@ -246,6 +246,28 @@ hvd_status rdzv_client_wait_change(struct rdzv_client *c, const char *scope, uin
                       : st;
 }
 
+hvd_status rdzv_client_lead(struct rdzv_client *c, const char *scope, const char *key,
+                            const char *value, int ttl_s, int64_t timeout_ms) {
+  hvd_status st = check_names(scope, key, true);
+  if (st == HVD_OK && c->ops->lead == NULL)
+    st = hvd_error(HVD_ERR_UNSUPPORTED, "rendezvous %s: leadership needs an etcd store",
+                   c->where);
+  return st == HVD_OK ? c->ops->lead(c, scope, key, value, ttl_s, deadline_for(c, timeout_ms))
+                      : st;
+}
+
+hvd_status rdzv_client_lead_renew(struct rdzv_client *c) {
+  if (c->ops->lead_renew == NULL)
+    return hvd_error(HVD_ERR_UNSUPPORTED, "rendezvous %s: leadership needs an etcd store",
+                     c->where);
+  return c->ops->lead_renew(c);
+}
+
+void rdzv_client_lead_resign(struct rdzv_client *c) {
+  if (c->ops->lead_resign != NULL)
+    c->ops->lead_resign(c);
+}
+
 hvd_status rdzv_client_add(struct rdzv_client *c, const char *scope, const char *key, int64_t delta,
                            int64_t *result) {
   hvd_status st = check_names(scope, key, true);

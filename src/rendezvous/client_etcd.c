@@ -31,7 +31,7 @@ static int64_t call_deadline(const struct rdzv_client *c) {
 
 /* e->keybuf = the key (or the scope's range start, key NULL); with a
  * scope, e->endbuf = the range's end. */
-static hvd_status name_key(struct rdzv_client *c, const char *scope, const char *key) {
+hvd_status etcd_name_key(struct rdzv_client *c, const char *scope, const char *key) {
   struct etcd *e = etcd_of(c);
   hvd_status st;
 
@@ -91,7 +91,7 @@ static hvd_status etcd_set(struct rdzv_client *c, const char *scope, const char 
   hvd_status st;
 
   describe(what, sizeof(what), "PUT", scope, key);
-  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = name_key(c, scope, key)) != HVD_OK)
+  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = etcd_name_key(c, scope, key)) != HVD_OK)
     return st;
   return put(c, what, value, len, deadline);
 }
@@ -128,7 +128,7 @@ static hvd_status etcd_get(struct rdzv_client *c, const char *scope, const char 
   hvd_status st;
 
   describe(what, sizeof(what), "GET", scope, key);
-  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = name_key(c, scope, key)) != HVD_OK ||
+  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = etcd_name_key(c, scope, key)) != HVD_OK ||
       (st = range(c, what, false, deadline)) != HVD_OK)
     return st;
   if ((kv = etcd_first_kv(e->answer)) == NULL)
@@ -173,7 +173,7 @@ static hvd_status etcd_wait(struct rdzv_client *c, const char *scope, const char
     int64_t revision = 0;
     bool resync;
     const cJSON *kv;
-    if ((st = name_key(c, scope, key)) != HVD_OK ||
+    if ((st = etcd_name_key(c, scope, key)) != HVD_OK ||
         (st = range(c, what, false, deadline_ns)) != HVD_OK)
       return st;
     if ((kv = etcd_first_kv(e->answer)) != NULL) {
@@ -285,7 +285,7 @@ static hvd_status etcd_get_scope(struct rdzv_client *c, const char *scope, size_
     struct counting n = {0, (int64_t)min_count};
     int64_t revision = 0;
     bool resync;
-    if ((st = name_key(c, scope, NULL)) != HVD_OK ||
+    if ((st = etcd_name_key(c, scope, NULL)) != HVD_OK ||
         (st = range(c, what, true, deadline_ns)) != HVD_OK)
       return st;
     etcd_json_int64(e->answer, "count", &n.count);
@@ -318,7 +318,7 @@ static hvd_status etcd_wait_change(struct rdzv_client *c, const char *scope, uin
   hvd_status st;
 
   describe(what, sizeof(what), "WATCH", scope, NULL);
-  if ((st = etcd_ready(c, deadline_ns)) != HVD_OK || (st = name_key(c, scope, NULL)) != HVD_OK)
+  if ((st = etcd_ready(c, deadline_ns)) != HVD_OK || (st = etcd_name_key(c, scope, NULL)) != HVD_OK)
     return st;
   if (after == 0) { /* from now on */
     if ((st = range(c, what, false, deadline_ns)) != HVD_OK)
@@ -374,7 +374,7 @@ static hvd_status etcd_cas(struct rdzv_client *c, const char *scope, const char 
   hvd_status st;
 
   describe(what, sizeof(what), "PUT (compare-and-set)", scope, key);
-  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = name_key(c, scope, key)) != HVD_OK ||
+  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = etcd_name_key(c, scope, key)) != HVD_OK ||
       (st = txn_put(c, what, (int64_t)expected_version, value, len, deadline, &won)) != HVD_OK)
     return st;
   if (won) {
@@ -407,7 +407,7 @@ static hvd_status etcd_add(struct rdzv_client *c, const char *scope, const char 
   hvd_status st;
 
   describe(what, sizeof(what), "POST (add)", scope, key);
-  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = name_key(c, scope, key)) != HVD_OK ||
+  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = etcd_name_key(c, scope, key)) != HVD_OK ||
       (st = range(c, what, false, deadline)) != HVD_OK)
     return st;
   kv = etcd_first_kv(e->answer);
@@ -440,7 +440,7 @@ static hvd_status etcd_del(struct rdzv_client *c, const char *scope, const char 
   hvd_status st;
 
   describe(what, sizeof(what), "DELETE", scope, key);
-  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = name_key(c, scope, key)) != HVD_OK)
+  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = etcd_name_key(c, scope, key)) != HVD_OK)
     return st;
   if ((body = etcd_range_body(&e->keybuf, key == NULL ? &e->endbuf : NULL)) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
@@ -479,6 +479,7 @@ static void etcd_destroy(struct rdzv_client *c) {
   struct etcd *e = c->backend;
   if (e == NULL)
     return;
+  etcd_lead_resign(c);
   if (e->password != NULL)
     explicit_bzero(e->password, strlen(e->password));
   if (e->auth_header != NULL)
@@ -510,6 +511,9 @@ static const struct rdzv_client_ops etcd_ops = {
     .del = etcd_del,
     .admit = etcd_admit,
     .health = etcd_health,
+    .lead = etcd_lead,
+    .lead_renew = etcd_lead_renew,
+    .lead_resign = etcd_lead_resign,
 };
 
 /* ---- creation ---------------------------------------------------------------------- */

@@ -42,6 +42,11 @@ struct rdzv_client_ops {
   hvd_status (*admit)(struct rdzv_client *c, const char *credential, struct hvd_buf *job,
                       struct hvd_buf *token);
   hvd_status (*health)(struct rdzv_client *c, struct hvd_buf *json);
+  /* etcd only (NULL for hvd's store): see rdzv_client_lead */
+  hvd_status (*lead)(struct rdzv_client *c, const char *scope, const char *key, const char *value,
+                     int ttl_s, int64_t deadline_ns);
+  hvd_status (*lead_renew)(struct rdzv_client *c);
+  void (*lead_resign)(struct rdzv_client *c);
 };
 
 struct rdzv_client {

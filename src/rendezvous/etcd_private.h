@@ -34,6 +34,8 @@ struct etcd {
   int64_t lease;     /* 0: none yet (or lost) */
   int64_t lease_ttl_s;
   int64_t lease_renewed_ns;
+  int64_t lead_lease; /* a leadership's own lease (etcd_elect.c); 0: none */
+  int64_t lead_ttl_s;
   struct hvd_buf keybuf, endbuf, value;
   cJSON *answer; /* the last answer, parsed */
   /* a watch in progress */
@@ -64,6 +66,17 @@ hvd_status etcd_watch(struct rdzv_client *c, const char *what, const char *key, 
                       etcd_event_fn fn, void *arg, bool *resync);
 /* Authenticates first if a user is configured and no token is held. */
 hvd_status etcd_ready(struct rdzv_client *c, int64_t deadline_ns);
+
+/* ---- client_etcd.c ---- */
+/* e->keybuf = the key (or the scope's range start, key NULL); with a
+ * scope, e->endbuf = the range's end. */
+hvd_status etcd_name_key(struct rdzv_client *c, const char *scope, const char *key);
+
+/* ---- etcd_elect.c ---- */
+hvd_status etcd_lead(struct rdzv_client *c, const char *scope, const char *key,
+                     const char *value, int ttl_s, int64_t deadline_ns);
+hvd_status etcd_lead_renew(struct rdzv_client *c);
+void etcd_lead_resign(struct rdzv_client *c);
 
 /* ---- etcd_lease.c ---- */
 /* Knows the job's lease (finding, or granting and publishing it) and

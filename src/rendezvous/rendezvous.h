@@ -390,6 +390,21 @@ hvd_status rdzv_client_get_scope(struct rdzv_client *c, const char *scope, size_
  * store, whose driver waits in-process. */
 hvd_status rdzv_client_wait_change(struct rdzv_client *c, const char *scope, uint64_t after,
                                    int64_t timeout_ms, uint64_t *version);
+/*
+ * Leadership (etcd only; HVD_ERR_UNSUPPORTED on hvd's store): waits until
+ * this client holds scope/key = value, created under a lease of its own
+ * of ttl_s seconds, or the timeout ends (HVD_ERR_TIMEOUT). Whoever holds
+ * the key leads; it stays while rdzv_client_lead_renew is called more
+ * often than ttl_s, and goes (so another may lead) when it is not, or at
+ * rdzv_client_lead_resign.
+ */
+hvd_status rdzv_client_lead(struct rdzv_client *c, const char *scope, const char *key,
+                            const char *value, int ttl_s, int64_t timeout_ms);
+/* Renews the leadership; HVD_ERR_NOT_FOUND once it was lost (its lease
+ * expired: another may lead now). */
+hvd_status rdzv_client_lead_renew(struct rdzv_client *c);
+/* Gives the leadership up at once (its key goes with its lease). */
+void rdzv_client_lead_resign(struct rdzv_client *c);
 hvd_status rdzv_client_add(struct rdzv_client *c, const char *scope, const char *key,
                            int64_t delta, int64_t *result);
 /*
