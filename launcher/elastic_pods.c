@@ -20,6 +20,11 @@
 
 #include "elastic_driver.h"
 
+enum {
+  /* Pods beat every second: two seconds of silence is a dead one. */
+  RESET_SILENCE_S = 2,
+};
+
 static int64_t s_ns(int64_t s) { return s * 1000000000; }
 
 static struct worker *by_incarnation(struct driver *d, const char *inc, size_t len) {
@@ -123,11 +128,21 @@ hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n
   driver_scope_each(d, "elastic_pods", on_pod, d);
   for (size_t i = 0; i < d->nw; i++) {
     struct worker *w = &d->w[i];
-    if (worker_live(w) && now - w->heard_at > s_ns(d->pod_timeout_s)) {
-      char why[96];
+    char why[128];
+    /* While the others reset, a worker of the round that has not left it
+     * and beats no more is gone: it cannot hold them up --pod-timeout. */
+    bool holding_up = d->pending && d->published && w->assigned && w->left < (int64_t)d->round &&
+                      now - w->heard_at > s_ns(RESET_SILENCE_S);
+    if (!worker_live(w))
+      continue;
+    if (now - w->heard_at > s_ns(d->pod_timeout_s))
       snprintf(why, sizeof(why), "sent no heartbeat for %d s (--pod-timeout)", d->pod_timeout_s);
-      driver_worker_ended(d, w, why, 1);
-    }
+    else if (holding_up)
+      snprintf(why, sizeof(why), "sent no heartbeat for %d s while the others reset",
+               RESET_SILENCE_S);
+    else
+      continue;
+    driver_worker_ended(d, w, why, 1);
   }
   if ((hosts = calloc(d->nw + 1, sizeof(*hosts))) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
