@@ -23,8 +23,9 @@
  *
  * Size. Once a file holds max_bytes (at least half of them events), the
  * writer starts <path> again, in one rename(2) that keeps a file at <path>
- * for readers: the header, then the open phases begun anew. The full file,
- * closed with "]", becomes <path>.1 (the one before goes).
+ * for readers: the header with every rank row seen so far, then the open
+ * phases begun anew. The full file, closed with "]", becomes <path>.1 (the
+ * one before goes).
  *
  * Locks: ctl (start and stop, one at a time), then lock; both are leaves
  * for the rest of coord.
@@ -76,7 +77,7 @@ struct coord_timeline {
   int64_t max_bytes;       /* HVD_TIMELINE_MAX_BYTES; 0: no limit */
   struct hvd_map tensors;  /* name -> tensor_track */
   int next_pid;
-  unsigned char *ranks_named; /* rank rows named in the current file, a bit each */
+  unsigned char *ranks_named; /* rank rows named in this file (from the first part on) */
   size_t ranks_bytes;
   char error[512];         /* the writer's failure, reported by stop; "" */
   /* The file: the writer's while it runs, ctl's before and after. */
@@ -322,6 +323,17 @@ static struct tensor_track *track(struct coord_timeline *t, const char *tensor) 
   return k;
 }
 
+static void name_rank_row(struct hvd_buf *b, int r) {
+  put(b,
+      "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+      "\"args\":{\"name\":\"rank %d\"}}",
+      r + 1, r);
+  put(b,
+      "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+      "\"args\":{\"sort_index\":%d}}",
+      r + 1, r + 1);
+}
+
 /* Rank r's row on pid 0, named in the current file. Under lock. */
 static bool rank_row(struct coord_timeline *t, int r) {
   size_t byte = (size_t)r / 8;
@@ -337,14 +349,7 @@ static bool rank_row(struct coord_timeline *t, int r) {
     t->ranks_bytes = n;
   }
   if (!(t->ranks_named[byte] & bit)) {
-    put(&t->pending,
-        "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
-        "\"args\":{\"name\":\"rank %d\"}}",
-        r + 1, r);
-    put(&t->pending,
-        "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
-        "\"args\":{\"sort_index\":%d}}",
-        r + 1, r + 1);
+    name_rank_row(&t->pending, r);
     t->ranks_named[byte] |= bit;
   }
   return true;
@@ -432,7 +437,12 @@ static void header(struct coord_timeline *t, struct hvd_buf *b, bool rotated) {
       "{\"name\":\"start_time_since_epoch_in_micros\",\"ph\":\"M\",\"pid\":0,\"tid\":0,"
       "\"args\":{\"start_time_since_epoch_in_micros\":%lld}}",
       t->start_wall_us);
-  if (t->ranks_named != NULL)
+  /* A part names every rank row seen so far (a fresh start, none). */
+  for (size_t i = 0; rotated && i < t->ranks_bytes * 8; i++) {
+    if (t->ranks_named[i / 8] & (1u << (i % 8)))
+      name_rank_row(b, (int)i);
+  }
+  if (!rotated && t->ranks_named != NULL)
     memset(t->ranks_named, 0, t->ranks_bytes);
   while (rotated && hvd_map_iter_next(&t->tensors, &it, &key, &len, &value)) {
     struct tensor_track *k = value;
