@@ -8,12 +8,13 @@
  * be missing, and the viewers read such a file as it is). Threads that
  * record format whole events into `pending` under the lock and never wait on
  * the disk. A writer thread takes what gathered within FLUSH_NS of the first
- * event (Horovod's cycle time, 1 ms) and writes it with write(2) in pieces
- * that never cross a 4 KiB boundary of the file: when the next event would,
- * blanks fill the page and the event starts the next one. Linux stops a
- * write for SIGKILL only between pages and shows a reader only bytes already
- * copied, so neither a kill -9 nor a reader ever meets half an event; a
- * failed write is cut back to the last whole event.
+ * event (Horovod's cycle time, 1 ms) and writes it, blanks filling the rest
+ * of a 4 KiB page of the file that the next event would cross, so that
+ * every page boundary falls between two events. Linux copies a write into
+ * the file page by page, stops one for SIGKILL only between pages, and
+ * shows a reader only pages already copied: neither a kill -9 nor a reader
+ * ever meets half an event. A failed write is cut back to the last whole
+ * event.
  *
  * Rows. pid 0, "hvd ranks", has a thread per rank (tid r + 1, "rank r"),
  * where an instant event named by the tensor marks the moment that rank's
@@ -44,7 +45,8 @@
 #include "coord.h"
 
 enum {
-  PAGE = 4096,                    /* a write stays inside one page of the file */
+  PAGE = 4096,                    /* no event crosses a page boundary of the file */
+  IOV_BATCH = 512,                /* pieces of one writev(2); below IOV_MAX */
   NAME_SHOWN = 480,               /* bytes of a tensor name shown; more: cut, with "..." */
   NAME_JSON = 2 * NAME_SHOWN + 8, /* the shown name escaped, at most */
   PHASE_MAX = 48,                 /* a phase's name: ours, NEGOTIATE_ALLREDUCE ... */
@@ -264,8 +266,17 @@ static size_t json_text(char *out, const char *s) {
   return o;
 }
 
-static double now_us(const struct coord_timeline *t) {
-  return (double)(hvd_now_ns() - t->start_ns) / 1000.0;
+/* A time since the start in microseconds, as "%lld.%03d" prints it (a
+ * double's %f costs several times more, on every event). */
+struct stamp {
+  long long us;
+  int ns;
+};
+#define TS "%lld.%03d"
+
+static struct stamp now_stamp(const struct coord_timeline *t) {
+  int64_t ns = hvd_now_ns() - t->start_ns;
+  return (struct stamp){.us = ns / 1000, .ns = (int)(ns % 1000)};
 }
 
 /* Whether pending takes another event; a refused one is counted. Under lock. */
@@ -355,8 +366,9 @@ static bool rank_row(struct coord_timeline *t, int r) {
   return true;
 }
 
-static void put_end(struct hvd_buf *b, const struct tensor_track *k, double ts) {
-  put(b, "{\"name\":\"%s\",\"ph\":\"E\",\"ts\":%.3f,\"pid\":%d,\"tid\":0}", k->phase, ts, k->pid);
+static void put_end(struct hvd_buf *b, const struct tensor_track *k, struct stamp ts) {
+  put(b, "{\"name\":\"%s\",\"ph\":\"E\",\"ts\":" TS ",\"pid\":%d,\"tid\":0}", k->phase, ts.us,
+      ts.ns, k->pid);
 }
 
 void coord_timeline_begin(struct coord_timeline *t, const char *tensor, const char *phase) {
@@ -365,12 +377,14 @@ void coord_timeline_begin(struct coord_timeline *t, const char *tensor, const ch
     return;
   pthread_mutex_lock(&t->lock);
   if (room(t) && (k = track(t, tensor)) != NULL) {
-    double ts = now_us(t);
+    struct stamp ts = now_stamp(t);
+    size_t n = strnlen(phase, sizeof(k->phase) - 1);
     if (k->open)
       put_end(&t->pending, k, ts);
-    snprintf(k->phase, sizeof(k->phase), "%s", phase);
-    put(&t->pending, "{\"name\":\"%s\",\"ph\":\"B\",\"ts\":%.3f,\"pid\":%d,\"tid\":0}", k->phase,
-        ts, k->pid);
+    memcpy(k->phase, phase, n);
+    k->phase[n] = '\0';
+    put(&t->pending, "{\"name\":\"%s\",\"ph\":\"B\",\"ts\":" TS ",\"pid\":%d,\"tid\":0}",
+        k->phase, ts.us, ts.ns, k->pid);
     k->open = true;
     wake(t);
   }
@@ -383,7 +397,7 @@ void coord_timeline_end(struct coord_timeline *t, const char *tensor) {
     return;
   pthread_mutex_lock(&t->lock);
   if (room(t) && (k = hvd_map_get(&t->tensors, tensor, strlen(tensor))) != NULL && k->open) {
-    put_end(&t->pending, k, now_us(t));
+    put_end(&t->pending, k, now_stamp(t));
     k->open = false;
     wake(t);
   }
@@ -396,8 +410,10 @@ void coord_timeline_arrival(struct coord_timeline *t, const char *tensor, int ra
     return;
   pthread_mutex_lock(&t->lock);
   if (room(t) && (k = track(t, tensor)) != NULL && rank_row(t, rank)) {
-    put(&t->pending, "{\"name\":\"%s\",\"ph\":\"i\",\"s\":\"t\",\"ts\":%.3f,\"pid\":0,\"tid\":%d}",
-        k->shown, now_us(t), rank + 1);
+    struct stamp ts = now_stamp(t);
+    put(&t->pending,
+        "{\"name\":\"%s\",\"ph\":\"i\",\"s\":\"t\",\"ts\":" TS ",\"pid\":0,\"tid\":%d}",
+        k->shown, ts.us, ts.ns, rank + 1);
     wake(t);
   }
   pthread_mutex_unlock(&t->lock);
@@ -408,9 +424,10 @@ void coord_timeline_cycle(struct coord_timeline *t) {
     return;
   pthread_mutex_lock(&t->lock);
   if (t->mark_cycles && room(t)) {
+    struct stamp ts = now_stamp(t);
     put(&t->pending,
-        "{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"g\",\"ts\":%.3f,\"pid\":0,\"tid\":0}",
-        now_us(t));
+        "{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"g\",\"ts\":" TS ",\"pid\":0,\"tid\":0}",
+        ts.us, ts.ns);
     wake(t);
   }
   pthread_mutex_unlock(&t->lock);
@@ -423,7 +440,7 @@ static void header(struct coord_timeline *t, struct hvd_buf *b, bool rotated) {
   const char *key;
   size_t len;
   void *value;
-  double ts = now_us(t);
+  struct stamp ts = now_stamp(t);
 
   hvd_buf_reset(b);
   put_first(b, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,"
@@ -451,9 +468,9 @@ static void header(struct coord_timeline *t, struct hvd_buf *b, bool rotated) {
       continue;
     announce(b, k);
     put(b,
-        "{\"name\":\"%s\",\"ph\":\"B\",\"ts\":%.3f,\"pid\":%d,\"tid\":0,"
+        "{\"name\":\"%s\",\"ph\":\"B\",\"ts\":" TS ",\"pid\":%d,\"tid\":0,"
         "\"args\":{\"continued\":true}}",
-        k->phase, ts, k->pid);
+        k->phase, ts.us, ts.ns, k->pid);
   }
 }
 
@@ -498,29 +515,39 @@ static size_t fitting(const char *s, size_t len, size_t room) {
   return 0;
 }
 
-/* Appends whole events to the file, each write(2) inside one page of it.
- * On failure, the file is cut back to its last whole event. */
+/* Appends whole events to the file, padded so that every 4 KiB boundary
+ * of it falls between two events; one writev(2) takes up to IOV_BATCH
+ * pieces. On failure, the file is cut back to its last whole event. */
 static bool write_events(struct coord_timeline *t, const char *s, size_t len) {
+  struct iovec io[IOV_BATCH];
+  uint64_t at = t->size; /* where the pieces so far end */
+  int n = 0;
+
   while (len > 0) {
-    size_t room = PAGE - (size_t)(t->size % PAGE), n = len, pad = 0;
-    struct iovec io[2];
-    if (n > room) {
-      n = fitting(s, len, room);
-      if (n == 0 && room == PAGE)
-        n = room; /* an event longer than a page: EVENT_MAX rules it out */
-      pad = room - n;
+    size_t room = PAGE - (size_t)(at % PAGE), take = len, pad = 0;
+    if (take > room) {
+      take = fitting(s, len, room);
+      if (take == 0 && room == PAGE)
+        take = room; /* an event longer than a page: EVENT_MAX rules it out */
+      pad = room - take;
     }
-    io[0] = (struct iovec){.iov_base = (void *)s, .iov_len = n};
-    io[1] = (struct iovec){.iov_base = t->blanks, .iov_len = pad};
-    if (!write_all(t->fd, io, 2)) {
+    if (take > 0)
+      io[n++] = (struct iovec){.iov_base = (void *)s, .iov_len = take};
+    if (pad > 0)
+      io[n++] = (struct iovec){.iov_base = t->blanks, .iov_len = pad};
+    at += take + pad;
+    s += take;
+    len -= take;
+    if (len > 0 && n < IOV_BATCH - 1)
+      continue;
+    if (!write_all(t->fd, io, n)) {
       int err = errno;
       (void)ftruncate(t->fd, (off_t)t->size);
       errno = err;
       return false;
     }
-    t->size += n + pad;
-    s += n;
-    len -= n;
+    t->size = at;
+    n = 0;
   }
   return true;
 }
@@ -595,10 +622,11 @@ static void *writer_main(void *arg) {
     t->pending = swap;
     hvd_buf_reset(&t->pending);
     if (t->dropped > 0) {
+      struct stamp ts = now_stamp(t);
       put(&t->batch,
           "{\"name\":\"hvd: %llu events dropped (the disk fell behind)\",\"ph\":\"i\",\"s\":\"g\","
-          "\"ts\":%.3f,\"pid\":0,\"tid\":0}",
-          t->dropped, now_us(t));
+          "\"ts\":" TS ",\"pid\":0,\"tid\":0}",
+          t->dropped, ts.us, ts.ns);
       t->dropped = 0;
     }
     if (!last && t->fd >= 0 && t->max_bytes > 0 &&
