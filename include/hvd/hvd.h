@@ -511,9 +511,17 @@ HVD_API hvd_status hvd_process_set_ids(int *ids, size_t cap, size_t *n);
 /* ==== timeline ==================================================================
  *
  * A Chrome trace (JSON, for Perfetto or chrome://tracing) of what rank 0
- * does per tensor: negotiation, queueing, fusion copies and the collective.
- * HOROVOD_TIMELINE=<file> starts one at hvd_init; HOROVOD_TIMELINE_MARK_CYCLES=1
- * marks each coordination cycle. On other ranks these calls do nothing.
+ * does per tensor: negotiation (each rank's submission on its own row),
+ * queueing, fusion copies and the collective. HOROVOD_TIMELINE=<file>
+ * starts one at hvd_init; HOROVOD_TIMELINE_MARK_CYCLES=1 marks each
+ * coordination cycle. The file is a valid trace at every moment (events
+ * reach it within a millisecond, whole; a reader closes it with "]"), and
+ * past HVD_TIMELINE_MAX_BYTES it starts again, the full one kept as
+ * <file>.1. Thread-safe; on other ranks these calls do nothing.
+ * hvd_timeline_start: HVD_ERR_PRECONDITION while one is written, HVD_ERR_IO
+ * for a file it cannot create; hvd_timeline_stop writes the rest and "]",
+ * and returns HVD_ERR_IO if a write failed since the start (the file keeps
+ * every whole event before it).
  */
 HVD_API hvd_status hvd_timeline_start(const char *path, int mark_cycles);
 HVD_API hvd_status hvd_timeline_stop(void);
