@@ -146,13 +146,15 @@ static hvd_status admitted(const struct elastic_env *env, const struct membershi
     if (st == HVD_ERR_TIMEOUT)
       hvd_error(HVD_ERR_TIMEOUT,
                 "no elastic driver admitted pod %s within %d s: HVD_POD=1 with "
-                "HOROVOD_ELASTIC=1 needs a store run as 'hvd-rendezvous --min-np N'",
-                m->slot, (int)(wait_ms / 1000));
+                "HOROVOD_ELASTIC=1 needs a store run as 'hvd-rendezvous --min-np N' (with "
+                "HVD_RENDEZVOUS in etcd: 'hvd-rendezvous --rendezvous %s --min-np N' running "
+                "in some pod)",
+                m->slot, (int)(wait_ms / 1000), rdzv_client_where(c));
   }
   if (st == HVD_OK && v.len == 8 && memcmp(v.data, "finished", 8) == 0)
     st = hvd_error(HVD_ERR_REMOVED,
                    "the elastic job has finished: the driver admits no more pods (start a "
-                   "new job with a fresh hvd-rendezvous)");
+                   "new job with a fresh hvd-rendezvous, or a new etcd prefix)");
   else if (st == HVD_OK && (!hvd_parse_int64((const char *)v.data, v.len, &n) || n < 0))
     st = hvd_error(HVD_ERR_PROTOCOL, "the driver admitted pod %s with '%.*s', not a round number",
                    m->slot, (int)(v.len < 40 ? v.len : 40), (const char *)v.data);
