@@ -2061,9 +2061,9 @@ START_TEST(timeline_is_a_chrome_trace) {
   ck_assert(cJSON_IsArray(events));
   cJSON *e;
   cJSON_ArrayForEach(e, events) {
-    cJSON *name = cJSON_GetObjectItem(e, "name");
-    if (!cJSON_IsString(name))
-      continue;
+    cJSON *name = cJSON_GetObjectItem(e, "name"), *ph = cJSON_GetObjectItem(e, "ph");
+    if (!cJSON_IsString(name) || !cJSON_IsString(ph) || strcmp(ph->valuestring, "B") != 0)
+      continue; /* phases counted where they begin (their E events carry the name too) */
     negotiate += strcmp(name->valuestring, "NEGOTIATE_ALLREDUCE") == 0;
     reduce_seen += strcmp(name->valuestring, "ALLREDUCE") == 0;
     inline_seen += strcmp(name->valuestring, "INLINE_ALLREDUCE") == 0;
