@@ -164,6 +164,8 @@ bool coord_timeline_active(const struct coord_timeline *t) {
 /* ==== events ============================================================================== */
 
 /* Appends sep and one event to b; false (b unchanged) when it cannot. */
+static bool vput(struct hvd_buf *b, const char *sep, const char *fmt, va_list ap)
+    HVD_PRINTF(3, 0);
 static bool vput(struct hvd_buf *b, const char *sep, const char *fmt, va_list ap) {
   size_t seplen = strlen(sep);
   int n;
