@@ -811,7 +811,7 @@ void etcd_cluster_restart(struct etcd_cluster *c, int member) {
     if (status(c, member, &leader) && (who = index_of(c, leader)) >= 0 && reachable(c, who)) {
       int http = request(c->members[member].client_port, "/health", NULL, NULL,
                          STATUS_TIMEOUT_MS, &reply);
-      bool healthy = http == 200 && strstr(reply, "\"true\"") != NULL;
+      bool healthy = http == 200 && reply != NULL && strstr(reply, "\"true\"") != NULL;
       free(reply);
       if (healthy || c->password[0] != '\0')
         return;
