@@ -31,7 +31,7 @@ static int64_t call_deadline(const struct rdzv_client *c) {
 
 /* e->keybuf = the key (or the scope's range start, key NULL); with a
  * scope, e->endbuf = the range's end. */
-hvd_status etcd_name_key(struct rdzv_client *c, const char *scope, const char *key) {
+hvd_status rdzv_etcd_name_key(struct rdzv_client *c, const char *scope, const char *key) {
   struct etcd *e = etcd_of(c);
   hvd_status st;
 
@@ -39,12 +39,12 @@ hvd_status etcd_name_key(struct rdzv_client *c, const char *scope, const char *k
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "rendezvous %s: scope '%s': a scope name in etcd must not hold '/'", c->where,
                      scope);
-  if ((st = etcd_key(&e->keybuf, e->prefix, scope, key)) != HVD_OK || key != NULL)
+  if ((st = rdzv_etcd_key(&e->keybuf, e->prefix, scope, key)) != HVD_OK || key != NULL)
     return st;
   hvd_buf_reset(&e->endbuf);
   if ((st = hvd_buf_reserve(&e->endbuf, e->keybuf.len)) != HVD_OK)
     return st;
-  etcd_range_end(e->keybuf.data, e->keybuf.len, e->endbuf.data);
+  rdzv_etcd_range_end(e->keybuf.data, e->keybuf.len, e->endbuf.data);
   e->endbuf.len = e->keybuf.len;
   e->endbuf.data[e->endbuf.len] = '\0';
   return HVD_OK;
@@ -64,18 +64,19 @@ static hvd_status put(struct rdzv_client *c, const char *what, const void *value
   for (int attempt = 0; attempt < 2; attempt++) {
     char id[24];
     cJSON *body = cJSON_CreateObject();
-    if ((st = etcd_keep_lease(c, what, deadline_ns)) != HVD_OK) {
+    if ((st = rdzv_etcd_keep_lease(c, what, deadline_ns)) != HVD_OK) {
       cJSON_Delete(body);
       return st;
     }
     snprintf(id, sizeof(id), "%" PRId64, e->lease);
-    if (body == NULL || etcd_json_add_bytes(body, "key", e->keybuf.data, e->keybuf.len) != HVD_OK ||
-        etcd_json_add_bytes(body, "value", value, len) != HVD_OK ||
+    if (body == NULL ||
+        rdzv_etcd_json_add_bytes(body, "key", e->keybuf.data, e->keybuf.len) != HVD_OK ||
+        rdzv_etcd_json_add_bytes(body, "value", value, len) != HVD_OK ||
         cJSON_AddStringToObject(body, "lease", id) == NULL) {
       cJSON_Delete(body);
       return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
     }
-    st = etcd_call(c, "kv/put", what, body, deadline_ns, true);
+    st = rdzv_etcd_call(c, "kv/put", what, body, deadline_ns, true);
     cJSON_Delete(body);
     if (st != HVD_ERR_NOT_FOUND) /* lease not found: it expired */
       return st;
@@ -91,7 +92,8 @@ static hvd_status etcd_set(struct rdzv_client *c, const char *scope, const char 
   hvd_status st;
 
   describe(what, sizeof(what), "PUT", scope, key);
-  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = etcd_name_key(c, scope, key)) != HVD_OK)
+  if ((st = rdzv_etcd_ready(c, deadline)) != HVD_OK ||
+      (st = rdzv_etcd_name_key(c, scope, key)) != HVD_OK)
     return st;
   return put(c, what, value, len, deadline);
 }
@@ -103,11 +105,11 @@ static hvd_status range(struct rdzv_client *c, const char *what, bool whole, int
   cJSON *body;
   hvd_status st;
 
-  if ((st = etcd_keep_lease(c, what, deadline_ns)) != HVD_OK)
+  if ((st = rdzv_etcd_keep_lease(c, what, deadline_ns)) != HVD_OK)
     return st;
-  if ((body = etcd_range_body(&e->keybuf, whole ? &e->endbuf : NULL)) == NULL)
+  if ((body = rdzv_etcd_range_body(&e->keybuf, whole ? &e->endbuf : NULL)) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
-  st = etcd_call(c, "kv/range", what, body, deadline_ns, true);
+  st = rdzv_etcd_call(c, "kv/range", what, body, deadline_ns, true);
   cJSON_Delete(body);
   return st;
 }
@@ -128,12 +130,13 @@ static hvd_status etcd_get(struct rdzv_client *c, const char *scope, const char 
   hvd_status st;
 
   describe(what, sizeof(what), "GET", scope, key);
-  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = etcd_name_key(c, scope, key)) != HVD_OK ||
+  if ((st = rdzv_etcd_ready(c, deadline)) != HVD_OK ||
+      (st = rdzv_etcd_name_key(c, scope, key)) != HVD_OK ||
       (st = range(c, what, false, deadline)) != HVD_OK)
     return st;
-  if ((kv = etcd_first_kv(e->answer)) == NULL)
+  if ((kv = rdzv_etcd_first_kv(e->answer)) == NULL)
     return hvd_error(HVD_ERR_NOT_FOUND, "rendezvous %s: %s: no such key", c->where, what);
-  if (!etcd_kv_value(&e->value, kv) || !etcd_json_int64(kv, "mod_revision", &mod))
+  if (!rdzv_etcd_kv_value(&e->value, kv) || !rdzv_etcd_json_int64(kv, "mod_revision", &mod))
     return hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s: a malformed key in the answer", c->where,
                      what);
   if (version != NULL)
@@ -148,7 +151,7 @@ static bool key_put(const cJSON *event, int64_t revision, void *arg) {
   (void)revision;
   if (type != NULL && !(cJSON_IsString(type) && strcmp(type->valuestring, "PUT") == 0))
     return false; /* a delete */
-  return etcd_kv_value(&e->value, cJSON_GetObjectItemCaseSensitive(event, "kv"));
+  return rdzv_etcd_kv_value(&e->value, cJSON_GetObjectItemCaseSensitive(event, "kv"));
 }
 
 static hvd_status timed_out(struct rdzv_client *c, const char *what, const char *missing,
@@ -167,24 +170,25 @@ static hvd_status etcd_wait(struct rdzv_client *c, const char *scope, const char
   hvd_status st;
 
   describe(what, sizeof(what), "GET (wait)", scope, key);
-  if ((st = etcd_ready(c, deadline_ns)) != HVD_OK)
+  if ((st = rdzv_etcd_ready(c, deadline_ns)) != HVD_OK)
     return st;
   for (;;) {
     int64_t revision = 0;
     bool resync;
     const cJSON *kv;
-    if ((st = etcd_name_key(c, scope, key)) != HVD_OK ||
+    if ((st = rdzv_etcd_name_key(c, scope, key)) != HVD_OK ||
         (st = range(c, what, false, deadline_ns)) != HVD_OK)
       return st;
-    if ((kv = etcd_first_kv(e->answer)) != NULL) {
-      if (!etcd_kv_value(&e->value, kv))
+    if ((kv = rdzv_etcd_first_kv(e->answer)) != NULL) {
+      if (!rdzv_etcd_kv_value(&e->value, kv))
         return hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s: a malformed key in the answer",
                          c->where, what);
       return take_value(e, value);
     }
-    etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "header"), "revision", &revision);
-    st = etcd_watch(c, what, e->keybuf.data, e->keybuf.len, NULL, 0, revision + 1, deadline_ns,
-                    key_put, e, &resync);
+    rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "header"), "revision",
+                         &revision);
+    st = rdzv_etcd_watch(c, what, e->keybuf.data, e->keybuf.len, NULL, 0, revision + 1, deadline_ns,
+                         key_put, e, &resync);
     if (st == HVD_ERR_TIMEOUT)
       return timed_out(c, what, "the key", started, deadline_ns);
     if (st != HVD_OK)
@@ -206,7 +210,8 @@ static bool count_event(const cJSON *event, int64_t revision, void *arg) {
   (void)revision;
   if (cJSON_IsString(type) && strcmp(type->valuestring, "DELETE") == 0)
     n->count--;
-  else if (etcd_json_int64(cJSON_GetObjectItemCaseSensitive(event, "kv"), "version", &version) &&
+  else if (rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(event, "kv"), "version",
+                                &version) &&
            version == 1)
     n->count++; /* a key's first version: it was created */
   return n->count >= n->want;
@@ -239,7 +244,7 @@ static hvd_status scope_view(struct rdzv_client *c, const char *what, struct rdz
     if (st != HVD_OK)
       break;
     hvd_buf_init(&items[i].raw, 0);
-    if (!cJSON_IsString(k) || !etcd_base64_decode(k->valuestring, &items[i].raw) ||
+    if (!cJSON_IsString(k) || !rdzv_etcd_base64_decode(k->valuestring, &items[i].raw) ||
         items[i].raw.len < skip || memcmp(items[i].raw.data, e->keybuf.data, skip) != 0)
       st =
           hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s: a key outside the scope", c->where, what);
@@ -251,7 +256,7 @@ static hvd_status scope_view(struct rdzv_client *c, const char *what, struct rdz
   if (st == HVD_OK)
     qsort(items, n, sizeof(*items), by_key);
   for (i = 0; st == HVD_OK && i < n; i++) {
-    if (!etcd_kv_value(&e->value, items[i].kv))
+    if (!rdzv_etcd_kv_value(&e->value, items[i].kv))
       st = hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s: a malformed value", c->where, what);
     else
       st = rdzv_scope_encode_entry(&body, items[i].key, items[i].key_len, e->value.data,
@@ -279,21 +284,22 @@ static hvd_status etcd_get_scope(struct rdzv_client *c, const char *scope, size_
   hvd_status st;
 
   describe(what, sizeof(what), "GET", scope, NULL);
-  if ((st = etcd_ready(c, deadline_ns)) != HVD_OK)
+  if ((st = rdzv_etcd_ready(c, deadline_ns)) != HVD_OK)
     return st;
   for (;;) {
     struct counting n = {0, (int64_t)min_count};
     int64_t revision = 0;
     bool resync;
-    if ((st = etcd_name_key(c, scope, NULL)) != HVD_OK ||
+    if ((st = rdzv_etcd_name_key(c, scope, NULL)) != HVD_OK ||
         (st = range(c, what, true, deadline_ns)) != HVD_OK)
       return st;
-    etcd_json_int64(e->answer, "count", &n.count);
+    rdzv_etcd_json_int64(e->answer, "count", &n.count);
     if (n.count >= n.want)
       return scope_view(c, what, out);
-    etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "header"), "revision", &revision);
-    st = etcd_watch(c, what, e->keybuf.data, e->keybuf.len, e->endbuf.data, e->endbuf.len,
-                    revision + 1, deadline_ns, count_event, &n, &resync);
+    rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "header"), "revision",
+                         &revision);
+    st = rdzv_etcd_watch(c, what, e->keybuf.data, e->keybuf.len, e->endbuf.data, e->endbuf.len,
+                         revision + 1, deadline_ns, count_event, &n, &resync);
     if (st == HVD_ERR_TIMEOUT)
       return timed_out(c, what, "enough keys", started, deadline_ns);
     if (st != HVD_OK)
@@ -318,16 +324,17 @@ static hvd_status etcd_wait_change(struct rdzv_client *c, const char *scope, uin
   hvd_status st;
 
   describe(what, sizeof(what), "WATCH", scope, NULL);
-  if ((st = etcd_ready(c, deadline_ns)) != HVD_OK || (st = etcd_name_key(c, scope, NULL)) != HVD_OK)
+  if ((st = rdzv_etcd_ready(c, deadline_ns)) != HVD_OK ||
+      (st = rdzv_etcd_name_key(c, scope, NULL)) != HVD_OK)
     return st;
   if (after == 0) { /* from now on */
     if ((st = range(c, what, false, deadline_ns)) != HVD_OK)
       return st;
-    etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "header"), "revision", &from);
+    rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "header"), "revision", &from);
     from++;
   }
-  st = etcd_watch(c, what, e->keybuf.data, e->keybuf.len, e->endbuf.data, e->endbuf.len, from,
-                  deadline_ns, any_event, &seen, &resync);
+  st = rdzv_etcd_watch(c, what, e->keybuf.data, e->keybuf.len, e->endbuf.data, e->endbuf.len, from,
+                       deadline_ns, any_event, &seen, &resync);
   if (st == HVD_ERR_TIMEOUT)
     return hvd_error(HVD_ERR_TIMEOUT, "rendezvous %s: %s: no change", c->where, what);
   if (st == HVD_OK)
@@ -342,15 +349,15 @@ static hvd_status txn_put(struct rdzv_client *c, const char *what, int64_t expec
   cJSON *body;
   hvd_status st;
 
-  if ((st = etcd_keep_lease(c, what, deadline_ns)) != HVD_OK)
+  if ((st = rdzv_etcd_keep_lease(c, what, deadline_ns)) != HVD_OK)
     return st;
-  body =
-      etcd_txn_body(&e->keybuf, expected == 0 ? "CREATE" : "MOD", expected, value, len, e->lease);
+  body = rdzv_etcd_txn_body(&e->keybuf, expected == 0 ? "CREATE" : "MOD", expected, value, len,
+                            e->lease);
   if (body == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
   /* Not repeated: a transaction that was applied would then fail its
    * compare, and look lost. */
-  st = etcd_call(c, "kv/txn", what, body, deadline_ns, false);
+  st = rdzv_etcd_call(c, "kv/txn", what, body, deadline_ns, false);
   cJSON_Delete(body);
   *won = st == HVD_OK && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e->answer, "succeeded"));
   return st;
@@ -358,7 +365,8 @@ static hvd_status txn_put(struct rdzv_client *c, const char *what, int64_t expec
 
 static int64_t answer_revision(const struct etcd *e) {
   int64_t revision = 0;
-  etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "header"), "revision", &revision);
+  rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "header"), "revision",
+                       &revision);
   return revision;
 }
 
@@ -374,7 +382,8 @@ static hvd_status etcd_cas(struct rdzv_client *c, const char *scope, const char 
   hvd_status st;
 
   describe(what, sizeof(what), "PUT (compare-and-set)", scope, key);
-  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = etcd_name_key(c, scope, key)) != HVD_OK ||
+  if ((st = rdzv_etcd_ready(c, deadline)) != HVD_OK ||
+      (st = rdzv_etcd_name_key(c, scope, key)) != HVD_OK ||
       (st = txn_put(c, what, (int64_t)expected_version, value, len, deadline, &won)) != HVD_OK)
     return st;
   if (won) {
@@ -382,8 +391,9 @@ static hvd_status etcd_cas(struct rdzv_client *c, const char *scope, const char 
       *new_version = (uint64_t)answer_revision(e);
     return HVD_OK;
   }
-  kv = etcd_txn_current(e->answer);
-  if (kv != NULL && (!etcd_kv_value(&e->value, kv) || !etcd_json_int64(kv, "mod_revision", &mod)))
+  kv = rdzv_etcd_txn_current(e->answer);
+  if (kv != NULL &&
+      (!rdzv_etcd_kv_value(&e->value, kv) || !rdzv_etcd_json_int64(kv, "mod_revision", &mod)))
     return hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s: a malformed key in the answer", c->where,
                      what);
   if (current_version != NULL)
@@ -407,13 +417,15 @@ static hvd_status etcd_add(struct rdzv_client *c, const char *scope, const char 
   hvd_status st;
 
   describe(what, sizeof(what), "POST (add)", scope, key);
-  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = etcd_name_key(c, scope, key)) != HVD_OK ||
+  if ((st = rdzv_etcd_ready(c, deadline)) != HVD_OK ||
+      (st = rdzv_etcd_name_key(c, scope, key)) != HVD_OK ||
       (st = range(c, what, false, deadline)) != HVD_OK)
     return st;
-  kv = etcd_first_kv(e->answer);
+  kv = rdzv_etcd_first_kv(e->answer);
   for (;;) {
     value = mod = 0;
-    if (kv != NULL && (!etcd_kv_value(&e->value, kv) || !etcd_json_int64(kv, "mod_revision", &mod)))
+    if (kv != NULL &&
+        (!rdzv_etcd_kv_value(&e->value, kv) || !rdzv_etcd_json_int64(kv, "mod_revision", &mod)))
       return hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s: a malformed key in the answer",
                        c->where, what);
     if (kv != NULL && !hvd_parse_int64(e->value.data, e->value.len, &value))
@@ -428,7 +440,7 @@ static hvd_status etcd_add(struct rdzv_client *c, const char *scope, const char 
       *result = value + delta;
       return HVD_OK;
     }
-    kv = etcd_txn_current(e->answer); /* another writer was first: add to its value */
+    kv = rdzv_etcd_txn_current(e->answer); /* another writer was first: add to its value */
   }
 }
 
@@ -440,11 +452,12 @@ static hvd_status etcd_del(struct rdzv_client *c, const char *scope, const char 
   hvd_status st;
 
   describe(what, sizeof(what), "DELETE", scope, key);
-  if ((st = etcd_ready(c, deadline)) != HVD_OK || (st = etcd_name_key(c, scope, key)) != HVD_OK)
+  if ((st = rdzv_etcd_ready(c, deadline)) != HVD_OK ||
+      (st = rdzv_etcd_name_key(c, scope, key)) != HVD_OK)
     return st;
-  if ((body = etcd_range_body(&e->keybuf, key == NULL ? &e->endbuf : NULL)) == NULL)
+  if ((body = rdzv_etcd_range_body(&e->keybuf, key == NULL ? &e->endbuf : NULL)) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
-  st = etcd_call(c, "kv/deleterange", what, body, deadline, true);
+  st = rdzv_etcd_call(c, "kv/deleterange", what, body, deadline, true);
   cJSON_Delete(body);
   return st;
 }
@@ -464,10 +477,10 @@ static hvd_status etcd_health(struct rdzv_client *c, struct hvd_buf *json) {
   int64_t deadline = call_deadline(c);
   cJSON *body = cJSON_CreateObject();
   hvd_status st =
-      body != NULL ? etcd_ready(c, deadline) : hvd_error(HVD_ERR_NO_MEMORY, "no memory");
+      body != NULL ? rdzv_etcd_ready(c, deadline) : hvd_error(HVD_ERR_NO_MEMORY, "no memory");
 
   if (st == HVD_OK)
-    st = etcd_call(c, "maintenance/status", "status", body, deadline, true);
+    st = rdzv_etcd_call(c, "maintenance/status", "status", body, deadline, true);
   cJSON_Delete(body);
   if (st != HVD_OK || json == NULL)
     return st;
@@ -479,7 +492,7 @@ static void etcd_destroy(struct rdzv_client *c) {
   struct etcd *e = c->backend;
   if (e == NULL)
     return;
-  etcd_lead_resign(c);
+  rdzv_etcd_lead_resign(c);
   if (e->password != NULL)
     explicit_bzero(e->password, strlen(e->password));
   if (e->auth_header != NULL)
@@ -511,9 +524,9 @@ static const struct rdzv_client_ops etcd_ops = {
     .del = etcd_del,
     .admit = etcd_admit,
     .health = etcd_health,
-    .lead = etcd_lead,
-    .lead_renew = etcd_lead_renew,
-    .lead_resign = etcd_lead_resign,
+    .lead = rdzv_etcd_lead,
+    .lead_renew = rdzv_etcd_lead_renew,
+    .lead_resign = rdzv_etcd_lead_resign,
 };
 
 /* ---- creation ---------------------------------------------------------------------- */

@@ -245,8 +245,8 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
 }
 
 /* request() for a JSON answer, parsed into e->answer. */
-hvd_status etcd_call(struct rdzv_client *c, const char *path, const char *what, cJSON *body,
-                     int64_t deadline_ns, bool idempotent) {
+hvd_status rdzv_etcd_call(struct rdzv_client *c, const char *path, const char *what, cJSON *body,
+                          int64_t deadline_ns, bool idempotent) {
   struct etcd *e = etcd_of(c);
   char *text = cJSON_PrintUnformatted(body);
   hvd_status st;
@@ -281,7 +281,7 @@ static bool watch_message(struct rdzv_client *c, const char *text, size_t len) {
     cJSON_Delete(doc);
     return true;
   }
-  if (etcd_json_int64(header, "revision", &revision) && revision > e->watch_revision)
+  if (rdzv_etcd_json_int64(header, "revision", &revision) && revision > e->watch_revision)
     e->watch_revision = revision;
   if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result, "canceled")))
     e->watch_canceled = true;
@@ -328,9 +328,9 @@ static size_t etcd_stream_cb(char *data, size_t size, size_t n, void *arg) {
  * HVD_ERR_TIMEOUT (no message set) at the deadline; with *resync set the
  * caller should read again (etcd ended the watch: say, compacted history).
  */
-hvd_status etcd_watch(struct rdzv_client *c, const char *what, const char *key, size_t key_len,
-                      const char *end, size_t end_len, int64_t from, int64_t deadline_ns,
-                      etcd_event_fn fn, void *arg, bool *resync) {
+hvd_status rdzv_etcd_watch(struct rdzv_client *c, const char *what, const char *key, size_t key_len,
+                           const char *end, size_t end_len, int64_t from, int64_t deadline_ns,
+                           etcd_event_fn fn, void *arg, bool *resync) {
   struct etcd *e = etcd_of(c);
   hvd_status st = HVD_OK;
 
@@ -344,8 +344,8 @@ hvd_status etcd_watch(struct rdzv_client *c, const char *what, const char *key, 
     char rev[24];
 
     snprintf(rev, sizeof(rev), "%" PRId64, e->watch_revision + 1);
-    if (create == NULL || etcd_json_add_bytes(create, "key", key, key_len) != HVD_OK ||
-        (end != NULL && etcd_json_add_bytes(create, "range_end", end, end_len) != HVD_OK) ||
+    if (create == NULL || rdzv_etcd_json_add_bytes(create, "key", key, key_len) != HVD_OK ||
+        (end != NULL && rdzv_etcd_json_add_bytes(create, "range_end", end, end_len) != HVD_OK) ||
         cJSON_AddStringToObject(create, "start_revision", rev) == NULL ||
         (text = cJSON_PrintUnformatted(body)) == NULL) {
       cJSON_Delete(body);
@@ -376,7 +376,7 @@ static hvd_status authenticate(struct rdzv_client *c, int64_t deadline_ns) {
       cJSON_AddStringToObject(body, "password", e->password ? e->password : "") == NULL)
     st = hvd_error(HVD_ERR_NO_MEMORY, "out of memory building an etcd request");
   if (st == HVD_OK)
-    st = etcd_call(c, "auth/authenticate", "authenticate", body, deadline_ns, true);
+    st = rdzv_etcd_call(c, "auth/authenticate", "authenticate", body, deadline_ns, true);
   cJSON_Delete(body);
   if (st != HVD_OK)
     return st;
@@ -394,7 +394,7 @@ static hvd_status authenticate(struct rdzv_client *c, int64_t deadline_ns) {
   return HVD_OK;
 }
 
-hvd_status etcd_ready(struct rdzv_client *c, int64_t deadline_ns) {
+hvd_status rdzv_etcd_ready(struct rdzv_client *c, int64_t deadline_ns) {
   struct etcd *e = etcd_of(c);
   return e->user != NULL && e->auth_header == NULL ? authenticate(c, deadline_ns) : HVD_OK;
 }

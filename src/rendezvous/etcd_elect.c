@@ -23,11 +23,12 @@ static hvd_status grant(struct rdzv_client *c, const char *what, int64_t deadlin
   if (body == NULL || cJSON_AddStringToObject(body, "TTL", ttl) == NULL)
     st = hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
   if (st == HVD_OK)
-    st = etcd_call(c, "lease/grant", what, body, deadline_ns, false);
+    st = rdzv_etcd_call(c, "lease/grant", what, body, deadline_ns, false);
   cJSON_Delete(body);
-  if (st == HVD_OK && (!etcd_json_int64(e->answer, "ID", &e->lead_lease) || e->lead_lease == 0))
-    st = hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s: no lease id in the answer", c->where,
-                   what);
+  if (st == HVD_OK &&
+      (!rdzv_etcd_json_int64(e->answer, "ID", &e->lead_lease) || e->lead_lease == 0))
+    st =
+        hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s: no lease id in the answer", c->where, what);
   return st;
 }
 
@@ -39,15 +40,15 @@ static bool key_deleted(const cJSON *event, int64_t revision, void *arg) {
   return cJSON_IsString(type) && strcmp(type->valuestring, "DELETE") == 0;
 }
 
-hvd_status etcd_lead(struct rdzv_client *c, const char *scope, const char *key,
-                     const char *value, int ttl_s, int64_t deadline_ns) {
+hvd_status rdzv_etcd_lead(struct rdzv_client *c, const char *scope, const char *key,
+                          const char *value, int ttl_s, int64_t deadline_ns) {
   struct etcd *e = etcd_of(c);
   char what[256];
   hvd_status st;
 
   snprintf(what, sizeof(what), "LEAD /%s/%s", scope, key);
   e->lead_ttl_s = ttl_s;
-  if ((st = etcd_ready(c, deadline_ns)) != HVD_OK)
+  if ((st = rdzv_etcd_ready(c, deadline_ns)) != HVD_OK)
     return st;
   for (;;) {
     const cJSON *kv;
@@ -57,14 +58,14 @@ hvd_status etcd_lead(struct rdzv_client *c, const char *scope, const char *key,
 
     if (e->lead_lease == 0 && (st = grant(c, what, deadline_ns)) != HVD_OK)
       return st;
-    if ((st = etcd_name_key(c, scope, key)) != HVD_OK)
+    if ((st = rdzv_etcd_name_key(c, scope, key)) != HVD_OK)
       return st;
-    body = etcd_txn_body(&e->keybuf, "CREATE", 0, value, strlen(value), e->lead_lease);
+    body = rdzv_etcd_txn_body(&e->keybuf, "CREATE", 0, value, strlen(value), e->lead_lease);
     if (body == NULL)
       return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
     /* Repeated: a creation that was applied fails its compare the second
      * time, and shows our own value. */
-    st = etcd_call(c, "kv/txn", what, body, deadline_ns, true);
+    st = rdzv_etcd_call(c, "kv/txn", what, body, deadline_ns, true);
     cJSON_Delete(body);
     if (st == HVD_ERR_NOT_FOUND) { /* our lease expired while we waited */
       e->lead_lease = 0;
@@ -74,29 +75,29 @@ hvd_status etcd_lead(struct rdzv_client *c, const char *scope, const char *key,
       return st;
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e->answer, "succeeded")))
       break;
-    kv = etcd_txn_current(e->answer);
-    if (kv != NULL && etcd_kv_value(&e->value, kv) && strcmp(e->value.data, value) == 0) {
+    kv = rdzv_etcd_txn_current(e->answer);
+    if (kv != NULL && rdzv_etcd_kv_value(&e->value, kv) && strcmp(e->value.data, value) == 0) {
       /* ours already: an earlier attempt was applied; is it our lease's? */
       int64_t lease = 0;
-      if (etcd_json_int64(kv, "lease", &lease) && lease == e->lead_lease)
+      if (rdzv_etcd_json_int64(kv, "lease", &lease) && lease == e->lead_lease)
         break;
     }
-    if (kv != NULL && !etcd_json_int64(kv, "mod_revision", &mod))
+    if (kv != NULL && !rdzv_etcd_json_int64(kv, "mod_revision", &mod))
       return hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s: a malformed key in the answer",
                        c->where, what);
     if (kv == NULL)
       continue; /* gone meanwhile: try again */
-    st = etcd_watch(c, what, e->keybuf.data, e->keybuf.len, NULL, 0, mod + 1, deadline_ns,
-                    key_deleted, NULL, &resync);
+    st = rdzv_etcd_watch(c, what, e->keybuf.data, e->keybuf.len, NULL, 0, mod + 1, deadline_ns,
+                         key_deleted, NULL, &resync);
     if (st == HVD_ERR_TIMEOUT)
       return hvd_error(HVD_ERR_TIMEOUT, "rendezvous %s: %s: another holds it", c->where, what);
     if (st != HVD_OK)
       return st;
   }
-  return etcd_lead_renew(c);
+  return rdzv_etcd_lead_renew(c);
 }
 
-hvd_status etcd_lead_renew(struct rdzv_client *c) {
+hvd_status rdzv_etcd_lead_renew(struct rdzv_client *c) {
   struct etcd *e = etcd_of(c);
   int64_t deadline = hvd_deadline_after_ms(e->lead_ttl_s * 1000);
   cJSON *body;
@@ -112,11 +113,11 @@ hvd_status etcd_lead_renew(struct rdzv_client *c) {
     cJSON_Delete(body);
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
   }
-  st = etcd_call(c, "lease/keepalive", "renew the leadership", body, deadline, true);
+  st = rdzv_etcd_call(c, "lease/keepalive", "renew the leadership", body, deadline, true);
   cJSON_Delete(body);
   if (st != HVD_OK)
     return st;
-  if (!etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "result"), "TTL", &ttl) ||
+  if (!rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "result"), "TTL", &ttl) ||
       ttl <= 0) {
     e->lead_lease = 0;
     return hvd_error(HVD_ERR_NOT_FOUND,
@@ -127,7 +128,7 @@ hvd_status etcd_lead_renew(struct rdzv_client *c) {
   return HVD_OK;
 }
 
-void etcd_lead_resign(struct rdzv_client *c) {
+void rdzv_etcd_lead_resign(struct rdzv_client *c) {
   struct etcd *e = etcd_of(c);
   cJSON *body;
   char id[24];
@@ -138,8 +139,8 @@ void etcd_lead_resign(struct rdzv_client *c) {
   e->lead_lease = 0;
   body = cJSON_CreateObject();
   if (body != NULL && cJSON_AddStringToObject(body, "ID", id) != NULL &&
-      etcd_call(c, "lease/revoke", "resign the leadership", body, hvd_deadline_after_ms(2000),
-                true) != HVD_OK)
+      rdzv_etcd_call(c, "lease/revoke", "resign the leadership", body, hvd_deadline_after_ms(2000),
+                     true) != HVD_OK)
     HVD_LOG_DEBUG("%s", hvd_last_error_message()); /* it expires by itself */
   cJSON_Delete(body);
 }

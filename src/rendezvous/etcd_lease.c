@@ -16,7 +16,7 @@
 /* The lease id a "<prefix>/_lease" kv holds, or 0. */
 static int64_t lease_of(struct etcd *e, const cJSON *kv) {
   int64_t id = 0;
-  if (!etcd_kv_value(&e->value, kv) || !hvd_parse_int64(e->value.data, e->value.len, &id))
+  if (!rdzv_etcd_kv_value(&e->value, kv) || !hvd_parse_int64(e->value.data, e->value.len, &id))
     return 0;
   return id;
 }
@@ -34,24 +34,24 @@ static hvd_status establish_lease(struct rdzv_client *c, const char *what,
   if (body == NULL || cJSON_AddStringToObject(body, "TTL", ttl) == NULL)
     st = hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
   if (st == HVD_OK)
-    st = etcd_call(c, "lease/grant", what, body, deadline_ns, false);
+    st = rdzv_etcd_call(c, "lease/grant", what, body, deadline_ns, false);
   cJSON_Delete(body);
-  if (st == HVD_OK && (!etcd_json_int64(e->answer, "ID", &granted) || granted == 0))
+  if (st == HVD_OK && (!rdzv_etcd_json_int64(e->answer, "ID", &granted) || granted == 0))
     st = hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: lease/grant: no lease id in the answer",
                    c->where);
   if (st != HVD_OK)
     return st;
   snprintf(id, sizeof(id), "%" PRId64, granted);
-  if ((body = etcd_txn_body(key, "CREATE", 0, id, strlen(id), granted)) == NULL)
+  if ((body = rdzv_etcd_txn_body(key, "CREATE", 0, id, strlen(id), granted)) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
-  st = etcd_call(c, "kv/txn", what, body, deadline_ns, true);
+  st = rdzv_etcd_call(c, "kv/txn", what, body, deadline_ns, true);
   cJSON_Delete(body);
   if (st != HVD_OK)
     return st;
   /* Another process was first: its lease is the job's (ours, unused,
    * expires by itself). */
   if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e->answer, "succeeded")) &&
-      (granted = lease_of(e, etcd_txn_current(e->answer))) == 0)
+      (granted = lease_of(e, rdzv_etcd_txn_current(e->answer))) == 0)
     return hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s does not hold a lease id", c->where,
                      key->data);
   e->lease = granted;
@@ -60,7 +60,7 @@ static hvd_status establish_lease(struct rdzv_client *c, const char *what,
 }
 
 /* The job's lease, known and renewed if a third of its time has passed. */
-hvd_status etcd_keep_lease(struct rdzv_client *c, const char *what, int64_t deadline_ns) {
+hvd_status rdzv_etcd_keep_lease(struct rdzv_client *c, const char *what, int64_t deadline_ns) {
   struct etcd *e = etcd_of(c);
   struct hvd_buf key;
   cJSON *body;
@@ -77,11 +77,11 @@ hvd_status etcd_keep_lease(struct rdzv_client *c, const char *what, int64_t dead
       cJSON_Delete(body);
       return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
     }
-    st = etcd_call(c, "lease/keepalive", what, body, deadline_ns, true);
+    st = rdzv_etcd_call(c, "lease/keepalive", what, body, deadline_ns, true);
     cJSON_Delete(body);
     if (st != HVD_OK)
       return st;
-    if (etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "result"), "TTL", &ttl) &&
+    if (rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "result"), "TTL", &ttl) &&
         ttl > 0) {
       e->lease_renewed_ns = hvd_now_ns();
       return HVD_OK;
@@ -90,15 +90,15 @@ hvd_status etcd_keep_lease(struct rdzv_client *c, const char *what, int64_t dead
   }
   hvd_buf_init(&key, 0);
   st = hvd_buf_printf(&key, "%s/_lease", e->prefix);
-  body = st == HVD_OK ? etcd_range_body(&key, NULL) : NULL;
+  body = st == HVD_OK ? rdzv_etcd_range_body(&key, NULL) : NULL;
   if (st == HVD_OK && body == NULL)
     st = hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
   if (st == HVD_OK)
-    st = etcd_call(c, "kv/range", what, body, deadline_ns, true);
+    st = rdzv_etcd_call(c, "kv/range", what, body, deadline_ns, true);
   cJSON_Delete(body);
-  if (st == HVD_OK && (e->lease = lease_of(e, etcd_first_kv(e->answer))) != 0) {
+  if (st == HVD_OK && (e->lease = lease_of(e, rdzv_etcd_first_kv(e->answer))) != 0) {
     e->lease_renewed_ns = 0; /* renew it now: it may be about to expire */
-    st = etcd_keep_lease(c, what, deadline_ns);
+    st = rdzv_etcd_keep_lease(c, what, deadline_ns);
   } else if (st == HVD_OK) {
     st = establish_lease(c, what, &key, deadline_ns);
   }

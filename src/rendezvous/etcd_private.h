@@ -53,34 +53,34 @@ static inline struct etcd *etcd_of(struct rdzv_client *c) { return c->backend; }
  * the deadline passes; the answer, parsed, in e->answer. `what` names the
  * call in messages; a call that is not idempotent is repeated only when
  * it cannot have been applied. */
-hvd_status etcd_call(struct rdzv_client *c, const char *path, const char *what, cJSON *body,
-                     int64_t deadline_ns, bool idempotent);
+hvd_status rdzv_etcd_call(struct rdzv_client *c, const char *path, const char *what, cJSON *body,
+                          int64_t deadline_ns, bool idempotent);
 /* Watches the keys [key, end) (end NULL: the one key) from revision
  * `from` on, handing each event to fn until it says done (then
  * e->watch_done) or the deadline passes (HVD_ERR_TIMEOUT, no message
  * set). Reconnects, to the next member, after the last revision seen.
  * With *resync set, etcd ended the watch (say, compacted history): the
  * caller reads again. */
-hvd_status etcd_watch(struct rdzv_client *c, const char *what, const char *key, size_t key_len,
-                      const char *end, size_t end_len, int64_t from, int64_t deadline_ns,
-                      etcd_event_fn fn, void *arg, bool *resync);
+hvd_status rdzv_etcd_watch(struct rdzv_client *c, const char *what, const char *key, size_t key_len,
+                           const char *end, size_t end_len, int64_t from, int64_t deadline_ns,
+                           etcd_event_fn fn, void *arg, bool *resync);
 /* Authenticates first if a user is configured and no token is held. */
-hvd_status etcd_ready(struct rdzv_client *c, int64_t deadline_ns);
+hvd_status rdzv_etcd_ready(struct rdzv_client *c, int64_t deadline_ns);
 
 /* ---- client_etcd.c ---- */
 /* e->keybuf = the key (or the scope's range start, key NULL); with a
  * scope, e->endbuf = the range's end. */
-hvd_status etcd_name_key(struct rdzv_client *c, const char *scope, const char *key);
+hvd_status rdzv_etcd_name_key(struct rdzv_client *c, const char *scope, const char *key);
 
 /* ---- etcd_elect.c ---- */
-hvd_status etcd_lead(struct rdzv_client *c, const char *scope, const char *key,
-                     const char *value, int ttl_s, int64_t deadline_ns);
-hvd_status etcd_lead_renew(struct rdzv_client *c);
-void etcd_lead_resign(struct rdzv_client *c);
+hvd_status rdzv_etcd_lead(struct rdzv_client *c, const char *scope, const char *key,
+                          const char *value, int ttl_s, int64_t deadline_ns);
+hvd_status rdzv_etcd_lead_renew(struct rdzv_client *c);
+void rdzv_etcd_lead_resign(struct rdzv_client *c);
 
 /* ---- etcd_lease.c ---- */
 /* Knows the job's lease (finding, or granting and publishing it) and
  * renews it when a third of its time has passed. */
-hvd_status etcd_keep_lease(struct rdzv_client *c, const char *what, int64_t deadline_ns);
+hvd_status rdzv_etcd_keep_lease(struct rdzv_client *c, const char *what, int64_t deadline_ns);
 
 #endif

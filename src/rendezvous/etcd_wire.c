@@ -8,7 +8,7 @@
 
 static const char BASE64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-hvd_status etcd_base64_append(struct hvd_buf *out, const void *data, size_t len) {
+hvd_status rdzv_etcd_base64_append(struct hvd_buf *out, const void *data, size_t len) {
   const unsigned char *p = data;
   size_t need = (len + 2) / 3 * 4;
   hvd_status st = hvd_buf_reserve(out, need + 1);
@@ -37,7 +37,7 @@ static int base64_value(char ch) {
   return at != NULL ? (int)(at - BASE64) : -1;
 }
 
-bool etcd_base64_decode(const char *text, struct hvd_buf *out) {
+bool rdzv_etcd_base64_decode(const char *text, struct hvd_buf *out) {
   size_t len = strlen(text);
 
   hvd_buf_reset(out);
@@ -67,7 +67,7 @@ bool etcd_base64_decode(const char *text, struct hvd_buf *out) {
   return true;
 }
 
-bool etcd_json_int64(const cJSON *object, const char *name, int64_t *out) {
+bool rdzv_etcd_json_int64(const cJSON *object, const char *name, int64_t *out) {
   const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, name);
 
   if (item == NULL) {
@@ -83,45 +83,46 @@ bool etcd_json_int64(const cJSON *object, const char *name, int64_t *out) {
   return false;
 }
 
-hvd_status etcd_json_add_bytes(cJSON *object, const char *name, const void *data, size_t len) {
+hvd_status rdzv_etcd_json_add_bytes(cJSON *object, const char *name, const void *data, size_t len) {
   struct hvd_buf text;
   hvd_status st;
 
   hvd_buf_init(&text, 0);
-  st = etcd_base64_append(&text, data, len);
+  st = rdzv_etcd_base64_append(&text, data, len);
   if (st == HVD_OK && cJSON_AddStringToObject(object, name, text.data ? text.data : "") == NULL)
     st = hvd_error(HVD_ERR_NO_MEMORY, "out of memory building an etcd request");
   hvd_buf_fini(&text);
   return st;
 }
 
-hvd_status etcd_key(struct hvd_buf *out, const char *prefix, const char *scope, const char *key) {
+hvd_status rdzv_etcd_key(struct hvd_buf *out, const char *prefix, const char *scope,
+                         const char *key) {
   hvd_buf_reset(out);
   return hvd_buf_printf(out, "%s/%s/%s", prefix, scope, key != NULL ? key : "");
 }
 
-void etcd_range_end(const char *start, size_t len, char *end) {
+void rdzv_etcd_range_end(const char *start, size_t len, char *end) {
   memcpy(end, start, len);
   end[len - 1] = (char)(start[len - 1] + 1);
 }
 
-const cJSON *etcd_first_kv(const cJSON *range_answer) {
+const cJSON *rdzv_etcd_first_kv(const cJSON *range_answer) {
   return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(range_answer, "kvs"), 0);
 }
 
-cJSON *etcd_range_body(const struct hvd_buf *key, const struct hvd_buf *end) {
+cJSON *rdzv_etcd_range_body(const struct hvd_buf *key, const struct hvd_buf *end) {
   cJSON *body = cJSON_CreateObject();
-  if (body != NULL &&
-      (etcd_json_add_bytes(body, "key", key->data, key->len) != HVD_OK ||
-       (end != NULL && etcd_json_add_bytes(body, "range_end", end->data, end->len) != HVD_OK))) {
+  if (body != NULL && (rdzv_etcd_json_add_bytes(body, "key", key->data, key->len) != HVD_OK ||
+                       (end != NULL && rdzv_etcd_json_add_bytes(body, "range_end", end->data,
+                                                                end->len) != HVD_OK))) {
     cJSON_Delete(body);
     return NULL;
   }
   return body;
 }
 
-cJSON *etcd_txn_body(const struct hvd_buf *key, const char *target, int64_t revision,
-                     const void *value, size_t len, int64_t lease) {
+cJSON *rdzv_etcd_txn_body(const struct hvd_buf *key, const char *target, int64_t revision,
+                          const void *value, size_t len, int64_t lease) {
   cJSON *body = cJSON_CreateObject();
   cJSON *cmp = cJSON_CreateObject(), *yes = cJSON_CreateObject(), *no = cJSON_CreateObject();
   cJSON *put = cJSON_AddObjectToObject(yes, "request_put");
@@ -131,15 +132,15 @@ cJSON *etcd_txn_body(const struct hvd_buf *key, const char *target, int64_t revi
 
   snprintf(rev, sizeof(rev), "%" PRId64, revision);
   snprintf(id, sizeof(id), "%" PRId64, lease);
-  ok = ok && etcd_json_add_bytes(cmp, "key", key->data, key->len) == HVD_OK &&
+  ok = ok && rdzv_etcd_json_add_bytes(cmp, "key", key->data, key->len) == HVD_OK &&
        cJSON_AddStringToObject(cmp, "target", target) != NULL &&
        cJSON_AddStringToObject(cmp, "result", "EQUAL") != NULL &&
        cJSON_AddStringToObject(
            cmp, strcmp(target, "CREATE") == 0 ? "create_revision" : "mod_revision", rev) != NULL &&
-       etcd_json_add_bytes(put, "key", key->data, key->len) == HVD_OK &&
-       etcd_json_add_bytes(put, "value", value, len) == HVD_OK &&
+       rdzv_etcd_json_add_bytes(put, "key", key->data, key->len) == HVD_OK &&
+       rdzv_etcd_json_add_bytes(put, "value", value, len) == HVD_OK &&
        (lease == 0 || cJSON_AddStringToObject(put, "lease", id) != NULL) &&
-       etcd_json_add_bytes(get, "key", key->data, key->len) == HVD_OK;
+       rdzv_etcd_json_add_bytes(get, "key", key->data, key->len) == HVD_OK;
   if (ok) {
     cJSON *compare = cJSON_AddArrayToObject(body, "compare");
     cJSON *success = cJSON_AddArrayToObject(body, "success");
@@ -157,12 +158,12 @@ cJSON *etcd_txn_body(const struct hvd_buf *key, const char *target, int64_t revi
   return NULL;
 }
 
-const cJSON *etcd_txn_current(const cJSON *answer) {
+const cJSON *rdzv_etcd_txn_current(const cJSON *answer) {
   const cJSON *resp = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(answer, "responses"), 0);
-  return etcd_first_kv(cJSON_GetObjectItemCaseSensitive(resp, "response_range"));
+  return rdzv_etcd_first_kv(cJSON_GetObjectItemCaseSensitive(resp, "response_range"));
 }
 
-bool etcd_kv_value(struct hvd_buf *out, const cJSON *kv) {
+bool rdzv_etcd_kv_value(struct hvd_buf *out, const cJSON *kv) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(kv, "value");
   if (kv == NULL)
     return false;
@@ -173,5 +174,5 @@ bool etcd_kv_value(struct hvd_buf *out, const cJSON *kv) {
     out->data[0] = '\0';
     return true;
   }
-  return cJSON_IsString(v) && etcd_base64_decode(v->valuestring, out);
+  return cJSON_IsString(v) && rdzv_etcd_base64_decode(v->valuestring, out);
 }
