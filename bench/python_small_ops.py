@@ -9,18 +9,21 @@ One script, two roles:
   `hvdrun -np N`, the gloo worker under torchrun (tests/python/torchrun.py's
   fix for Debian's torch 1.13), and the C benchmarks (hvd-bench-grads
   latency: hvd_allreduce_async + hvd_handle_wait + release of 4 bytes, the
-  public API; hvd-bench -I 1: the same through the ops layer). It prints
-  the medians over repetitions of each run's per-op median, the ratios, and
-  the commands it ran;
+  public API; hvd-bench -I 1: the same through the ops layer), and with
+  --before, the hvd worker of another checkout too. It prints the medians
+  over repetitions of each run's per-op median, the ratios, and the
+  commands it ran;
 - the workers (--worker hvd|gloo), which time float32 sum allreduces of
   each size, one op at a time, after a barrier and warm-up ops.
 
     /usr/bin/python3 bench/python_small_ops.py                 # np 2 and 4, 5 repetitions
     /usr/bin/python3 bench/python_small_ops.py --nps 2 --reps 3 --iters 1000
+    /usr/bin/python3 bench/python_small_ops.py --nps 2 --settle 90  # a shared machine
     build/bin/hvdrun -np 2 /usr/bin/python3 bench/python_small_ops.py --worker hvd \\
         --profile /tmp/small.prof                               # cProfile of rank 0
     HVD_LIBRARY=$PWD/build/lib/libhvd.so.0 /usr/bin/python3 bench/python_small_ops.py \\
         --hvd-package /tmp/old/python                           # an older hvd package
+    /usr/bin/python3 bench/python_small_ops.py --nps 2 --before /tmp/old/python,/tmp/old/build
 
 Exit status: 0 when every run gave its result, 1 otherwise, 2 for bad
 arguments.
@@ -116,10 +119,42 @@ def worker_gloo(args):
 
 # ==== the driver ==================================================================================
 
-def run(argv, timeout):
-    """The worker's result line, or None; the command for the report."""
+def cpu_times():
+    """(idle, total) jiffies of every CPU so far (/proc/stat), or None."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        with open('/proc/stat') as f:
+            fields = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return fields[3] + fields[4], sum(fields)
+
+
+def settle(min_idle, limit_s=300):
+    """Waits until the CPUs were at least min_idle % idle over 2 s (at most
+    limit_s): on a small shared machine another job's load is what
+    moves a small op's time most. Returns the idle share last seen."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        a = cpu_times()
+        time.sleep(2)
+        b = cpu_times()
+        if a is None or b is None or b[1] == a[1]:
+            return None
+        idle = 100.0 * (b[0] - a[0]) / (b[1] - a[1])
+        if idle >= min_idle or time.monotonic() >= deadline:
+            return idle
+
+
+def run(argv, timeout, min_idle=0, env=None):
+    """The worker's result line, or None; the command for the report."""
+    if min_idle > 0:
+        idle = settle(min_idle)
+        if idle is not None and idle < min_idle:
+            print('python_small_ops: the CPUs stayed busy (%.0f %% idle) before: %s'
+                  % (idle, ' '.join(argv)), file=sys.stderr)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                              env=env)
     except subprocess.TimeoutExpired:
         print('python_small_ops: timed out: %s' % ' '.join(argv), file=sys.stderr)
         return None
@@ -152,7 +187,7 @@ def jobs(args, np_):
     common = ['--sizes', sizes, '--iters', str(args.iters), '--warmup', str(args.warmup)]
     hvdrun = os.path.join(args.build, 'bin', 'hvdrun')
     package = ['--hvd-package', args.hvd_package] if args.hvd_package else []
-    return {
+    table = {
         'hvd': [[hvdrun, '-np', str(np_), args.python, script, '--worker', 'hvd'] + common +
                 package],
         'gloo': [[args.python, script, '--torchrun', '--standalone', '--nnodes', '1',
@@ -162,6 +197,21 @@ def jobs(args, np_):
               [os.path.join(args.build, 'bin', 'hvd-bench'), 'allreduce', '--np', str(np_),
                '-b', '4', '-e', '4', '-n', str(args.iters), '-w', str(args.warmup), '-I', '1']],
     }
+    if args.before:
+        # The same worker with another checkout's package and library (its
+        # build's hvdrun sets the job up): before and after, interleaved.
+        python_dir, build = args.before
+        table['before'] = [[os.path.join(build, 'bin', 'hvdrun'), '-np', str(np_), args.python,
+                            script, '--worker', 'hvd'] + common + ['--hvd-package', python_dir]]
+    return table
+
+
+def job_env(args, kind):
+    if kind != 'before':
+        return None
+    env = dict(os.environ)
+    env['HVD_LIBRARY'] = os.path.join(args.before[1], 'lib', 'libhvd.so.0')
+    return env
 
 
 def drive(args):
@@ -178,7 +228,7 @@ def drive(args):
                     shown = ' '.join(argv)
                     if shown not in commands:
                         commands.append(shown)
-                    r = run(argv, args.timeout)
+                    r = run(argv, args.timeout, args.settle, job_env(args, kind))
                     if r is None or r[0] != 0:
                         failures.append('%s: %s' % (shown, 'timeout' if r is None else
                                                     'exit %d: %s' % (r[0], r[2][-500:])))
@@ -186,6 +236,8 @@ def drive(args):
                     else:
                         outs.append(r[1])
                 medians = c_medians(*outs) if kind == 'c' else result_of(outs[0]) or {}
+                if kind == 'before':
+                    medians = {'before:' + case: us for case, us in medians.items()}
                 for case, us in medians.items():
                     per_np[np_].setdefault(case, []).append(us)
     report(args, per_np, commands)
@@ -223,6 +275,21 @@ def report(args, per_np, commands):
                 fmt(c_api) if size == 4 else '', extra))
         print('| %d | 4 | (C ops layer, hvd-bench -I 1: %s) | | | | | | |'
               % (np_, fmt(m.get('c_ops/4'))))
+    if args.before:
+        print()
+        print('Before (%s) and after, the same worker, interleaved:' % args.before[0])
+        print()
+        print('| np | bytes | hvd.allreduce before | after | hvd.allreduce_ before | after | '
+              'named hvd.allreduce_ before | after |')
+        print('|---|---|---|---|---|---|---|---|')
+        for np_, cases in sorted(per_np.items()):
+            m = {case: median_of(v) for case, v in cases.items()}
+            for size in args.sizes:
+                row = []
+                for case in ('hvd_allreduce', 'hvd_allreduce_', 'hvd_named_'):
+                    row += [fmt(m.get('before:%s/%d' % (case, size))),
+                            fmt(m.get('%s/%d' % (case, size)))]
+                print('| %d | %d | %s |' % (np_, size, ' | '.join(row)))
     print()
     print('Commands:')
     for c in commands:
@@ -246,6 +313,12 @@ def int_list(text):
     return values
 
 
+def dir_pair(text):
+    if ',' not in text:
+        raise argparse.ArgumentTypeError('want PYTHON_DIR,BUILD_DIR, not %r' % text)
+    return tuple(os.path.abspath(d) for d in text.split(',', 1))
+
+
 def main(argv):
     if argv[:1] == ['--torchrun']:
         return torchrun(argv[1:])
@@ -257,10 +330,16 @@ def main(argv):
     p.add_argument('--iters', type=int, default=2000, help='timed ops of the smallest sizes')
     p.add_argument('--warmup', type=int, default=200)
     p.add_argument('--timeout', type=int, default=300, help='seconds per run')
+    p.add_argument('--settle', type=float, default=0, metavar='PERCENT',
+                   help='before each run, wait (up to 5 minutes) until the CPUs were this '
+                   'idle over 2 s')
     p.add_argument('--profile', help='worker hvd: cProfile of rank 0 to this file')
     p.add_argument('--hvd-package', help='import hvd from this directory (another checkout\'s '
                    'python/, with HVD_LIBRARY set) to compare versions')
     p.add_argument('--build', default=os.path.join(REPO, 'build'))
+    p.add_argument('--before', type=dir_pair, metavar='PYTHON_DIR,BUILD_DIR',
+                   help='also run the hvd worker with another checkout\'s package and build '
+                   '(its hvdrun and libhvd), interleaved, for a before/after table')
     p.add_argument('--python', default=sys.executable)
     args = p.parse_args(argv)
     if any(s % 4 for s in args.sizes):

@@ -1,5 +1,7 @@
 """Memory hvd allocated (an allgather's or alltoall's output, in host or GPU
-memory) handed to a framework without a copy, as a DLPack capsule.
+memory) handed to a framework without a copy, as a DLPack capsule. hvd.torch
+views a GPU output through one and copies it into a tensor torch allocates
+(a tensor over foreign memory cannot grow: see mpi_ops._adopt).
 
 libhvd builds the DLManagedTensor (hvd_output_dlpack): one dimension of
 bytes (uint8) over the output, which the framework views as the dtype and

@@ -275,10 +275,11 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
 # The name of every unnamed allreduce that waits for its result
 # (allreduce, allreduce_): one name, so that its repetitions hit hvd's
 # response cache as named ones do. A rank has at most one of them in flight
-# (_unnamed_now), so ranks still pair them in the order they call them, and
-# ranks that disagree about one still fail with hvd's mismatch error.
+# per process set (_unnamed_now: a lock per set, so that sets never wait
+# for each other), so ranks still pair them in the order they call them,
+# and ranks that disagree about one still fail with hvd's mismatch error.
 _UNNAMED_NOW = b'allreduce.noname.now'
-_unnamed_now = threading.Lock()
+_unnamed_now = {}  # process set id: its lock
 
 
 def _allreduce_now(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
@@ -290,7 +291,10 @@ def _allreduce_now(tensor, output, name, op, prescale_factor, postscale_factor, 
     o = _options(op, prescale_factor, postscale_factor, process_set, device=device)
     if name is not None:
         return _wait_for(_name('allreduce', name), dtype, tensor, output, o)
-    with _unnamed_now:
+    lock = _unnamed_now.get(process_set.process_set_id)  # a registered set: _options checked
+    if lock is None:
+        lock = _unnamed_now.setdefault(process_set.process_set_id, threading.Lock())
+    with lock:
         return _wait_for(_UNNAMED_NOW, dtype, tensor, output, o)
 
 
