@@ -20,7 +20,12 @@
 #include "rendezvous/rendezvous.h"
 #include "supervise.h"
 
-enum { ARRIVAL_POLL_MS = 100 };
+enum {
+  ARRIVAL_POLL_MS = 100,
+  /* One look at who reached an etcd cluster: the supervisor waits for it
+   * (a rank's exit, a signal), so it must not take the client's 30 s. */
+  ARRIVAL_READ_MS = 1000,
+};
 
 struct job {
   const struct hvdrun_options *o;
@@ -168,7 +173,7 @@ static void failed_cb(void *arg) {
 static bool etcd_arrivals(struct job *j) {
   struct rdzv_scope_view view;
 
-  if (rdzv_client_get_scope(j->store.client, "global", 0, -1, &view) != HVD_OK) {
+  if (rdzv_client_get_scope(j->store.client, "global", 0, ARRIVAL_READ_MS, &view) != HVD_OK) {
     HVD_LOG_DEBUG("hvdrun: reading who reached the store: %s", hvd_last_error_message());
     return false; /* the cluster may be electing a leader: next time */
   }
