@@ -161,6 +161,12 @@ static int check_driver(struct options *o) {
   if (o->etcd != NULL && o->only_store != NULL)
     return usage_error("--%s is for hvd's own store: with --rendezvous nothing is served",
                        o->only_store);
+  if (o->etcd != NULL) { /* the URL and the etcd settings, read without a request */
+    struct rdzv_client *c = NULL;
+    if (rdzv_client_create_url(o->etcd, NULL, -1, &c) != HVD_OK)
+      return usage_error("%s", hvd_last_error_message());
+    rdzv_client_destroy(c);
+  }
   if (d->np < 0)
     d->np = d->min_np;
   if (d->np < d->min_np)
