@@ -15,7 +15,8 @@
  *
  * The server is hvd-rendezvous spawned from the bench binary's directory
  * (default), one already running (--server), or one inside this process
- * (--in-process).
+ * (--in-process); or the store is an etcd cluster (--etcd URL), where each
+ * rank's fetch is a range read and, until all N are there, a watch.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +65,7 @@ static const char usage_text[] =
     "  --repeat K          runs per rank count (default 3)\n"
     "  --server HOST:PORT  use this running server instead of spawning one\n"
     "  --in-process        run the server inside this process\n"
+    "  --etcd URL          meet in an etcd cluster instead (etcd://HOST:PORT,...[/PREFIX])\n"
     "  --threads T         server event loops (spawned or in-process server;\n"
     "                      default: the server's own, one per CPU, at most 4)\n"
     "  --timeout S         per-rank deadline for each request, seconds (default 60)\n"
@@ -76,6 +78,7 @@ struct options {
   size_t nranks;
   unsigned repeat;
   const char *server; /* HOST:PORT, or NULL */
+  const char *etcd;   /* an etcd cluster's URL, or NULL */
   bool in_process;
   unsigned threads; /* 0: the server's default */
   int64_t timeout_ms;
@@ -157,11 +160,14 @@ static int parse_ranks(struct options *o, const char *arg) {
 
 /* Returns -1 to go on, or an exit code. */
 static int parse_args(int argc, char **argv, struct options *o) {
-  enum { OPT_RANKS = 256, OPT_REPEAT, OPT_SERVER, OPT_IN_PROCESS, OPT_THREADS, OPT_TIMEOUT };
+  enum {
+    OPT_RANKS = 256, OPT_REPEAT, OPT_SERVER, OPT_IN_PROCESS, OPT_THREADS, OPT_TIMEOUT, OPT_ETCD,
+  };
   static const struct option longopts[] = {
       {"ranks", required_argument, NULL, OPT_RANKS},
       {"repeat", required_argument, NULL, OPT_REPEAT},
       {"server", required_argument, NULL, OPT_SERVER},
+      {"etcd", required_argument, NULL, OPT_ETCD},
       {"in-process", no_argument, NULL, OPT_IN_PROCESS},
       {"threads", required_argument, NULL, OPT_THREADS},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
@@ -182,6 +188,9 @@ static int parse_args(int argc, char **argv, struct options *o) {
       if (!parse_number(optarg, strlen(optarg), 1, MAX_REPEAT, &n))
         return usage_error("--repeat '%s' must be 1-%d", optarg, MAX_REPEAT);
       o->repeat = (unsigned)n;
+      break;
+    case OPT_ETCD:
+      o->etcd = optarg;
       break;
     case OPT_SERVER:
       o->server = optarg;
@@ -210,8 +219,10 @@ static int parse_args(int argc, char **argv, struct options *o) {
   }
   if (optind < argc)
     return usage_error("unexpected argument '%s'", argv[optind]);
-  if (o->server != NULL && o->in_process)
-    return usage_error("--server and --in-process exclude each other");
+  if ((o->server != NULL) + o->in_process + (o->etcd != NULL) > 1)
+    return usage_error("--server, --in-process and --etcd exclude each other");
+  if (o->etcd != NULL && o->threads != 0)
+    return usage_error("--threads applies to a spawned or in-process server, not to --etcd");
   if (o->server != NULL && o->threads != 0)
     return usage_error("--threads applies to a spawned or in-process server, not to --server");
   return -1;
@@ -237,6 +248,15 @@ static int parse_server(const char *arg, char *host, size_t host_size, int *port
   host[len] = '\0';
   *port = (int)n;
   return 0;
+}
+
+/* --etcd's URL: every client is then an etcd cluster's (NULL: hvd's store). */
+static const char *etcd_url;
+
+static hvd_status new_client(const char *host, int port, int64_t timeout_ms,
+                             struct rdzv_client **out) {
+  return etcd_url != NULL ? rdzv_client_create_url(etcd_url, NULL, timeout_ms, out)
+                          : rdzv_client_create(host, port, NULL, timeout_ms, out);
 }
 
 /* ---- resources ---------------------------------------------------------------- */
@@ -513,7 +533,7 @@ static void *rank_main(void *arg) {
   struct rdzv_scope_view view = {0};
   char why[256];
   bool go;
-  hvd_status st = rdzv_client_create(run->host, run->port, NULL, run->timeout_ms, &c);
+  hvd_status st = new_client(run->host, run->port, run->timeout_ms, &c);
   int64_t deadline = hvd_deadline_after_ms(run->timeout_ms);
 
   if (st != HVD_OK)
@@ -777,7 +797,10 @@ int main(int argc, char **argv) {
     return EXIT_FAILED;
   }
 
-  if (o.in_process) {
+  etcd_url = o.etcd;
+  if (o.etcd != NULL) {
+    snprintf(mode, sizeof(mode), "etcd cluster %s", o.etcd);
+  } else if (o.in_process) {
     struct rdzv_server_config cfg;
     rdzv_server_config_default(&cfg);
     cfg.port = 0;
@@ -800,13 +823,13 @@ int main(int argc, char **argv) {
   } else {
     snprintf(mode, sizeof(mode), "external server %s", o.server);
   }
-  if (rdzv_client_create(host, port, NULL, o.timeout_ms, &admin) != HVD_OK) {
+  if (new_client(host, port, o.timeout_ms, &admin) != HVD_OK) {
     fprintf(stderr, "hvd-bench-rendezvous: %s\n", hvd_last_error_message());
     ok = false;
     goto out;
   }
 
-  if (o.server != NULL)
+  if (o.server != NULL || o.etcd != NULL)
     snprintf(threads_text, sizeof(threads_text), "as configured there");
   else if (o.threads == 0)
     snprintf(threads_text, sizeof(threads_text), "default (one per CPU, at most 4)");

@@ -98,17 +98,32 @@ static hvd_status etcd_set(struct rdzv_client *c, const char *scope, const char 
   return put(c, what, value, len, deadline);
 }
 
-/* A range read of e->keybuf (to e->endbuf when whole), renewing the lease
- * on the way. */
-static hvd_status range(struct rdzv_client *c, const char *what, bool whole, int64_t deadline_ns) {
+enum {
+  /* A scope's body that a marker may hold: etcd refuses requests above
+   * 1.5 MiB by default (--max-request-bytes), base64 adds a third. */
+  MARKER_BODY_MAX = 1024 * 1024,
+};
+
+enum range_of {
+  RANGE_KEY,   /* e->keybuf alone */
+  RANGE_SCOPE, /* [e->keybuf, e->endbuf) */
+  RANGE_COUNT, /* the same, counted only */
+};
+
+/* A range read, renewing the job's lease on the way. */
+static hvd_status range(struct rdzv_client *c, const char *what, enum range_of of,
+                        int64_t deadline_ns) {
   struct etcd *e = etcd_of(c);
   cJSON *body;
   hvd_status st;
 
   if ((st = rdzv_etcd_keep_lease(c, what, deadline_ns)) != HVD_OK)
     return st;
-  if ((body = rdzv_etcd_range_body(&e->keybuf, whole ? &e->endbuf : NULL)) == NULL)
+  body = rdzv_etcd_range_body(&e->keybuf, of != RANGE_KEY ? &e->endbuf : NULL);
+  if (body == NULL || (of == RANGE_COUNT && cJSON_AddTrueToObject(body, "count_only") == NULL)) {
+    cJSON_Delete(body);
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+  }
   st = rdzv_etcd_call(c, "kv/range", what, body, deadline_ns, true);
   cJSON_Delete(body);
   return st;
@@ -132,7 +147,7 @@ static hvd_status etcd_get(struct rdzv_client *c, const char *scope, const char 
   describe(what, sizeof(what), "GET", scope, key);
   if ((st = rdzv_etcd_ready(c, deadline)) != HVD_OK ||
       (st = rdzv_etcd_name_key(c, scope, key)) != HVD_OK ||
-      (st = range(c, what, false, deadline)) != HVD_OK)
+      (st = range(c, what, RANGE_KEY, deadline)) != HVD_OK)
     return st;
   if ((kv = rdzv_etcd_first_kv(e->answer)) == NULL)
     return hvd_error(HVD_ERR_NOT_FOUND, "rendezvous %s: %s: no such key", c->where, what);
@@ -177,7 +192,7 @@ static hvd_status etcd_wait(struct rdzv_client *c, const char *scope, const char
     bool resync;
     const cJSON *kv;
     if ((st = rdzv_etcd_name_key(c, scope, key)) != HVD_OK ||
-        (st = range(c, what, false, deadline_ns)) != HVD_OK)
+        (st = range(c, what, RANGE_KEY, deadline_ns)) != HVD_OK)
       return st;
     if ((kv = rdzv_etcd_first_kv(e->answer)) != NULL) {
       if (!rdzv_etcd_kv_value(&e->value, kv))
@@ -198,23 +213,17 @@ static hvd_status etcd_wait(struct rdzv_client *c, const char *scope, const char
   }
 }
 
-/* A scope's wait for a count of keys: counts creations and deletions. */
-struct counting {
-  int64_t count, want;
-};
-
-static bool count_event(const cJSON *event, int64_t revision, void *arg) {
-  struct counting *n = arg;
+/* A scope's wait for a count of keys ends at the put of its marker, whose
+ * value (the scope's body, if it fitted) goes to e->value. */
+static bool marker_put(const cJSON *event, int64_t revision, void *arg) {
+  struct etcd *e = arg;
   const cJSON *type = cJSON_GetObjectItemCaseSensitive(event, "type");
-  int64_t version = 0;
   (void)revision;
-  if (cJSON_IsString(type) && strcmp(type->valuestring, "DELETE") == 0)
-    n->count--;
-  else if (rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(event, "kv"), "version",
-                                &version) &&
-           version == 1)
-    n->count++; /* a key's first version: it was created */
-  return n->count >= n->want;
+  if (type != NULL && !(cJSON_IsString(type) && strcmp(type->valuestring, "PUT") == 0))
+    return false;
+  if (!rdzv_etcd_kv_value(&e->value, cJSON_GetObjectItemCaseSensitive(event, "kv")))
+    hvd_buf_reset(&e->value);
+  return true;
 }
 
 struct sorted_kv {
@@ -229,8 +238,10 @@ static int by_key(const void *a, const void *b) {
   return rdzv_key_compare(x->key, x->key_len, y->key, y->key_len);
 }
 
-/* The range answer in e->answer as a scope view, in the store's order. */
-static hvd_status scope_view(struct rdzv_client *c, const char *what, struct rdzv_scope_view *out) {
+/* The range answer in e->answer as a scope view, in the store's order;
+ * with copy, its encoded body in copy too. */
+static hvd_status scope_view(struct rdzv_client *c, const char *what, struct rdzv_scope_view *out,
+                             struct hvd_buf *copy) {
   struct etcd *e = etcd_of(c);
   const cJSON *kvs = cJSON_GetObjectItemCaseSensitive(e->answer, "kvs"), *kv;
   size_t n = (size_t)cJSON_GetArraySize(kvs), i = 0, skip = e->keybuf.len;
@@ -270,42 +281,107 @@ static hvd_status scope_view(struct rdzv_client *c, const char *what, struct rdz
     return st;
   }
   size_t len;
+  if (copy != NULL) {
+    hvd_buf_reset(copy);
+    if (hvd_buf_append(copy, body.data ? body.data : "", body.len) != HVD_OK)
+      hvd_buf_reset(copy); /* no copy: the marker goes without the scope */
+  }
   char *text = hvd_buf_detach(&body, &len);
   if (text == NULL && (text = calloc(1, 1)) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
   return rdzv_scope_decode(text, len, out);
 }
 
+/* e->keybuf = the marker of a scope's count: "<prefix>/_full/<scope>/<count>". */
+static hvd_status name_marker(struct rdzv_client *c, const char *scope, size_t count) {
+  struct etcd *e = etcd_of(c);
+  hvd_buf_reset(&e->keybuf);
+  return hvd_buf_printf(&e->keybuf, "%s/_full/%s/%zu", e->prefix, scope, count);
+}
+
+/* Puts the marker of a scope's count where absent, holding the scope's
+ * body when it fits in one etcd request. */
+static hvd_status txn_put(struct rdzv_client *c, const char *what, int64_t expected,
+                          const void *value, size_t len, int64_t deadline_ns, bool *won);
+
+static void put_marker(struct rdzv_client *c, const char *what, const char *scope,
+                       size_t count, const struct hvd_buf *body, int64_t deadline_ns) {
+  size_t len = body->len <= MARKER_BODY_MAX ? body->len : 0;
+  bool won;
+
+  if (name_marker(c, scope, count) != HVD_OK ||
+      txn_put(c, what, 0, len ? body->data : "", len, deadline_ns, &won) != HVD_OK)
+    HVD_LOG_DEBUG("%s (the others read the scope after a watch chunk)",
+                  hvd_last_error_message());
+}
+
+/*
+ * Waiting for a scope to hold min_count keys, as a rendezvous of N ranks
+ * does, without N^2 work: if every waiter watched the scope, each would
+ * see every put, and each would then read all N records. Instead a client
+ * whose count (a count-only read) falls short watches one marker key for
+ * that scope and count; the client whose first count finds enough (the
+ * last rank to arrive) reads the scope and puts the marker, holding the
+ * scope's body, so that the others take the scope from the watch's event.
+ * A marker without a body (too large for one request) sends the others
+ * to read the scope; each watch chunk counts again, so a marker that never
+ * came (its writer died) costs a chunk at most.
+ */
 static hvd_status etcd_get_scope(struct rdzv_client *c, const char *scope, size_t min_count,
                                  int64_t deadline_ns, struct rdzv_scope_view *out) {
   struct etcd *e = etcd_of(c);
+  struct hvd_buf body;
   char what[256];
   int64_t started = hvd_now_ns();
+  bool first = true;
   hvd_status st;
 
   describe(what, sizeof(what), "GET", scope, NULL);
   if ((st = rdzv_etcd_ready(c, deadline_ns)) != HVD_OK)
     return st;
-  for (;;) {
-    struct counting n = {0, (int64_t)min_count};
-    int64_t revision = 0;
+  hvd_buf_init(&body, 0);
+  for (;; first = false) {
+    int64_t revision = 0, count = 0;
     bool resync;
     if ((st = rdzv_etcd_name_key(c, scope, NULL)) != HVD_OK ||
-        (st = range(c, what, true, deadline_ns)) != HVD_OK)
-      return st;
-    rdzv_etcd_json_int64(e->answer, "count", &n.count);
-    if (n.count >= n.want)
-      return scope_view(c, what, out);
+        (st = range(c, what, min_count > 0 ? RANGE_COUNT : RANGE_SCOPE, deadline_ns)) != HVD_OK)
+      break;
+    rdzv_etcd_json_int64(e->answer, "count", &count);
+    if (count >= (int64_t)min_count && min_count > 0 &&
+        (st = range(c, what, RANGE_SCOPE, deadline_ns)) != HVD_OK)
+      break;
+    rdzv_etcd_json_int64(e->answer, "count", &count);
+    if (count >= (int64_t)min_count) {
+      st = scope_view(c, what, out, first && min_count > 0 ? &body : NULL);
+      if (st == HVD_OK && first && min_count > 0)
+        put_marker(c, what, scope, min_count, &body, deadline_ns);
+      break;
+    }
     rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "header"), "revision",
                          &revision);
-    st = rdzv_etcd_watch(c, what, e->keybuf.data, e->keybuf.len, e->endbuf.data, e->endbuf.len,
-                         revision + 1, deadline_ns, count_event, &n, &resync);
-    if (st == HVD_ERR_TIMEOUT)
-      return timed_out(c, what, "enough keys", started, deadline_ns);
-    if (st != HVD_OK)
-      return st;
-    /* enough keys now, or etcd ended the watch: read the scope again */
+    if ((st = name_marker(c, scope, min_count)) != HVD_OK)
+      break;
+    hvd_buf_reset(&e->value);
+    st = rdzv_etcd_watch(c, what, e->keybuf.data, e->keybuf.len, NULL, 0, revision + 1,
+                         deadline_ns, marker_put, e, &resync);
+    if (st == HVD_OK && e->watch_done && e->value.len > 0) {
+      size_t len;
+      char *text = hvd_buf_detach(&e->value, &len);
+      if ((st = rdzv_scope_decode(text, len, out)) == HVD_OK && out->count >= min_count)
+        break;
+      rdzv_scope_view_fini(out);
+      st = HVD_OK; /* a marker that does not hold the scope: read it */
+    }
+    if (st == HVD_ERR_TIMEOUT && hvd_now_ns() >= deadline_ns) {
+      st = timed_out(c, what, "enough keys", started, deadline_ns);
+      break;
+    }
+    if (st != HVD_OK && st != HVD_ERR_TIMEOUT)
+      break;
+    /* the marker came, a chunk ended, or etcd ended the watch: count again */
   }
+  hvd_buf_fini(&body);
+  return st;
 }
 
 /* A scope's change wait: done at the first event. */
@@ -328,7 +404,7 @@ static hvd_status etcd_wait_change(struct rdzv_client *c, const char *scope, uin
       (st = rdzv_etcd_name_key(c, scope, NULL)) != HVD_OK)
     return st;
   if (after == 0) { /* from now on */
-    if ((st = range(c, what, false, deadline_ns)) != HVD_OK)
+    if ((st = range(c, what, RANGE_COUNT, deadline_ns)) != HVD_OK)
       return st;
     rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "header"), "revision", &from);
     from++;
@@ -419,7 +495,7 @@ static hvd_status etcd_add(struct rdzv_client *c, const char *scope, const char 
   describe(what, sizeof(what), "POST (add)", scope, key);
   if ((st = rdzv_etcd_ready(c, deadline)) != HVD_OK ||
       (st = rdzv_etcd_name_key(c, scope, key)) != HVD_OK ||
-      (st = range(c, what, false, deadline)) != HVD_OK)
+      (st = range(c, what, RANGE_KEY, deadline)) != HVD_OK)
     return st;
   kv = rdzv_etcd_first_kv(e->answer);
   for (;;) {

@@ -97,8 +97,9 @@ hvd_status rdzv_etcd_keep_lease(struct rdzv_client *c, const char *what, int64_t
     st = rdzv_etcd_call(c, "kv/range", what, body, deadline_ns, true);
   cJSON_Delete(body);
   if (st == HVD_OK && (e->lease = lease_of(e, rdzv_etcd_first_kv(e->answer))) != 0) {
-    e->lease_renewed_ns = 0; /* renew it now: it may be about to expire */
-    st = rdzv_etcd_keep_lease(c, what, deadline_ns);
+    /* Renewed within a third of its time; should it expire sooner, a put
+     * under it fails, and the put finds or makes the next one. */
+    e->lease_renewed_ns = hvd_now_ns();
   } else if (st == HVD_OK) {
     st = establish_lease(c, what, &key, deadline_ns);
   }
