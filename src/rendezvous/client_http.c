@@ -105,6 +105,9 @@ static hvd_status configure(struct rdzv_client *c, const struct call *call, cons
 
   curl_easy_reset(h); /* keeps the connection cache */
   curl_easy_setopt(h, CURLOPT_URL, url);
+  /* A key "." or ".." is a name, not a dot segment for curl to resolve
+   * (curl_easy_escape leaves dots as they are). */
+  curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
   /* The server closes a connection that sends no request for 5 s
