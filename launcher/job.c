@@ -233,6 +233,8 @@ static void check_arrivals(struct job *j) {
  * every rank has. */
 static int64_t tick_cb(void *arg) {
   struct job *j = arg;
+  if (j->stopping)
+    return HVD_NO_DEADLINE; /* who arrived no longer matters */
   if (!j->all_arrived)
     check_arrivals(j);
   return j->all_arrived ? HVD_NO_DEADLINE : hvd_now_ns() + (int64_t)ARRIVAL_POLL_MS * 1000000;
