@@ -96,13 +96,25 @@ static hvd_status prepare(void) {
   if (addr != NULL)
     snprintf(job.store_host, sizeof(job.store_host), "%s", addr);
   hvd_log_set_rank(job.rank);
-  if (job.rank == 0 && job.size > 1) /* shown whatever the log level: the job's first words */
+  if (job.rank == 0 && job.size > 1 && hvd_setting_real(HVD_SET_RENDEZVOUS) != NULL)
+    hvd_log_write(HVD_LOG_INFO, __FILE__, __LINE__, "launcher: %s (%s): %d ranks; they meet in %s",
+                  launch_kind_name(job.kind), job.why, job.size,
+                  hvd_setting_real(HVD_SET_RENDEZVOUS));
+  else if (job.rank == 0 && job.size > 1) /* shown whatever the log level: the job's first words */
     hvd_log_write(HVD_LOG_INFO, __FILE__, __LINE__,
                   "launcher: %s (%s): %d ranks; this rank hosts the store at %s:%d (port: %s)",
                   launch_kind_name(job.kind), job.why, job.size, job.store_host, (int)port,
                   job.store_port_why);
   if ((st = provide_ranks(&job)) != HVD_OK || job.size == 1)
     return st;
+  if (hvd_setting_real(HVD_SET_RENDEZVOUS) != NULL) {
+    /* The job meets in etcd: nothing to host, and no admission (the
+     * token, if any, is every rank's own). */
+    if (job.rank == 0 && given_token == NULL)
+      HVD_LOG_WARN("launcher: HVD_RENDEZVOUS without HVD_TOKEN: the ranks' connections are "
+                   "not authenticated; set the same HVD_TOKEN in every rank");
+    return HVD_OK;
+  }
   snprintf(port_text, sizeof(port_text), "%d", (int)port);
   if ((st = hvd_setting_provide(HVD_SET_RENDEZVOUS_ADDR, job.store_host)) != HVD_OK ||
       (st = hvd_setting_provide(HVD_SET_RENDEZVOUS_PORT, port_text)) != HVD_OK)
