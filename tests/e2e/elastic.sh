@@ -34,8 +34,11 @@ chmod +x "$work/discover"
 hosts() { printf '%s\n' "$@" >"$work/hosts.new" && mv "$work/hosts.new" "$work/hosts"; }
 
 # start ARGS...: hvdrun in the background; finish waits for it.
+# HVD_TEST_RENDEZVOUS=etcd://...: the job keeps its rendezvous there
+# (bench/elastic_reset.sh compares the two stores).
 start() {
     (timeout 120 "$bin/hvdrun" --host-discovery-script "$work/discover" \
+        ${HVD_TEST_RENDEZVOUS:+--rendezvous "$HVD_TEST_RENDEZVOUS"} \
         --ssh-command "$work/fake-ssh" "$@" >"$work/out" 2>"$work/err"
      echo $? >"$work/rc") &
     job=$!
