@@ -341,7 +341,7 @@ static hvd_status etcd_get_scope(struct rdzv_client *c, const char *scope, size_
     return st;
   hvd_buf_init(&body, 0);
   for (;; first = false) {
-    int64_t revision = 0, count = 0;
+    int64_t revision = 0, count = 0, chunk_end;
     bool resync;
     if ((st = rdzv_etcd_name_key(c, scope, NULL)) != HVD_OK ||
         (st = range(c, what, min_count > 0 ? RANGE_COUNT : RANGE_SCOPE, deadline_ns)) != HVD_OK)
@@ -362,8 +362,13 @@ static hvd_status etcd_get_scope(struct rdzv_client *c, const char *scope, size_
     if ((st = name_marker(c, scope, min_count)) != HVD_OK)
       break;
     hvd_buf_reset(&e->value);
+    /* One chunk, then count again: rdzv_etcd_watch itself would go on
+     * until the deadline, and a marker may never come (the keys' writers
+     * do not read the scope with this count, or died). */
+    chunk_end = hvd_deadline_after_ms(ETCD_WATCH_CHUNK_MS);
     st = rdzv_etcd_watch(c, what, e->keybuf.data, e->keybuf.len, NULL, 0, revision + 1,
-                         deadline_ns, marker_put, e, &resync);
+                         chunk_end < deadline_ns ? chunk_end : deadline_ns, marker_put, e,
+                         &resync);
     if (st == HVD_OK && e->watch_done && e->value.len > 0) {
       size_t len;
       char *text = hvd_buf_detach(&e->value, &len);
