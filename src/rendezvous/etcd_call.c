@@ -265,15 +265,15 @@ hvd_status rdzv_etcd_call(struct rdzv_client *c, const char *path, const char *w
 
 /* ---- watch streams ----------------------------------------------------------------- */
 
-/* One message of a watch stream: {"result": {"header": ..., "events": [...]}}. */
+/* One message of a watch stream: {"result": {"header": ..., "events": [...]}}.
+ * Only events move the watch on (a resumed watch starts after the last
+ * one seen): a header's revision may be ahead of events still to come. */
 static bool watch_message(struct rdzv_client *c, const char *text, size_t len) {
   struct etcd *e = etcd_of(c);
   cJSON *doc = cJSON_ParseWithLength(text, len);
   const cJSON *result = cJSON_GetObjectItemCaseSensitive(doc, "result");
-  const cJSON *header = cJSON_GetObjectItemCaseSensitive(result, "header");
   const cJSON *events = cJSON_GetObjectItemCaseSensitive(result, "events");
   const cJSON *event;
-  int64_t revision = 0;
   bool done = false;
 
   if (!cJSON_IsObject(result)) { /* {"error": ...}: the stream ends */
@@ -281,11 +281,14 @@ static bool watch_message(struct rdzv_client *c, const char *text, size_t len) {
     cJSON_Delete(doc);
     return true;
   }
-  if (rdzv_etcd_json_int64(header, "revision", &revision) && revision > e->watch_revision)
-    e->watch_revision = revision;
   if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result, "canceled")))
     e->watch_canceled = true;
   cJSON_ArrayForEach(event, events) {
+    int64_t revision = 0;
+    rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(event, "kv"), "mod_revision",
+                         &revision);
+    if (revision > e->watch_revision)
+      e->watch_revision = revision;
     if (!done && e->on_event(event, revision, e->event_arg))
       done = true;
   }

@@ -19,7 +19,8 @@ enum {
   ETCD_LINE_MAX_BYTES = 256u << 20, /* one watch message */
 };
 
-/* Handles one watch event; returns true when the wait is over. */
+/* Handles one watch event (revision: its own, the kv's mod revision);
+ * returns true when the wait is over. */
 typedef bool (*etcd_event_fn)(const cJSON *event, int64_t revision, void *arg);
 
 struct etcd {
