@@ -299,18 +299,16 @@ static hvd_status name_marker(struct rdzv_client *c, const char *scope, size_t c
   return hvd_buf_printf(&e->keybuf, "%s/_full/%s/%zu", e->prefix, scope, count);
 }
 
-/* Puts the marker of a scope's count where absent, holding the scope's
- * body when it fits in one etcd request. */
-static hvd_status txn_put(struct rdzv_client *c, const char *what, int64_t expected,
-                          const void *value, size_t len, int64_t deadline_ns, bool *won);
-
+/* Puts the marker of a scope's count, holding the scope's body when it
+ * fits in one etcd request. A put, not a creation: the marker of an
+ * earlier fill of the scope (emptied since) may still be there, and its
+ * waiters watch for a put after their count. */
 static void put_marker(struct rdzv_client *c, const char *what, const char *scope,
                        size_t count, const struct hvd_buf *body, int64_t deadline_ns) {
   size_t len = body->len <= MARKER_BODY_MAX ? body->len : 0;
-  bool won;
 
   if (name_marker(c, scope, count) != HVD_OK ||
-      txn_put(c, what, 0, len ? body->data : "", len, deadline_ns, &won) != HVD_OK)
+      put(c, what, len ? body->data : "", len, deadline_ns) != HVD_OK)
     HVD_LOG_DEBUG("%s (the others read the scope after a watch chunk)",
                   hvd_last_error_message());
 }
