@@ -35,10 +35,11 @@ hvd_status rdzv_etcd_name_key(struct rdzv_client *c, const char *scope, const ch
   struct etcd *e = etcd_of(c);
   hvd_status st;
 
-  if (strchr(scope, '/') != NULL)
+  if (strchr(scope, '/') != NULL || scope[0] == '_')
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                     "rendezvous %s: scope '%s': a scope name in etcd must not hold '/'", c->where,
-                     scope);
+                     "rendezvous %s: scope '%s': a scope name in etcd must not hold '/' nor start "
+                     "with '_' (the job's own keys)",
+                     c->where, scope);
   if ((st = rdzv_etcd_key(&e->keybuf, e->prefix, scope, key)) != HVD_OK || key != NULL)
     return st;
   hvd_buf_reset(&e->endbuf);
@@ -64,7 +65,7 @@ static hvd_status put(struct rdzv_client *c, const char *what, const void *value
   for (int attempt = 0; attempt < 2; attempt++) {
     char id[24];
     cJSON *body = cJSON_CreateObject();
-    if ((st = rdzv_etcd_keep_lease(c, what, deadline_ns)) != HVD_OK) {
+    if ((st = rdzv_etcd_keep_lease(c, what, true, deadline_ns)) != HVD_OK) {
       cJSON_Delete(body);
       return st;
     }
@@ -117,7 +118,7 @@ static hvd_status range(struct rdzv_client *c, const char *what, enum range_of o
   cJSON *body;
   hvd_status st;
 
-  if ((st = rdzv_etcd_keep_lease(c, what, deadline_ns)) != HVD_OK)
+  if ((st = rdzv_etcd_keep_lease(c, what, false, deadline_ns)) != HVD_OK)
     return st;
   body = rdzv_etcd_range_body(&e->keybuf, of != RANGE_KEY ? &e->endbuf : NULL);
   if (body == NULL || (of == RANGE_COUNT && cJSON_AddTrueToObject(body, "count_only") == NULL)) {
@@ -428,7 +429,7 @@ static hvd_status txn_put(struct rdzv_client *c, const char *what, int64_t expec
   cJSON *body;
   hvd_status st;
 
-  if ((st = rdzv_etcd_keep_lease(c, what, deadline_ns)) != HVD_OK)
+  if ((st = rdzv_etcd_keep_lease(c, what, true, deadline_ns)) != HVD_OK)
     return st;
   body = rdzv_etcd_txn_body(&e->keybuf, expected == 0 ? "CREATE" : "MOD", expected, value, len,
                             e->lease);

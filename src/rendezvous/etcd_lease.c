@@ -59,8 +59,8 @@ static hvd_status establish_lease(struct rdzv_client *c, const char *what,
   return HVD_OK;
 }
 
-/* The job's lease, known and renewed if a third of its time has passed. */
-hvd_status rdzv_etcd_keep_lease(struct rdzv_client *c, const char *what, int64_t deadline_ns) {
+hvd_status rdzv_etcd_keep_lease(struct rdzv_client *c, const char *what, bool write,
+                                int64_t deadline_ns) {
   struct etcd *e = etcd_of(c);
   struct hvd_buf key;
   cJSON *body;
@@ -68,7 +68,9 @@ hvd_status rdzv_etcd_keep_lease(struct rdzv_client *c, const char *what, int64_t
   char text[24];
   hvd_status st;
 
-  if (e->lease != 0 && hvd_now_ns() - e->lease_renewed_ns < e->lease_ttl_s * 1000000000 / 3)
+  /* Known and renewed lately, or looked for lately by a reader. */
+  if ((e->lease != 0 || !write) &&
+      hvd_now_ns() - e->lease_renewed_ns < e->lease_ttl_s * 1000000000 / 3)
     return HVD_OK;
   if (e->lease != 0) {
     snprintf(text, sizeof(text), "%" PRId64, e->lease);
@@ -100,8 +102,10 @@ hvd_status rdzv_etcd_keep_lease(struct rdzv_client *c, const char *what, int64_t
     /* Renewed within a third of its time; should it expire sooner, a put
      * under it fails, and the put finds or makes the next one. */
     e->lease_renewed_ns = hvd_now_ns();
-  } else if (st == HVD_OK) {
+  } else if (st == HVD_OK && write) {
     st = establish_lease(c, what, &key, deadline_ns);
+  } else if (st == HVD_OK) {
+    e->lease_renewed_ns = hvd_now_ns(); /* none yet: a reader makes none */
   }
   hvd_buf_fini(&key);
   return st;

@@ -80,8 +80,10 @@ hvd_status rdzv_etcd_lead_renew(struct rdzv_client *c);
 void rdzv_etcd_lead_resign(struct rdzv_client *c);
 
 /* ---- etcd_lease.c ---- */
-/* Knows the job's lease (finding, or granting and publishing it) and
- * renews it when a third of its time has passed. */
-hvd_status rdzv_etcd_keep_lease(struct rdzv_client *c, const char *what, int64_t deadline_ns);
+/* The job's lease, renewed when a third of its time has passed: for a
+ * write, found or else granted and published; a reader renews one it
+ * finds and makes none. */
+hvd_status rdzv_etcd_keep_lease(struct rdzv_client *c, const char *what, bool write,
+                                int64_t deadline_ns);
 
 #endif
