@@ -162,7 +162,9 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
   char url[ETCD_ENDPOINT_MAX + 64], last[300] = "";
   int64_t backoff = RDZV_BACKOFF_FIRST_MS, started = hvd_now_ns();
   unsigned attempts = 0;
-  bool reauthenticated = false, answered = false;
+  /* answered: a member answered with an error; slow: one had the request
+   * and did not answer in time (a member without quorum, or frozen) */
+  bool reauthenticated = false, answered = false, slow = false;
 
   for (;;) {
     int64_t left = hvd_remaining_ms(deadline_ns);
@@ -170,7 +172,7 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
                            : (left < ETCD_ATTEMPT_MS ? left : ETCD_ATTEMPT_MS);
     enum outcome out = OUT_RETRY;
     hvd_status st = HVD_OK;
-    long http = 0;
+    long http = 0, sent = 0;
     CURLcode rc;
 
     snprintf(url, sizeof(url), "%s://%s/v3/%s", e->tls ? "https" : "http", e->endpoints[e->current],
@@ -185,11 +187,15 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
     attempts++;
     rc = rdzv_client_transfer(c);
     curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &http);
+    curl_easy_getinfo(c->curl, CURLINFO_REQUEST_SIZE, &sent);
     curl_slist_free_all(headers);
     if (c->cancelled)
       return hvd_error(HVD_ERR_ABORTED, "rendezvous %s: %s: cancelled", c->where, what);
-    if (stream &&
-        (e->watch_done || e->watch_canceled || (rc == CURLE_OPERATION_TIMEDOUT && http == 200)))
+    /* A watch that reached the deadline before its member's first answer
+     * (a busy one) is a wait that timed out, not a member out of reach. */
+    if (stream && (e->watch_done || e->watch_canceled ||
+                   (rc == CURLE_OPERATION_TIMEDOUT &&
+                    (http == 200 || (sent > 0 && hvd_now_ns() >= deadline_ns)))))
       return HVD_OK; /* the caller looks at what the watch saw */
     if (rc == CURLE_WRITE_ERROR && hvd_error_status() == HVD_ERR_TOO_LARGE)
       return hvd_error(HVD_ERR_TOO_LARGE, "rendezvous %s: %s: the answer exceeds %u bytes",
@@ -197,6 +203,7 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
     if (rc != CURLE_OK) {
       snprintf(last, sizeof(last), "%s: %s", e->endpoints[e->current],
                c->curl_error[0] ? c->curl_error : curl_easy_strerror(rc));
+      slow = slow || (rc == CURLE_OPERATION_TIMEDOUT && sent > 0);
       /* a request never sent may always be repeated */
       if (!idempotent && rc != CURLE_COULDNT_CONNECT && rc != CURLE_COULDNT_RESOLVE_HOST) {
         st = HVD_ERR_NETWORK;
@@ -235,11 +242,14 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
     if (attempts % e->nendpoints != 0 && hvd_now_ns() < deadline_ns)
       continue;
     if (!rdzv_client_pause(c, &backoff, deadline_ns))
-      return hvd_error(answered ? HVD_ERR_TIMEOUT : HVD_ERR_NETWORK,
+      return hvd_error(answered || slow ? HVD_ERR_TIMEOUT : HVD_ERR_NETWORK,
                        "rendezvous %s: %s: %s within %.1f s (%u attempts; last: %s); check that "
                        "a majority of the etcd cluster's members is up and reachable, or raise "
                        "HOROVOD_GLOO_TIMEOUT_SECONDS",
-                       c->where, what, answered ? "no member could serve it" : "no member reached",
+                       c->where, what,
+                       answered ? "no member could serve it"
+                       : slow   ? "no member answered in time"
+                                : "no member reached",
                        (double)(hvd_now_ns() - started) / 1e9, attempts, last);
   }
 }
