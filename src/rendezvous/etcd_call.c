@@ -168,8 +168,11 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
 
   for (;;) {
     int64_t left = hvd_remaining_ms(deadline_ns);
-    int64_t limit = stream ? (left < ETCD_WATCH_CHUNK_MS ? left : ETCD_WATCH_CHUNK_MS)
-                           : (left < ETCD_ATTEMPT_MS ? left : ETCD_ATTEMPT_MS);
+    /* A request that is not repeated has the call's whole time: cut at
+     * ETCD_ATTEMPT_MS, it failed on a member that was merely slow. */
+    int64_t limit = stream        ? (left < ETCD_WATCH_CHUNK_MS ? left : ETCD_WATCH_CHUNK_MS)
+                    : !idempotent ? left
+                                  : (left < ETCD_ATTEMPT_MS ? left : ETCD_ATTEMPT_MS);
     enum outcome out = OUT_RETRY;
     hvd_status st = HVD_OK;
     long http = 0, sent = 0;
@@ -206,7 +209,7 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
       slow = slow || (rc == CURLE_OPERATION_TIMEDOUT && sent > 0);
       /* a request never sent may always be repeated */
       if (!idempotent && rc != CURLE_COULDNT_CONNECT && rc != CURLE_COULDNT_RESOLVE_HOST) {
-        st = HVD_ERR_NETWORK;
+        st = rc == CURLE_OPERATION_TIMEDOUT ? HVD_ERR_TIMEOUT : HVD_ERR_NETWORK;
         out = OUT_FAILED;
       }
     } else if (http == 200) {
