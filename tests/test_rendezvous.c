@@ -2728,6 +2728,40 @@ END_TEST
 
 /* ==== suites ===================================================================== */
 
+/* GET /metrics' merge: families by name across ranks, rank and host
+ * labels first, an earlier elastic round left out, and lines that would
+ * break the exposition (or claim the rank and host labels) dropped. */
+START_TEST(store_metrics_render) {
+  struct hvd_buf out = {0};
+  put(RDZV_METRICS_SCOPE, "1",
+      "# hvd-metrics round=2 host=b\"x\n"
+      "# HELP hvd_ops_total Ops.\n# TYPE hvd_ops_total counter\n"
+      "hvd_ops_total{op=\"allreduce\"} 5\n"
+      "hvd_ops_total{op=\"a\\\"} 1\n"              /* a backslash in a value */
+      "hvd_ops_total{rank=\"7\"} 1\n"              /* ours */
+      "hvd_other_total 3\n"                        /* not the current family */
+      "hvd_ops_total 1 1700000000\n"               /* a timestamp */
+      "# TYPE hvd_wait_seconds histogram\n"
+      "hvd_wait_seconds_bucket{le=\"+Inf\"} 2\nhvd_wait_seconds_count 2\n"
+      "hvd_wait_seconds_sum 0.5\n");
+  put(RDZV_METRICS_SCOPE, "0",
+      "# hvd-metrics round=2 host=a\n"
+      "# TYPE hvd_ops_total counter\nhvd_ops_total{op=\"allreduce\"} 4\n");
+  put(RDZV_METRICS_SCOPE, "9", "# hvd-metrics round=1 host=gone\n"
+                               "# TYPE hvd_ops_total counter\nhvd_ops_total 9\n");
+  ck_assert_int_eq(rdzv_metrics_render(store, &out), HVD_OK);
+  ck_assert_str_eq(out.data,
+                   "# HELP hvd_ops_total Ops.\n# TYPE hvd_ops_total counter\n"
+                   "hvd_ops_total{rank=\"0\",host=\"a\",op=\"allreduce\"} 4\n"
+                   "hvd_ops_total{rank=\"1\",host=\"b\\\"x\",op=\"allreduce\"} 5\n"
+                   "# TYPE hvd_wait_seconds histogram\n"
+                   "hvd_wait_seconds_bucket{rank=\"1\",host=\"b\\\"x\",le=\"+Inf\"} 2\n"
+                   "hvd_wait_seconds_count{rank=\"1\",host=\"b\\\"x\"} 2\n"
+                   "hvd_wait_seconds_sum{rank=\"1\",host=\"b\\\"x\"} 0.5\n");
+  hvd_buf_fini(&out);
+}
+END_TEST
+
 static Suite *store_suite(void) {
   Suite *s = suite_create("store");
   TCase *tc = tcase_create("store");
@@ -2748,6 +2782,7 @@ static Suite *store_suite(void) {
   tcase_add_test(tc, store_wait_deadlines);
   tcase_add_test(tc, store_wait_many_deadlines);
   tcase_add_test(tc, store_wait_for_changes);
+  tcase_add_test(tc, store_metrics_render);
   suite_add_tcase(s, tc);
   return s;
 }

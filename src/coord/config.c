@@ -87,6 +87,10 @@ hvd_status coord_config_from_env(int local_rank, int local_size, struct coord_co
   if (st == HVD_OK)
     st = hvd_setting_int(HVD_SET_TIMEOUT, &timeout_s);
   if (st == HVD_OK)
+    st = hvd_setting_bool(HVD_SET_METRICS, &c.metrics);
+  if (st == HVD_OK)
+    st = hvd_setting_int(HVD_SET_METRICS_PUSH_MS, &c.metrics_push_ms);
+  if (st == HVD_OK)
     st = hvd_setting_text(HVD_SET_TIMELINE, &timeline);
   if (st == HVD_OK)
     st = hvd_setting_text(HVD_SET_THREAD_AFFINITY, &affinity);

@@ -627,6 +627,8 @@ static void submit(struct coord_controller *c, struct coord_request *req, bool o
   }
   if (hit < 0)
     hit = retire_if_changed(c, req);
+  if (req->rank == 0 && c->s->cfg.metrics && c->s->cache.capacity > 0)
+    coord_metrics_cache(hit >= 0); /* rank 0's own: its workers count theirs */
   if (hit >= 0 && c->by_bit == NULL &&
       (c->by_bit = calloc(c->s->cache.capacity, sizeof(*c->by_bit))) == NULL)
     hit = -1; /* out of memory: the table serves */

@@ -216,6 +216,8 @@ struct coord_config {
   int64_t spin_ns;              /* HVD_SPIN_US: how long a waiting user thread spins */
   bool lanes;                   /* HVD_SHM_LANES (rank 0's counts): grant lanes (lanes.c) */
   int64_t timeout_ns;           /* HOROVOD_GLOO_TIMEOUT_SECONDS */
+  bool metrics;                 /* HVD_METRICS: count (metrics.c) */
+  int64_t metrics_push_ms;      /* HVD_METRICS_PUSH_MS; 0: never sent */
 };
 
 /* Reads the variables; a malformed value is HVD_ERR_INVALID_ARGUMENT naming it. */
@@ -267,6 +269,7 @@ struct coord_entry {
   struct hvd_handle_s *handle;
   int part;                 /* this tensor's index in its handle (its group) */
   struct coord_entry *next; /* in the queue */
+  int64_t taken_ns; /* when the loop's driver took it from the queue (metrics) */
   /* req.name when it fits (most do): no allocation per operation. */
   char name_buf[48];
 };
@@ -289,6 +292,7 @@ struct coord_set {
   struct net_comm *comm; /* members only; the global set uses the world's */
   bool owns_comm;
   uint32_t comm_id; /* unique per registration in this generation */
+  int8_t path;      /* enum coord_path its collectives take; 0: not looked at yet (metrics.c) */
 };
 
 struct coord_sets {
@@ -570,6 +574,45 @@ void coord_timeline_end(struct coord_timeline *t, const char *tensor);
 void coord_timeline_arrival(struct coord_timeline *t, const char *tensor, int rank);
 void coord_timeline_cycle(struct coord_timeline *t);
 
+/* ==== metrics (metrics.c) ======================================================== */
+
+/* How a collective's bytes move on this rank (a label of its metrics). */
+enum coord_path {
+  COORD_PATH_LOCAL = 1, /* a set of one rank */
+  COORD_PATH_SHM,       /* the set's ranks share a host: shared memory (HVD_SHM) */
+  COORD_PATH_TCP,       /* the set spans hosts (or HVD_SHM=0) */
+  COORD_PATH_NCCL,      /* GPU tensors through the backend's collectives */
+  COORD_PATH_INLINE,    /* reduced by rank 0 during negotiation */
+  COORD_PATH_LANE,      /* agreed through a shared-memory lane (lanes.c) */
+  COORD_PATH_COUNT
+};
+
+/*
+ * The counters are the process's, kept across hvd_init/hvd_shutdown and
+ * elastic resets (Prometheus counters only grow). The loop's driver, one
+ * thread at a time, updates them without locks; coord_metrics_format reads
+ * them from any thread. Nothing here allocates.
+ */
+/* A response ran on this rank from start to end (ns); ok: it succeeded.
+ * entries: its tensors (NULL where this rank has none). */
+void coord_metrics_op(struct coord_state *s, struct coord_set *set,
+                      const struct coord_response *r, struct coord_entry *const *entries,
+                      int64_t start, int64_t end, bool ok);
+/* A submission completed through its lane at now. */
+void coord_metrics_lane(const struct coord_entry *e, int64_t now);
+void coord_metrics_cache(bool hit);
+void coord_metrics_stalls(int tensors);
+void coord_metrics_job_error(void);
+void coord_metrics_reset(void);
+/* The exposition text of this rank's series (TYPE and HELP lines, no rank
+ * or host label: the server adds them), after a first line
+ * "# hvd-metrics round=<round> host=<host>". */
+hvd_status coord_metrics_format(struct hvd_buf *out, uint64_t round, const char *host);
+/* The thread that sends the snapshot to the store every
+ * cfg.metrics_push_ms (hvd's own store only); stop sends a last one. */
+hvd_status coord_metrics_start(struct coord_state *s);
+void coord_metrics_stop(struct coord_state *s);
+
 /* ==== GPU tensors (gpu.c; the CUDA backend in cuda/) ============================== */
 
 struct coord_gpu; /* a backend's per-process state: its device, streams, communicators */
@@ -646,6 +689,7 @@ struct coord_state {
 
   struct coord_sets sets;
   struct coord_timeline *timeline;
+  struct coord_metrics_pusher *metrics; /* NULL: nothing sent (metrics.c) */
 
   /* the loop's driver only (the background thread, or a user thread
    * waiting for its handle: whoever holds the loop's drive lock) */

@@ -395,6 +395,7 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
   struct coord_entry *one[1], **entries = r->ntensors <= 1 ? one : NULL;
   struct coord_set *set = coord_sets_get(&s->sets, r->set);
   hvd_status st = HVD_OK, failure = HVD_OK;
+  int64_t start;
 
   if (r->type == COORD_JOIN) {
     struct coord_entry *e = coord_find_entry(s, HVD_PROCESS_SET_GLOBAL, COORD_JOIN_NAME);
@@ -413,6 +414,8 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
   count_joined_calls(s, r, entries);
   switch (r->type) {
   case COORD_ERROR:
+    if (s->cfg.metrics)
+      coord_metrics_op(s, set, r, entries, 0, 0, false);
     finish_all(r, entries, (hvd_status)r->status,
                r->error != NULL ? r->error : "rank 0 failed the operation (no message)");
     goto out;
@@ -440,10 +443,13 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
       finish_all(r, entries, HVD_ERR_INTERNAL, "this rank is not in the operation's process set");
       goto out;
     }
+    start = s->cfg.metrics ? hvd_now_ns() : 0;
     if (r->device != HVD_DEVICE_CPU)
       st = execute_gpu(s, set, r, entries);
     else
       st = execute_cpu(s, set, r, entries);
+    if (s->cfg.metrics)
+      coord_metrics_op(s, set, r, entries, start, hvd_now_ns(), st == HVD_OK);
     /* A failed collective means a failed communicator: the job stops. */
     if (st != HVD_OK)
       failure = st;

@@ -69,7 +69,7 @@ bool coord_lanes_submit(struct coord_state *s, struct coord_entry *e, int bit, i
 
 /* Every rank posted w's input: the result, reduced in rank order as rank 0
  * reduces inline inputs, into the entry's output. */
-static void finish(struct coord_state *s, const struct coord_lane_wait *w) {
+static void finish(struct coord_state *s, const struct coord_lane_wait *w, int64_t now) {
   const struct coord_request *q = &w->e->req;
   size_t count = w->t.len / hvd_dtype_size(q->dtype);
   unsigned char acc[COORD_LANE_VALUE_MAX];
@@ -83,6 +83,8 @@ static void finish(struct coord_state *s, const struct coord_lane_wait *w) {
   memcpy(w->e->output, acc, w->t.len);
   coord_execute_phase(s, &phase, "LANE_ALLREDUCE");
   atomic_fetch_add_explicit(&s->lane_waits.completed, 1, memory_order_relaxed);
+  if (s->cfg.metrics)
+    coord_metrics_lane(w->e, now);
   coord_finish_entry(s, w->e, HVD_OK, NULL);
 }
 
@@ -104,7 +106,7 @@ static void settle(struct coord_state *s, int64_t now, int bit, bool force, bool
     }
     *worked = true;
     if (state == COORD_LANE_DONE)
-      finish(s, &w);
+      finish(s, &w, now);
     else
       coord_requeue(s, w.e);
   }

@@ -80,6 +80,7 @@ static void state_destroy(struct coord_state *s) {
   if (s == NULL)
     return;
   coord_loop_join(s);
+  coord_metrics_stop(s); /* after the loop: its last counts go out */
   /* NCCL communicators of a failed job are aborted: a dead peer would
    * hold a clean destroy forever. */
   if (s->gpu != NULL)
@@ -356,6 +357,8 @@ static hvd_status state_create(const struct coord_start *how, uint64_t nth, int 
   }
   if ((st = coord_loop_start(s)) != HVD_OK)
     goto fail;
+  if ((st = coord_metrics_start(s)) != HVD_OK)
+    goto fail;
   if (s->store != NULL)
     (void)rdzv_client_set_cancel_fd(s->store, -1); /* the start's eventfd goes with it */
   *out = s;
@@ -436,6 +439,8 @@ hvd_status coord_init_state(const struct coord_start *how) {
     snprintf(why, sizeof(why), "%s", hvd_last_error_message());
     st = hvd_error(HVD_ERR_ABORTED, "hvd_shutdown was called while hvd_init ran (%s)", why);
   }
+  if (st == HVD_OK && how->round != NULL)
+    coord_metrics_reset(); /* a later round of an elastic job */
   if (st != HVD_OK)
     hvd_error_prefix("hvd_init");
   g_starting = false;

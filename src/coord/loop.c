@@ -321,6 +321,7 @@ static void fail_job(struct coord_loop *l, hvd_status st) {
 
   snprintf(msg, sizeof(msg), "%s", hvd_last_error_message());
   HVD_LOG_ERROR("stopping: %s", msg);
+  coord_metrics_job_error();
   coord_stop(s, st, msg);
   hvd_buf_reset(&l->msg);
   if (l->coordinator) {
@@ -446,6 +447,7 @@ static hvd_status apply(struct coord_loop *l, struct coord_response_list *list) 
   hvd_status st = HVD_OK;
 
   if (list->flags & COORD_FLAG_ABORT) {
+    coord_metrics_job_error();
     coord_stop(s, list->abort_status ? (hvd_status)list->abort_status : HVD_ERR_ABORTED,
                list->abort_message != NULL ? list->abort_message : "the job failed");
     return HVD_OK;
@@ -578,8 +580,12 @@ static hvd_status submit_own(struct coord_loop *l, bool *worked, int64_t now) {
   for (struct coord_entry *e = drain(l->s, &stop); e != NULL; e = e->next) {
     struct coord_request req = e->req;
     *worked = true;
-    if (coord_lanes_submit(l->s, e, COORD_LANE_FIND, now))
+    e->taken_ns = now;
+    if (coord_lanes_submit(l->s, e, COORD_LANE_FIND, now)) {
+      if (l->s->cfg.metrics)
+        coord_metrics_cache(true); /* a lane is a cached operation's */
       continue;
+    }
     req.rank = 0;
     coord_controller_submit_borrowed(c, &req);
   }
@@ -691,6 +697,9 @@ static hvd_status add_request(struct coord_loop *l, struct coord_entry *e, int64
   struct coord_request_list *out = &l->requests;
   int bit = cache->capacity > 0 ? coord_cache_hit(cache, &e->req) : -1;
 
+  e->taken_ns = now;
+  if (l->s->cfg.metrics && cache->capacity > 0)
+    coord_metrics_cache(bit >= 0);
   if (coord_lanes_submit(l->s, e, bit, now))
     return HVD_OK;
   *added = true;

@@ -61,6 +61,8 @@ hvd_status coord_controller_check_stalls(struct coord_controller *c, int64_t now
   }
   if (stalled > SHOWN_TENSORS)
     HVD_LOG_WARN("  ... and %d more", stalled - SHOWN_TENSORS);
+  if (stalled > 0)
+    coord_metrics_stalls(stalled);
   if (worst != NULL && cfg->stall_shutdown_ns > 0 &&
       now - worst->first_ns >= cfg->stall_shutdown_ns) {
     missing_ranks(c, worst, ranks, sizeof(ranks));

@@ -308,6 +308,15 @@ struct rdzv_server_config {
 
 #define RDZV_BLOCKING_GET_MS 600000
 
+/* GET /metrics (server_metrics.c): the Prometheus text exposition of the
+ * snapshots ranks PUT as RDZV_METRICS_SCOPE/<rank> (coord/metrics.c), every
+ * sample labelled rank and host; those of earlier elastic rounds are left
+ * out. Readable with the job's token, or without one from a loopback
+ * address (docs/observability.md). */
+#define RDZV_METRICS_PATH "/metrics"
+#define RDZV_METRICS_SCOPE "hvd_metrics"
+hvd_status rdzv_metrics_render(struct rdzv_store *store, struct hvd_buf *out);
+
 void rdzv_server_config_default(struct rdzv_server_config *cfg);
 hvd_status rdzv_server_start(const struct rdzv_server_config *cfg, struct rdzv_server **out);
 /* Stops accepting, answers waiting clients 503, closes everything. NULL is a no-op. */

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,7 @@ enum { STOP_DRAIN_MS = 2000 }; /* how long stop waits for the 503s to be sent */
 
 enum op {
   OP_HEALTH,
+  OP_METRICS,
   OP_ADMIT,
   OP_GET,
   OP_GET_SCOPE,
@@ -123,7 +125,8 @@ static enum MHD_Result queue(struct request *req, unsigned code, struct MHD_Resp
     MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"hvd\"");
   if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
-                            req->op == OP_HEALTH ? "GET, HEAD" : ALLOWED_METHODS);
+                            req->op == OP_HEALTH || req->op == OP_METRICS ? "GET, HEAD"
+                                                                          : ALLOWED_METHODS);
   ret = MHD_queue_response(req->conn, code, resp);
   MHD_destroy_response(resp);
   req->answered = true;
@@ -278,6 +281,55 @@ static bool authorized(struct request *req) {
     return false;
   auth += sizeof(bearer) - 1;
   return hvd_secure_equal(auth, strlen(auth), req->srv->token, req->srv->token_len);
+}
+
+/* GET /metrics: with the token (if the job has one), or with no
+ * credentials at all from a loopback address. A wrong token is refused
+ * wherever it comes from. */
+static bool metrics_readable(struct request *req) {
+  const union MHD_ConnectionInfo *info;
+  const struct sockaddr *sa;
+
+  if (authorized(req))
+    return true;
+  if (MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION) !=
+      NULL)
+    return false;
+  info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  sa = info != NULL ? info->client_addr : NULL;
+  if (sa != NULL && sa->sa_family == AF_INET) {
+    const struct sockaddr_in *in = (const void *)sa;
+    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (sa != NULL && sa->sa_family == AF_INET6) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+  }
+  return false;
+}
+
+static enum MHD_Result answer_metrics(struct request *req) {
+  struct hvd_buf text;
+  struct MHD_Response *resp;
+  size_t len = 0;
+  char *data;
+
+  hvd_buf_init(&text, 0);
+  if (rdzv_metrics_render(req->srv->store, &text) != HVD_OK) {
+    hvd_buf_fini(&text);
+    return answer_text(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "%s", hvd_last_error_message());
+  }
+  data = hvd_buf_detach(&text, &len);
+  resp = MHD_create_response_from_buffer_with_free_callback(len, data, free);
+  if (resp == NULL) {
+    free(data);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                          "text/plain; version=0.0.4; charset=utf-8");
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  req->reply_bytes = len;
+  return queue(req, MHD_HTTP_OK, resp);
 }
 
 /* Reads If-Match / If-None-Match; false (with a reason) when malformed. */
@@ -445,6 +497,19 @@ static enum MHD_Result begin(struct request *req, const char *url) {
         strcmp(req->method, MHD_HTTP_METHOD_HEAD) != 0)
       return answer_text(req, MHD_HTTP_METHOD_NOT_ALLOWED, "%s supports GET and HEAD only",
                          HEALTH_PATH);
+    return MHD_YES;
+  }
+  if (strcmp(url, RDZV_METRICS_PATH) == 0) {
+    req->op = OP_METRICS;
+    if (strcmp(req->method, MHD_HTTP_METHOD_GET) != 0 &&
+        strcmp(req->method, MHD_HTTP_METHOD_HEAD) != 0)
+      return answer_text(req, MHD_HTTP_METHOD_NOT_ALLOWED, "%s supports GET and HEAD only",
+                         RDZV_METRICS_PATH);
+    if (!metrics_readable(req))
+      return answer_text(req, MHD_HTTP_UNAUTHORIZED,
+                         "%s is readable from this host, or with the job token elsewhere "
+                         "(docs/observability.md)",
+                         RDZV_METRICS_PATH);
     return MHD_YES;
   }
   if (strcmp(url, RDZV_ADMIT_PATH) == 0) {
@@ -673,6 +738,8 @@ static enum MHD_Result execute(struct request *req) {
   switch (req->op) {
   case OP_HEALTH:
     return answer_health(req);
+  case OP_METRICS:
+    return answer_metrics(req);
   case OP_ADMIT:
     return answer_admit(req);
   case OP_GET:
