@@ -255,6 +255,37 @@ static void take_round(struct coord_state *s, const struct coord_start *how, uin
   wcfg->ctx.generation = s->round.round;
 }
 
+/* The first member of HVD_RENDEZVOUS=etcd://HOST:PORT,...: with no
+ * HOROVOD_GLOO_RENDEZVOUS_ADDR, ranks route to it to choose the address
+ * they advertise, as they route to hvd's own store (else they would
+ * advertise loopback and never meet across hosts). false if there is none. */
+static bool etcd_member(char *host, size_t size, int64_t *port) {
+  const char *url = NULL, *p, *end, *colon = NULL, *h, *h_end;
+
+  if (hvd_setting_text(HVD_SET_RENDEZVOUS, &url) != HVD_OK || url == NULL ||
+      strncmp(url, "etcd", 4) != 0 || (p = strstr(url, "://")) == NULL)
+    return false;
+  p += 3;
+  end = p + strcspn(p, ",/");
+  for (const char *q = p; q < end; q++)
+    if (*q == ':')
+      colon = q;
+  if (colon == NULL)
+    return false;
+  h = p;
+  h_end = colon;
+  if (*h == '[' && h_end > h + 1 && h_end[-1] == ']') { /* [v6]:port */
+    h++;
+    h_end--;
+  }
+  if (h_end <= h || (size_t)(h_end - h) >= size ||
+      !hvd_parse_int64(colon + 1, (size_t)(end - colon - 1), port))
+    return false;
+  memcpy(host, h, (size_t)(h_end - h));
+  host[h_end - h] = '\0';
+  return true;
+}
+
 /* nth: earlier successful starts of this process; cancel_fd: an eventfd
  * that ends the store client's waits (hvd_shutdown during the start). */
 static hvd_status state_create(const struct coord_start *how, uint64_t nth, int cancel_fd,
@@ -263,6 +294,7 @@ static hvd_status state_create(const struct coord_start *how, uint64_t nth, int 
   struct net_world_config wcfg;
   int *all = NULL;
   int64_t port = 0;
+  char member[256];
   hvd_status st;
 
   if (s == NULL)
@@ -289,6 +321,8 @@ static hvd_status state_create(const struct coord_start *how, uint64_t nth, int 
     st = hvd_setting_text(HVD_SET_RENDEZVOUS_ADDR, &wcfg.ctx.store_host);
   if (st != HVD_OK)
     goto fail;
+  if (wcfg.ctx.store_host == NULL && s->store != NULL && etcd_member(member, sizeof(member), &port))
+    wcfg.ctx.store_host = member;
   wcfg.ctx.store = s->store;
   wcfg.ctx.store_port = port > 0 ? (int)port : 0;
   /* A pod learns its rank from the store: until then it has none to show. */
