@@ -25,6 +25,7 @@ struct worker {
   char beat[POD_INCARNATION_MAX + 32];       /* its latest heartbeat */
   int64_t heard_at;                          /* when the heartbeat last changed */
   bool twin_said;                            /* a second process with its slot was reported */
+  bool unproven; /* taken over without a place: gets one once its heartbeat changes */
 };
 
 /* Running and not being stopped by the driver. */

@@ -53,6 +53,10 @@ static void admit(struct driver *d, const char *key, size_t host_len, int lr, co
   w->heard_at = hvd_now_ns();
   w->running = !d->finishing;
   if (driver_resumed_admission(d, w->incarnation, w->host, lr, &w->assigned)) {
+    /* Without a place in the latest round it may be a pod the previous
+     * driver counted as gone (its last beat stays in the store): it is
+     * placed only once it beats under this driver, not waited for. */
+    w->unproven = !w->assigned;
     if (d->o->verbose)
       driver_say(d, "pod %s is worker %d (admitted by the previous driver%s)", key, w->label,
                  w->assigned ? "; in the latest round" : "");
@@ -93,6 +97,7 @@ static void on_pod(struct driver *d, const char *key, const char *value, size_t 
     memcpy(w->beat, value, len);
     w->beat[len] = '\0';
     w->heard_at = hvd_now_ns();
+    w->unproven = false;
     if (!worker_live(w)) {
       /* It beats on after its end: another process took its slot, or it
        * was counted as gone and came back; either way it has no place. */
@@ -118,6 +123,12 @@ static void on_pod(struct driver *d, const char *key, const char *value, size_t 
                                 "restarted)",
                         1);
   admit(d, key, host_len, (int)lr, value, inc_len, len);
+}
+
+/* A slot whose live worker may have a place in a round. */
+static bool placeable(struct driver *d, const char *host, int local_rank) {
+  const struct worker *w = driver_live_worker(d, host, strlen(host), local_rank);
+  return w != NULL && !w->unproven;
 }
 
 hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n) {
@@ -150,14 +161,14 @@ hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n
   for (size_t i = 0; i < d->nw; i++) {
     const struct worker *w = &d->w[i];
     size_t h = 0;
-    if (!worker_live(w))
+    if (!worker_live(w) || w->unproven)
       continue;
     while (h < count && strcmp(hosts[h].name, w->host) != 0)
       h++;
     if (h < count)
       continue;
     snprintf(hosts[count].name, sizeof(hosts[count].name), "%s", w->host);
-    while (driver_live_worker(d, w->host, strlen(w->host), hosts[count].slots) != NULL)
+    while (placeable(d, w->host, hosts[count].slots))
       hosts[count].slots++;
     if (hosts[count].slots > 0)
       count++;
