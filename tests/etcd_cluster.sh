@@ -1,13 +1,23 @@
 # shellcheck shell=sh
 # Real etcd clusters for the shell tests of the etcd rendezvous store
 # (issue 34), the twin of tests/etcd_cluster.h. Source it, then:
-#   etcd_cluster_start N     N members (1 to 5) on free 127.0.0.1 ports, data and logs
-#                            in a new temporary directory, $etcd_dir; returns once
-#                            they agree on a leader. Exits 77 (ctest's skip) with the
-#                            reason where etcd or etcdctl is missing or older than 3.4
-#   etcd_endpoints           prints 127.0.0.1:P0,127.0.0.1:P1,... (every member, up or
-#                            down, in index order: for etcd:// URLs)
-#   etcd_endpoint I          prints member I's 127.0.0.1:PORT
+#   etcd_member_at I ADDR [WORD...]
+#                            before etcd_cluster_start: member I listens on ADDR
+#                            (default 127.0.0.1) and runs through the command prefix
+#                            WORD... (e.g. `tests/netns/bed.sh -b BED exec node1`: a
+#                            member on a host of the network-namespace bed); the
+#                            etcdctl calls that ask member I alone run through it too
+#   etcd_client_via [WORD...]
+#                            etcd_ctl runs through this command prefix (default: member
+#                            0's), which must reach every member's ADDR
+#   etcd_cluster_start N     N members (1 to 5) on free ports (of 127.0.0.1, or their
+#                            etcd_member_at address), data and logs in a new temporary
+#                            directory, $etcd_dir; returns once they agree on a leader.
+#                            Exits 77 (ctest's skip) with the reason where etcd or
+#                            etcdctl is missing or older than 3.4
+#   etcd_endpoints           prints ADDR0:P0,ADDR1:P1,... (every member, up or down, in
+#                            index order: for etcd:// URLs)
+#   etcd_endpoint I          prints member I's ADDR:PORT
 #   etcd_leader [SECONDS]    prints the leader's index once the running, unpaused
 #                            members agree on one of them (default: wait 30 s; after
 #                            that, status 1 and nothing printed)
@@ -35,12 +45,16 @@
 # the script's EXIT trap. A bare `wait` would wait for the members too:
 # wait for pids. Every name here starts with etcd_ or _etcd_.
 # HVD_TEST_ETCD names another etcd binary (its etcdctl is taken from the
-# same directory when there is one there).
+# same directory when there is one there). A command prefix given to
+# etcd_member_at must end by exec'ing its command (bed.sh exec does), so
+# that the member's pid is the keeper's child; its words are split on
+# blanks.
 
 etcd_bin=${HVD_TEST_ETCD:-/usr/bin/etcd}
 etcd_lifetime=900
 etcd_dir=
 _etcd_n=0
+_etcd_client_via=
 if [ -x "$(dirname "$etcd_bin")/etcdctl" ]; then
     _etcd_ctl_bin=$(dirname "$etcd_bin")/etcdctl
 else
@@ -94,6 +108,26 @@ _etcd_port() {
 
 _etcd_client_port() { cut -d' ' -f1 "$etcd_dir/m$1.ports"; }
 
+# Member I's address and command prefix (etcd_member_at).
+_etcd_addr() { eval "echo \"\${_etcd_at_$1:-127.0.0.1}\""; }
+_etcd_via() { eval "echo \"\${_etcd_via_$1:-}\""; }
+
+etcd_member_at() {
+    case $1 in
+    [0-4]) ;;
+    *)
+        _etcd_say "etcd_member_at: member 0 to 4, not '$1'"
+        return 1
+        ;;
+    esac
+    eval "_etcd_at_$1=\$2"
+    _etcd_k=$1
+    shift 2
+    eval "_etcd_via_$_etcd_k=\$*"
+}
+
+etcd_client_via() { _etcd_client_via=$*; }
+
 _etcd_running() { [ -s "$etcd_dir/m$1.pid" ]; }
 
 _etcd_reachable() { _etcd_running "$1" && [ ! -e "$etcd_dir/m$1.paused" ]; }
@@ -109,20 +143,21 @@ _etcd_spawn() {
     _etcd_cluster=
     _etcd_k=0
     while [ "$_etcd_k" -lt "$_etcd_n" ]; do
-        _etcd_cluster="$_etcd_cluster${_etcd_cluster:+,}m$_etcd_k=http://127.0.0.1:$(cut -d' ' \
-            -f2 "$etcd_dir/m$_etcd_k.ports")"
+        _etcd_cluster="$_etcd_cluster${_etcd_cluster:+,}m$_etcd_k=http://$(_etcd_addr \
+            "$_etcd_k"):$(cut -d' ' -f2 "$etcd_dir/m$_etcd_k.ports")"
         _etcd_k=$((_etcd_k + 1))
     done
     read -r _etcd_c _etcd_pp <"$etcd_dir/m$_etcd_i.ports"
+    _etcd_a=$(_etcd_addr "$_etcd_i")
     echo "==== etcd_cluster.sh: start member $_etcd_i ($2):" \
-        "client port $_etcd_c, peer port $_etcd_pp" >>"$etcd_dir/m$_etcd_i.log"
-    # shellcheck disable=SC2086 # _etcd_guard: a command prefix, or nothing
-    $_etcd_guard timeout -s KILL "$etcd_lifetime" $_etcd_guard "$etcd_bin" \
-        --name "m$_etcd_i" --data-dir "$etcd_dir/m$_etcd_i" \
-        --listen-client-urls "http://127.0.0.1:$_etcd_c" \
-        --advertise-client-urls "http://127.0.0.1:$_etcd_c" \
-        --listen-peer-urls "http://127.0.0.1:$_etcd_pp" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$_etcd_pp" \
+        "client $_etcd_a:$_etcd_c, peer port $_etcd_pp" >>"$etcd_dir/m$_etcd_i.log"
+    # shellcheck disable=SC2086,SC2046 # _etcd_guard, the member's prefix: words, or nothing
+    $_etcd_guard timeout -s KILL "$etcd_lifetime" $_etcd_guard $(_etcd_via "$_etcd_i") \
+        "$etcd_bin" --name "m$_etcd_i" --data-dir "$etcd_dir/m$_etcd_i" \
+        --listen-client-urls "http://$_etcd_a:$_etcd_c" \
+        --advertise-client-urls "http://$_etcd_a:$_etcd_c" \
+        --listen-peer-urls "http://$_etcd_a:$_etcd_pp" \
+        --initial-advertise-peer-urls "http://$_etcd_a:$_etcd_pp" \
         --initial-cluster "$_etcd_cluster" --initial-cluster-state "$2" \
         --initial-cluster-token "${etcd_dir##*/}" \
         --heartbeat-interval 50 --election-timeout 500 --logger zap --log-level info \
@@ -130,7 +165,8 @@ _etcd_spawn() {
     _etcd_keeper=$!
     echo "$_etcd_keeper" >"$etcd_dir/m$_etcd_i.keeper"
     rm -f "$etcd_dir/m$_etcd_i.paused"
-    # etcd is the keeper's only child (setpriv execs it in place).
+    # etcd is the keeper's only child (setpriv, and any prefix, exec it in
+    # place).
     _etcd_k=0
     while [ "$_etcd_k" -lt 200 ]; do
         _etcd_pid=$(pgrep -P "$_etcd_keeper" | head -n 1)
@@ -158,8 +194,10 @@ _etcd_down() {
 
 # _etcd_status I: "ID LEADER" of member I (leader 0: none), or status 1.
 _etcd_status() {
-    _etcd_out=$(ETCDCTL_API=3 "$_etcd_ctl_bin" --endpoints="127.0.0.1:$(_etcd_client_port "$1")" \
-        --dial-timeout=1s --command-timeout=1s endpoint status -w json 2>/dev/null) || return 1
+    # shellcheck disable=SC2046 # the member's prefix: words, or nothing
+    _etcd_out=$(ETCDCTL_API=3 $(_etcd_via "$1") "$_etcd_ctl_bin" \
+        --endpoints="$(etcd_endpoint "$1")" --dial-timeout=1s --command-timeout=1s \
+        endpoint status -w json 2>/dev/null) || return 1
     _etcd_id=$(echo "$_etcd_out" | sed -n 's/.*"member_id":\([0-9]*\).*/\1/p')
     _etcd_ld=$(echo "$_etcd_out" | sed -n 's/.*"leader":\([0-9]*\).*/\1/p')
     [ -n "$_etcd_id" ] && [ -n "$_etcd_ld" ] || return 1
@@ -289,13 +327,13 @@ etcd_endpoints() {
     _etcd_k=0
     _etcd_eps=
     while [ "$_etcd_k" -lt "$_etcd_n" ]; do
-        _etcd_eps="$_etcd_eps${_etcd_eps:+,}127.0.0.1:$(_etcd_client_port "$_etcd_k")"
+        _etcd_eps="$_etcd_eps${_etcd_eps:+,}$(etcd_endpoint "$_etcd_k")"
         _etcd_k=$((_etcd_k + 1))
     done
     echo "$_etcd_eps"
 }
 
-etcd_endpoint() { echo "127.0.0.1:$(_etcd_client_port "$1")"; }
+etcd_endpoint() { echo "$(_etcd_addr "$1"):$(_etcd_client_port "$1")"; }
 
 etcd_leader() {
     _etcd_tries=$((${1:-30} * 20))
@@ -354,11 +392,13 @@ etcd_resume() {
 }
 
 etcd_ctl() {
+    _etcd_pre=${_etcd_client_via:-$(_etcd_via 0)}
+    # shellcheck disable=SC2086 # the client's prefix: words, or nothing
     if [ -s "$etcd_dir/password" ]; then
-        ETCDCTL_API=3 "$_etcd_ctl_bin" --endpoints="$(etcd_endpoints)" \
+        ETCDCTL_API=3 $_etcd_pre "$_etcd_ctl_bin" --endpoints="$(etcd_endpoints)" \
             --user="root:$(cat "$etcd_dir/password")" "$@"
     else
-        ETCDCTL_API=3 "$_etcd_ctl_bin" --endpoints="$(etcd_endpoints)" "$@"
+        ETCDCTL_API=3 $_etcd_pre "$_etcd_ctl_bin" --endpoints="$(etcd_endpoints)" "$@"
     fi
 }
 
