@@ -170,9 +170,15 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
     int64_t left = hvd_remaining_ms(deadline_ns);
     /* A request that is not repeated has the call's whole time: cut at
      * ETCD_ATTEMPT_MS, it failed on a member that was merely slow. */
+    /* Each round over the members doubles the time one may take: a frozen
+     * member is passed over in 3 s, and a cluster slow with load is not
+     * flooded with requests repeated every 3 s. */
+    int64_t attempt_ms = ETCD_ATTEMPT_MS << (attempts / e->nendpoints < 6
+                                                 ? attempts / e->nendpoints
+                                                 : 6);
     int64_t limit = stream        ? (left < ETCD_WATCH_CHUNK_MS ? left : ETCD_WATCH_CHUNK_MS)
                     : !idempotent ? left
-                                  : (left < ETCD_ATTEMPT_MS ? left : ETCD_ATTEMPT_MS);
+                                  : (left < attempt_ms ? left : attempt_ms);
     enum outcome out = OUT_RETRY;
     hvd_status st = HVD_OK;
     long http = 0, sent = 0;
