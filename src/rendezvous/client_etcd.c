@@ -706,10 +706,15 @@ hvd_status rdzv_client_create_etcd(const char *url, int64_t timeout_ms, struct r
   if (st == HVD_OK)
     st = copy_setting(HVD_SET_ETCD_KEY, &e->key);
   if (st == HVD_OK && (e->cert != NULL) != (e->key != NULL))
-    st = hvd_error(HVD_ERR_INVALID_ARGUMENT, "HVD_ETCD_CERT and HVD_ETCD_KEY go together");
+    st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
+                   "HVD_RENDEZVOUS='%s': HVD_ETCD_CERT and HVD_ETCD_KEY go together (a client "
+                   "certificate and its key); %s is not set",
+                   url, e->cert != NULL ? "HVD_ETCD_KEY" : "HVD_ETCD_CERT");
   if (st == HVD_OK && !e->tls && (e->cacert != NULL || e->cert != NULL))
     st = hvd_error(HVD_ERR_INVALID_ARGUMENT,
-                   "HVD_ETCD_CACERT, HVD_ETCD_CERT and HVD_ETCD_KEY need an etcds:// URL");
+                   "HVD_RENDEZVOUS='%s': HVD_ETCD_CACERT, HVD_ETCD_CERT and HVD_ETCD_KEY need an "
+                   "etcds:// URL (TLS)",
+                   url);
   if (st != HVD_OK) {
     rdzv_client_destroy(c);
     return st;
