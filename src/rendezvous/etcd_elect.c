@@ -48,7 +48,9 @@ hvd_status rdzv_etcd_lead(struct rdzv_client *c, const char *scope, const char *
 
   snprintf(what, sizeof(what), "LEAD /%s/%s", scope, key);
   e->lead_ttl_s = ttl_s;
-  if ((st = rdzv_etcd_ready(c, deadline_ns)) != HVD_OK)
+  /* a name etcd refuses, before a lease is granted for it */
+  if ((st = rdzv_etcd_name_key(c, scope, key)) != HVD_OK ||
+      (st = rdzv_etcd_ready(c, deadline_ns)) != HVD_OK)
     return st;
   for (;;) {
     const cJSON *kv;
