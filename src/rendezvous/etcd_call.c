@@ -106,6 +106,27 @@ static void answer_error(struct rdzv_client *c, int *code, char *message, size_t
 
 static hvd_status authenticate(struct rdzv_client *c, int64_t deadline_ns);
 
+/* Whether a TLS connection failed as a member refuses one: a certificate
+ * that does not verify, or a connection dropped at the handshake (etcd's
+ * answer to a client without the certificate it requires: an alert, or
+ * a connection closed before the request could be sent). */
+static bool tls_refusal(CURLcode rc) {
+  switch (rc) {
+  case CURLE_SSL_CONNECT_ERROR:
+  case CURLE_PEER_FAILED_VERIFICATION:
+  case CURLE_SSL_CERTPROBLEM:
+  case CURLE_SSL_CIPHER:
+  case CURLE_SSL_CACERT_BADFILE:
+  case CURLE_SSL_ISSUER_ERROR:
+  case CURLE_SEND_ERROR:
+  case CURLE_RECV_ERROR:
+  case CURLE_GOT_NOTHING:
+    return true;
+  default:
+    return false;
+  }
+}
+
 /* Which errors another attempt may cure. */
 static bool retryable_code(int code, const char *message, bool idempotent) {
   if (code == GRPC_UNAVAILABLE || code == GRPC_DEADLINE_EXCEEDED)
@@ -165,6 +186,8 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
   /* answered: a member answered with an error; slow: one had the request
    * and did not answer in time (a member without quorum, or frozen) */
   bool reauthenticated = false, answered = false, slow = false;
+  /* with TLS, a member refused the connection (a certificate problem) */
+  bool refused = false;
 
   for (;;) {
     int64_t left = hvd_remaining_ms(deadline_ns);
@@ -213,6 +236,7 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
       snprintf(last, sizeof(last), "%s: %s", e->endpoints[e->current],
                c->curl_error[0] ? c->curl_error : curl_easy_strerror(rc));
       slow = slow || (rc == CURLE_OPERATION_TIMEDOUT && sent > 0);
+      refused = refused || (e->tls && tls_refusal(rc));
       /* a request never sent may always be repeated */
       if (!idempotent && rc != CURLE_COULDNT_CONNECT && rc != CURLE_COULDNT_RESOLVE_HOST) {
         st = rc == CURLE_OPERATION_TIMEDOUT ? HVD_ERR_TIMEOUT : HVD_ERR_NETWORK;
@@ -253,13 +277,19 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
     if (!rdzv_client_pause(c, &backoff, deadline_ns))
       return hvd_error(answered || slow ? HVD_ERR_TIMEOUT : HVD_ERR_NETWORK,
                        "rendezvous %s: %s: %s within %.1f s (%u attempts; last: %s); check that "
-                       "a majority of the etcd cluster's members is up and reachable, or raise "
+                       "a majority of the etcd cluster's members is up and reachable%s, or raise "
                        "HOROVOD_GLOO_TIMEOUT_SECONDS",
                        c->where, what,
-                       answered ? "no member could serve it"
-                       : slow   ? "no member answered in time"
-                                : "no member reached",
-                       (double)(hvd_now_ns() - started) / 1e9, attempts, last);
+                       answered  ? "no member could serve it"
+                       : slow    ? "no member answered in time"
+                       : refused ? "no member accepted the TLS connection"
+                                 : "no member reached",
+                       (double)(hvd_now_ns() - started) / 1e9, attempts, last,
+                       refused ? ", that HVD_ETCD_CACERT holds the CA of the members' "
+                                 "certificates and, where the members require client "
+                                 "certificates (--client-cert-auth), that HVD_ETCD_CERT and "
+                                 "HVD_ETCD_KEY give one"
+                               : "");
   }
 }
 
