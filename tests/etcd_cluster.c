@@ -371,8 +371,9 @@ static void keeper_main(const struct etcd_cluster *c, int i, pid_t parent, char 
 /* Starts member i on its ports; false (with why) where no process came up. */
 static bool spawn(struct etcd_cluster *c, int i, bool existing, char *why, size_t why_len) {
   struct etcd_member *m = &c->members[i];
-  char name[16], data[300], client[64], peer[64], cluster[ETCD_CLUSTER_MAX * 48];
+  char name[16], data[300], client[96], peer[64], cluster[ETCD_CLUSTER_MAX * 48];
   const char *token = strrchr(c->dir, '/') + 1;
+  bool tls = c->tls.cert[0] != '\0';
   size_t off = 0;
   int pfd[2];
   pid_t parent = getpid(), etcd = 0;
@@ -380,7 +381,11 @@ static bool spawn(struct etcd_cluster *c, int i, bool existing, char *why, size_
 
   snprintf(name, sizeof(name), "m%d", i);
   snprintf(data, sizeof(data), "%s/m%d", c->dir, i);
-  snprintf(client, sizeof(client), "http://127.0.0.1:%d", m->client_port);
+  /* With TLS, a second client URL: HTTPS for the tests, HTTP for us. */
+  off = (size_t)snprintf(client, sizeof(client), "http://127.0.0.1:%d", m->client_port);
+  if (tls)
+    snprintf(client + off, sizeof(client) - off, ",https://127.0.0.1:%d", m->tls_port);
+  off = 0;
   snprintf(peer, sizeof(peer), "http://127.0.0.1:%d", m->peer_port);
   for (int k = 0; k < c->size; k++)
     off += (size_t)snprintf(cluster + off, sizeof(cluster) - off, "%sm%d=http://127.0.0.1:%d",
@@ -399,10 +404,15 @@ static bool spawn(struct etcd_cluster *c, int i, bool existing, char *why, size_
                         "--election-timeout", "500",
                         "--logger", "zap",
                         "--log-level", "info",
+                        /* without TLS, the list ends here */
+                        tls ? "--cert-file" : NULL, c->tls.cert,
+                        "--key-file", c->tls.key,
+                        "--trusted-ca-file", c->tls.ca,
+                        "--client-cert-auth",
                         NULL};
 
-  log_line(c, i, "%s member %d: client port %d, peer port %d", existing ? "restart" : "start",
-           i, m->client_port, m->peer_port);
+  log_line(c, i, "%s member %d: client port %d, peer port %d, TLS port %d",
+           existing ? "restart" : "start", i, m->client_port, m->peer_port, m->tls_port);
   if (pipe2(pfd, O_CLOEXEC) != 0) {
     snprintf(why, why_len, "pipe2: %s", strerror(errno));
     return false;
@@ -704,9 +714,10 @@ int etcd_cluster_leader(struct etcd_cluster *c) {
 /* One try at starting every member on fresh ports; false with why (and
  * *retry where a member lost its port to someone else). */
 static bool start_once(struct etcd_cluster *c, bool *retry, char *why, size_t why_len) {
-  int taken[2 * ETCD_CLUSTER_MAX], ntaken = 0, code = 0, dead;
+  int taken[3 * ETCD_CLUSTER_MAX], ntaken = 0, code = 0, dead;
   int64_t deadline;
-  char *p = c->endpoints;
+  char *p = c->endpoints, *t = c->tls_endpoints;
+  bool tls = c->tls.cert[0] != '\0';
 
   *retry = false;
   for (int i = 0; i < c->size; i++) {
@@ -716,11 +727,17 @@ static bool start_once(struct etcd_cluster *c, bool *retry, char *why, size_t wh
     taken[ntaken++] = m->client_port;
     m->peer_port = pick_port(taken, ntaken);
     taken[ntaken++] = m->peer_port;
-    if (m->client_port == 0 || m->peer_port == 0) {
+    if (tls) {
+      m->tls_port = pick_port(taken, ntaken);
+      taken[ntaken++] = m->tls_port;
+    }
+    if (m->client_port == 0 || m->peer_port == 0 || (tls && m->tls_port == 0)) {
       snprintf(why, why_len, "no free port on 127.0.0.1");
       return false;
     }
     p += sprintf(p, "%s127.0.0.1:%d", i > 0 ? "," : "", m->client_port);
+    if (tls)
+      t += sprintf(t, "%s127.0.0.1:%d", i > 0 ? "," : "", m->tls_port);
   }
   for (int i = 0; i < c->size; i++)
     if (!spawn(c, i, false, why, why_len))
@@ -743,13 +760,15 @@ static bool start_once(struct etcd_cluster *c, bool *retry, char *why, size_t wh
   }
 }
 
-void etcd_cluster_start(struct etcd_cluster *c, int size) {
+static void start(struct etcd_cluster *c, int size, const struct etcd_cluster_tls *tls) {
   const char *tmp = getenv("TMPDIR");
   char why[512] = "";
   bool retry = true;
 
   ck_assert_msg(size >= 1 && size <= ETCD_CLUSTER_MAX, "etcd cluster of %d members", size);
   memset(c, 0, sizeof(*c));
+  if (tls != NULL)
+    c->tls = *tls;
   snprintf(c->dir, sizeof(c->dir), "%s/hvd-etcd-XXXXXX", tmp != NULL && tmp[0] ? tmp : "/tmp");
   ck_assert_msg(mkdtemp(c->dir) != NULL, "mkdtemp %s: %s", c->dir, strerror(errno));
   c->size = size;
@@ -767,6 +786,14 @@ void etcd_cluster_start(struct etcd_cluster *c, int size) {
   dump_logs(c);
   etcd_cluster_stop(c);
   ck_abort_msg("etcd cluster of %d: %s (the logs above)", size, why);
+}
+
+void etcd_cluster_start(struct etcd_cluster *c, int size) { start(c, size, NULL); }
+
+void etcd_cluster_start_tls(struct etcd_cluster *c, int size, const struct etcd_cluster_tls *tls) {
+  ck_assert_msg(tls->cert[0] != '\0' && tls->key[0] != '\0' && tls->ca[0] != '\0',
+                "etcd_cluster_start_tls: a certificate, its key and a CA");
+  start(c, size, tls);
 }
 
 void etcd_cluster_stop(struct etcd_cluster *c) {

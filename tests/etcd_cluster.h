@@ -5,7 +5,8 @@
  * one mkdtemp directory, tuned for tests (50 ms heartbeats, 500 ms
  * elections). Tests kill -9 a member, restart it from its data, stop and
  * continue it (a partition without namespaces), turn on user/password auth,
- * and read and write keys through etcd's v3 JSON gateway.
+ * serve clients over TLS too, and read and write keys through etcd's v3
+ * JSON gateway.
  *
  * The test process stays free of threads (the HTTP calls are synchronous
  * libcurl calls to numeric addresses, which start no resolver thread), so
@@ -42,16 +43,25 @@ struct etcd_member {
   pid_t pid;       /* etcd itself */
   int client_port; /* on 127.0.0.1: gRPC and the JSON gateway */
   int peer_port;
+  int tls_port;    /* with TLS: the client API over HTTPS on 127.0.0.1; else 0 */
   uint64_t id;     /* raft member id, 0 until the member first answered */
   bool paused;     /* stopped with SIGSTOP */
+};
+
+/* Files (PEM) for members that serve clients over TLS too. */
+struct etcd_cluster_tls {
+  char cert[256], key[256]; /* the members' certificate and its key */
+  char ca[256];             /* the CA that clients' certificates must be signed by */
 };
 
 struct etcd_cluster {
   int size;            /* 0: not started (etcd_cluster_stop is then a no-op) */
   char dir[256];       /* mkdtemp: member i's data in mI/, its log in mI.log */
   char endpoints[ETCD_CLUSTER_MAX * 16]; /* "127.0.0.1:P0,127.0.0.1:P1,..." */
+  char tls_endpoints[ETCD_CLUSTER_MAX * 16]; /* the same for tls_port; "" without TLS */
   char password[64];   /* root's once auth is on: the helpers then log in */
   struct etcd_member members[ETCD_CLUSTER_MAX];
+  struct etcd_cluster_tls tls; /* cert[0] == '\0': no TLS */
 };
 
 /* NULL where an etcd cluster can be started here, else why not (for the
@@ -62,6 +72,14 @@ const char *etcd_cluster_missing(void);
  * once every member answers and they agree on a leader. Ports taken by
  * someone else between choosing and binding are retried with new ones. */
 void etcd_cluster_start(struct etcd_cluster *c, int size);
+
+/* etcd_cluster_start where each member also serves its client API over
+ * HTTPS on its tls_port (tls_endpoints), with tls's certificate and
+ * --client-cert-auth: clients there must present a certificate that
+ * tls->ca signed. client_port stays plain HTTP, for the helpers below.
+ * The certificate must name IP 127.0.0.1 and allow serverAuth and
+ * clientAuth (etcd's gateway dials the member with it). */
+void etcd_cluster_start_tls(struct etcd_cluster *c, int size, const struct etcd_cluster_tls *tls);
 
 /* SIGKILLs every member (paused ones too), reaps them and removes the
  * directory. Safe on a zeroed struct and twice. */
