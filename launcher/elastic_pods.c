@@ -131,6 +131,23 @@ static bool placeable(struct driver *d, const char *host, int local_rank) {
   return w != NULL && !w->unproven;
 }
 
+/* Appends host name with its placeable slots, unless listed or without any. */
+static void list_host(struct driver *d, struct hvdrun_host *hosts, size_t *count,
+                      const char *name) {
+  struct hvdrun_host *h = &hosts[*count];
+
+  for (size_t i = 0; i < *count; i++) {
+    if (strcmp(hosts[i].name, name) == 0)
+      return;
+  }
+  snprintf(h->name, sizeof(h->name), "%s", name);
+  h->slots = 0;
+  while (placeable(d, name, h->slots))
+    h->slots++;
+  if (h->slots > 0)
+    (*count)++;
+}
+
 hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n) {
   int64_t now = hvd_now_ns();
   struct hvdrun_host *hosts;
@@ -157,21 +174,15 @@ hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n
   }
   if ((hosts = calloc(d->nw + 1, sizeof(*hosts))) == NULL)
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
-  /* Hosts in the order their pods first registered; slots 0, 1, ... */
+  /* Hosts in the latest round's rank order, then the others in the order
+   * their pods first registered; slots 0, 1, ... A driver that took over
+   * read its pods in the store's key order: listing the round's hosts
+   * first gives it the last driver's plan, not a new one (a reset). */
+  for (int r = 0; r < d->plan_size; r++)
+    list_host(d, hosts, &count, d->plan_hosts[d->plan[r].host].name);
   for (size_t i = 0; i < d->nw; i++) {
-    const struct worker *w = &d->w[i];
-    size_t h = 0;
-    if (!worker_live(w) || w->unproven)
-      continue;
-    while (h < count && strcmp(hosts[h].name, w->host) != 0)
-      h++;
-    if (h < count)
-      continue;
-    snprintf(hosts[count].name, sizeof(hosts[count].name), "%s", w->host);
-    while (placeable(d, w->host, hosts[count].slots))
-      hosts[count].slots++;
-    if (hosts[count].slots > 0)
-      count++;
+    if (worker_live(&d->w[i]) && !d->w[i].unproven)
+      list_host(d, hosts, &count, d->w[i].host);
   }
   *found = hosts;
   *n = count;
