@@ -31,6 +31,8 @@
 #                            user root (role root) with PASSWORD, auth on; etcd_ctl
 #                            then logs in as root
 #   etcd_ctl ARGS...         etcdctl (v3) against every member, as root once auth is on
+#   etcd_ctl_member I ARGS...
+#                            the same against member I alone, through its prefix
 #   etcd_logs                the end of each member's log, on stderr
 #   etcd_cluster_stop        kills every member and removes $etcd_dir
 #                            (HVD_TEST_ETCD_KEEP=1: keeps it and says where)
@@ -399,6 +401,19 @@ etcd_ctl() {
             --user="root:$(cat "$etcd_dir/password")" "$@"
     else
         ETCDCTL_API=3 $_etcd_pre "$_etcd_ctl_bin" --endpoints="$(etcd_endpoints)" "$@"
+    fi
+}
+
+etcd_ctl_member() {
+    _etcd_m=$1
+    shift
+    # shellcheck disable=SC2046 # the member's prefix: words, or nothing
+    if [ -s "$etcd_dir/password" ]; then
+        ETCDCTL_API=3 $(_etcd_via "$_etcd_m") "$_etcd_ctl_bin" --endpoints="$(etcd_endpoint \
+            "$_etcd_m")" --user="root:$(cat "$etcd_dir/password")" "$@"
+    else
+        ETCDCTL_API=3 $(_etcd_via "$_etcd_m") "$_etcd_ctl_bin" \
+            --endpoints="$(etcd_endpoint "$_etcd_m")" "$@"
     fi
 }
 

@@ -131,9 +131,9 @@ job_running() { ! in_workers "^done: "; }
 # ==== 1: kill -9 of the etcd leader ========================================
 leader=$(etcd_leader 30) || fail "no etcd leader"
 watched=$(((leader + 1) % 3)) # a member that stays
-# Every response of a watch of the job's keys, stamped when it arrives.
-timeout 90 "$bedsh" -b "$bed" exec ctl env ETCDCTL_API=3 etcdctl \
-    --endpoints="$(etcd_endpoint $watched)" watch --prefix "$prefix/" -w json 2>/dev/null |
+# Every response of a watch of the job's keys (on the host of the member
+# it asks), stamped when it arrives.
+etcd_ctl_member "$watched" watch --prefix "$prefix/" -w json 2>/dev/null |
     while IFS= read -r _; do date +%s.%N; done >"$work/writes" &
 watcher=$!
 watch_started() { [ -s "$work/writes" ]; } # pods beat every second
