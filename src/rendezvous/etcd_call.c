@@ -132,7 +132,9 @@ static bool retryable_code(int code, const char *message, bool idempotent) {
   if (code == GRPC_UNAVAILABLE || code == GRPC_DEADLINE_EXCEEDED)
     /* "no leader" was never applied; a timed-out request may have been */
     return idempotent || strstr(message, "no leader") != NULL;
-  return false;
+  /* "too many requests": the member applies what it committed too slowly
+   * and turned the request away (etcd's back-pressure): later, then */
+  return code == GRPC_RESOURCE_EXHAUSTED && strstr(message, "too many requests") != NULL;
 }
 
 static hvd_status status_of(int code, const char *message) {
