@@ -609,7 +609,9 @@ void coord_metrics_reset(void);
  * "# hvd-metrics round=<round> host=<host>". */
 hvd_status coord_metrics_format(struct hvd_buf *out, uint64_t round, const char *host);
 /* The thread that sends the snapshot to the store every
- * cfg.metrics_push_ms (hvd's own store only); stop sends a last one. */
+ * cfg.metrics_push_ms (hvd's own store only); stop sends a last one after
+ * a clean shutdown. A sender that cannot start is a warning, not a failure:
+ * only out of memory fails. */
 hvd_status coord_metrics_start(struct coord_state *s);
 void coord_metrics_stop(struct coord_state *s);
 

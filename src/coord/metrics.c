@@ -368,9 +368,11 @@ hvd_status coord_metrics_start(struct coord_state *s) {
     rdzv_client_set_timeout_ms(p->client, 2000);
   if (st == HVD_OK && pthread_create(&p->thread, NULL, push_main, p) != 0)
     st = hvd_error(HVD_ERR_INTERNAL, "cannot start the metrics' thread");
-  if (st != HVD_OK) {
+  if (st != HVD_OK) { /* the job goes on: its metrics are not worth failing it */
+    HVD_LOG_WARN("HVD_METRICS: this rank's metrics will not be sent: %s",
+                 hvd_last_error_message());
     pusher_free(p);
-    return hvd_error_prefix("HVD_METRICS");
+    return HVD_OK;
   }
   s->metrics = p;
   return HVD_OK;

@@ -27,7 +27,7 @@ stop_job() {
     for pid in $(pgrep -P "$job"); do kill -KILL "$pid" 2>/dev/null; done
     kill -KILL "$job" 2>/dev/null
 }
-trap 'stop_job; wait; rm -rf "$work"' EXIT
+trap 'stop_job; wait 2>/dev/null; rm -rf "$work"' EXIT
 
 fail() {
     echo "FAIL: $*" >&2
@@ -97,6 +97,12 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -X PUT --data x "$url")
 [ "$code" = 405 ] || fail "PUT /metrics: HTTP $code, not 405"
 if grep -q -F "$token" "$work/metrics" "$work/metrics2"; then
     fail "the job token is in /metrics"
+fi
+# A sanitizer's report in the job's output fails the test (the job itself
+# ends by kill -9, not with a report's exit code).
+if grep -q -e 'Sanitizer' -e 'runtime error:' "$work/out"; then
+    grep -A 30 -e 'Sanitizer' -e 'runtime error:' "$work/out" >&2
+    fail "a sanitizer reported in the job"
 fi
 echo "ok: $np ranks, $(grep -c -v '^#' "$work/metrics2") samples, promtool accepts"
 exit 0
