@@ -153,14 +153,23 @@ hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n
   struct hvdrun_host *hosts;
   size_t count = 0;
 
+  int64_t newest = 0; /* the latest heartbeat heard from any live pod */
+
   driver_scope_each(d, "elastic_pods", on_pod, d);
+  for (size_t i = 0; i < d->nw; i++) {
+    if (worker_live(&d->w[i]) && d->w[i].heard_at > newest)
+      newest = d->w[i].heard_at;
+  }
   for (size_t i = 0; i < d->nw; i++) {
     struct worker *w = &d->w[i];
     char why[128];
     /* While the others reset, a worker of the round that has not left it
-     * and beats no more is gone: it cannot hold them up --pod-timeout. */
+     * and beats no more is gone: it cannot hold them up --pod-timeout.
+     * Silent while others beat, that is: a store that stalls (an etcd
+     * election) silences every pod alike. */
     bool holding_up = d->pending && d->published && w->assigned && w->left < (int64_t)d->round &&
-                      now - w->heard_at > s_ns(RESET_SILENCE_S);
+                      now - w->heard_at > s_ns(RESET_SILENCE_S) &&
+                      newest - w->heard_at > s_ns(RESET_SILENCE_S);
     if (!worker_live(w))
       continue;
     if (now - w->heard_at > s_ns(d->pod_timeout_s))
