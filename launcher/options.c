@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "hvdrun.h"
+#include "rendezvous/rendezvous.h"
 
 enum opt {
   O_SETTING, /* a flag of the settings table (src/common/settings.def) */
@@ -589,6 +590,15 @@ static hvd_status check_needs(const struct hvdrun_options *o, const struct parse
   return HVD_OK;
 }
 
+/* --rendezvous: a URL and etcd settings a client accepts (a usage error
+ * now, rather than the job's failure later). */
+static hvd_status check_rendezvous(const struct hvdrun_options *o) {
+  struct rdzv_client *c = NULL;
+  hvd_status st = rdzv_client_create_url(o->settings[HVD_SET_RENDEZVOUS], NULL, -1, &c);
+  rdzv_client_destroy(c);
+  return st != HVD_OK ? hvd_error_prefix("--rendezvous") : HVD_OK;
+}
+
 bool hvdrun_setting_on(const struct hvdrun_options *o, enum hvd_setting id) {
   const char *v = o->settings[id];
   return v != NULL && (hvd_setting_info(id)->type != HVD_SETTING_BOOL || strcmp(v, "1") == 0);
@@ -663,6 +673,8 @@ hvd_status hvdrun_parse(int argc, char **argv, struct hvdrun_options *o, bool *h
       (st = own_setting(o, HVD_SET_ELASTIC_TIMEOUT, &o->elastic_timeout_s)) != HVD_OK)
     return st;
   o->iface = o->settings[HVD_SET_IFACE];
+  if (o->settings[HVD_SET_RENDEZVOUS] != NULL && (st = check_rendezvous(o)) != HVD_OK)
+    return st;
   o->command = argv + i;
   o->ncommand = argc - i;
   if (o->check_build || o->version)
