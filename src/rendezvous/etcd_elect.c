@@ -12,26 +12,6 @@
 
 #include "etcd_private.h"
 
-/* A lease of ttl_s seconds of the candidate's own, in e->lead_lease. */
-static hvd_status grant(struct rdzv_client *c, const char *what, int64_t deadline_ns) {
-  struct etcd *e = etcd_of(c);
-  cJSON *body = cJSON_CreateObject();
-  char ttl[24];
-  hvd_status st = HVD_OK;
-
-  snprintf(ttl, sizeof(ttl), "%" PRId64, e->lead_ttl_s);
-  if (body == NULL || cJSON_AddStringToObject(body, "TTL", ttl) == NULL)
-    st = hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
-  if (st == HVD_OK)
-    st = rdzv_etcd_call(c, "lease/grant", what, body, deadline_ns, false);
-  cJSON_Delete(body);
-  if (st == HVD_OK &&
-      (!rdzv_etcd_json_int64(e->answer, "ID", &e->lead_lease) || e->lead_lease == 0))
-    st =
-        hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s: no lease id in the answer", c->where, what);
-  return st;
-}
-
 /* The leader's key went (its lease expired, or it resigned). */
 static bool key_deleted(const cJSON *event, int64_t revision, void *arg) {
   const cJSON *type = cJSON_GetObjectItemCaseSensitive(event, "type");
@@ -58,7 +38,8 @@ hvd_status rdzv_etcd_lead(struct rdzv_client *c, const char *scope, const char *
     int64_t mod = 0;
     bool resync;
 
-    if (e->lead_lease == 0 && (st = grant(c, what, deadline_ns)) != HVD_OK)
+    if (e->lead_lease == 0 &&
+        (st = rdzv_etcd_lease_grant(c, what, e->lead_ttl_s, deadline_ns, &e->lead_lease)) != HVD_OK)
       return st;
     if ((st = rdzv_etcd_name_key(c, scope, key)) != HVD_OK)
       return st;
@@ -101,33 +82,20 @@ hvd_status rdzv_etcd_lead(struct rdzv_client *c, const char *scope, const char *
 
 hvd_status rdzv_etcd_lead_renew(struct rdzv_client *c) {
   struct etcd *e = etcd_of(c);
-  int64_t deadline = hvd_deadline_after_ms(e->lead_ttl_s * 1000);
-  cJSON *body;
-  int64_t ttl = 0;
-  char id[24];
+  bool alive;
   hvd_status st;
 
   if (e->lead_lease == 0)
     return hvd_error(HVD_ERR_NOT_FOUND, "rendezvous %s: this process does not lead", c->where);
-  snprintf(id, sizeof(id), "%" PRId64, e->lead_lease);
-  body = cJSON_CreateObject();
-  if (body == NULL || cJSON_AddStringToObject(body, "ID", id) == NULL) {
-    cJSON_Delete(body);
-    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
-  }
-  st = rdzv_etcd_call(c, "lease/keepalive", "renew the leadership", body, deadline, true);
-  cJSON_Delete(body);
-  if (st != HVD_OK)
+  st = rdzv_etcd_lease_renew(c, "renew the leadership", e->lead_lease,
+                             hvd_deadline_after_ms(e->lead_ttl_s * 1000), &alive);
+  if (st != HVD_OK || alive)
     return st;
-  if (!rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "result"), "TTL", &ttl) ||
-      ttl <= 0) {
-    e->lead_lease = 0;
-    return hvd_error(HVD_ERR_NOT_FOUND,
-                     "rendezvous %s: the leadership's lease expired (not renewed within %" PRId64
-                     " s): another may lead now",
-                     c->where, e->lead_ttl_s);
-  }
-  return HVD_OK;
+  e->lead_lease = 0;
+  return hvd_error(HVD_ERR_NOT_FOUND,
+                   "rendezvous %s: the leadership's lease expired (not renewed within %" PRId64
+                   " s): another may lead now",
+                   c->where, e->lead_ttl_s);
 }
 
 void rdzv_etcd_lead_resign(struct rdzv_client *c) {

@@ -13,6 +13,45 @@
 
 #include "etcd_private.h"
 
+/* A lease call: body {"<field>": "<value>"} to lease/<path>. */
+static hvd_status lease_call(struct rdzv_client *c, const char *path, const char *what,
+                             const char *field, int64_t value, bool idempotent,
+                             int64_t deadline_ns) {
+  cJSON *body = cJSON_CreateObject();
+  char text[24];
+  hvd_status st;
+
+  snprintf(text, sizeof(text), "%" PRId64, value);
+  if (body == NULL || cJSON_AddStringToObject(body, field, text) == NULL) {
+    cJSON_Delete(body);
+    return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
+  }
+  st = rdzv_etcd_call(c, path, what, body, deadline_ns, idempotent);
+  cJSON_Delete(body);
+  return st;
+}
+
+hvd_status rdzv_etcd_lease_grant(struct rdzv_client *c, const char *what, int64_t ttl_s,
+                                 int64_t deadline_ns, int64_t *id) {
+  hvd_status st = lease_call(c, "lease/grant", what, "TTL", ttl_s, false, deadline_ns);
+  if (st == HVD_OK && (!rdzv_etcd_json_int64(etcd_of(c)->answer, "ID", id) || *id == 0))
+    st =
+        hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: %s: no lease id in the answer", c->where, what);
+  return st;
+}
+
+hvd_status rdzv_etcd_lease_renew(struct rdzv_client *c, const char *what, int64_t id,
+                                 int64_t deadline_ns, bool *alive) {
+  int64_t ttl = 0;
+  hvd_status st = lease_call(c, "lease/keepalive", what, "ID", id, true, deadline_ns);
+  /* an expired lease's answer has no TTL */
+  *alive = st == HVD_OK &&
+           rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(etcd_of(c)->answer, "result"),
+                                "TTL", &ttl) &&
+           ttl > 0;
+  return st;
+}
+
 /* The lease id a "<prefix>/_lease" kv holds, or 0. */
 static int64_t lease_of(struct etcd *e, const cJSON *kv) {
   int64_t id = 0;
@@ -25,20 +64,11 @@ static int64_t lease_of(struct etcd *e, const cJSON *kv) {
 static hvd_status establish_lease(struct rdzv_client *c, const char *what,
                                   const struct hvd_buf *key, int64_t deadline_ns) {
   struct etcd *e = etcd_of(c);
-  cJSON *body = cJSON_CreateObject();
-  char ttl[24], id[24];
+  cJSON *body;
+  char id[24];
   int64_t granted = 0;
-  hvd_status st = HVD_OK;
+  hvd_status st = rdzv_etcd_lease_grant(c, what, e->lease_ttl_s, deadline_ns, &granted);
 
-  snprintf(ttl, sizeof(ttl), "%" PRId64, e->lease_ttl_s);
-  if (body == NULL || cJSON_AddStringToObject(body, "TTL", ttl) == NULL)
-    st = hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
-  if (st == HVD_OK)
-    st = rdzv_etcd_call(c, "lease/grant", what, body, deadline_ns, false);
-  cJSON_Delete(body);
-  if (st == HVD_OK && (!rdzv_etcd_json_int64(e->answer, "ID", &granted) || granted == 0))
-    st = hvd_error(HVD_ERR_PROTOCOL, "rendezvous %s: lease/grant: no lease id in the answer",
-                   c->where);
   if (st != HVD_OK)
     return st;
   snprintf(id, sizeof(id), "%" PRId64, granted);
@@ -64,8 +94,6 @@ hvd_status rdzv_etcd_keep_lease(struct rdzv_client *c, const char *what, bool wr
   struct etcd *e = etcd_of(c);
   struct hvd_buf key;
   cJSON *body;
-  int64_t ttl = 0;
-  char text[24];
   hvd_status st;
 
   /* Known and renewed lately, or looked for lately by a reader. */
@@ -73,18 +101,10 @@ hvd_status rdzv_etcd_keep_lease(struct rdzv_client *c, const char *what, bool wr
       hvd_now_ns() - e->lease_renewed_ns < e->lease_ttl_s * 1000000000 / 3)
     return HVD_OK;
   if (e->lease != 0) {
-    snprintf(text, sizeof(text), "%" PRId64, e->lease);
-    body = cJSON_CreateObject();
-    if (body == NULL || cJSON_AddStringToObject(body, "ID", text) == NULL) {
-      cJSON_Delete(body);
-      return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
-    }
-    st = rdzv_etcd_call(c, "lease/keepalive", what, body, deadline_ns, true);
-    cJSON_Delete(body);
-    if (st != HVD_OK)
+    bool alive;
+    if ((st = rdzv_etcd_lease_renew(c, what, e->lease, deadline_ns, &alive)) != HVD_OK)
       return st;
-    if (rdzv_etcd_json_int64(cJSON_GetObjectItemCaseSensitive(e->answer, "result"), "TTL", &ttl) &&
-        ttl > 0) {
+    if (alive) {
       e->lease_renewed_ns = hvd_now_ns();
       return HVD_OK;
     }

@@ -80,6 +80,12 @@ hvd_status rdzv_etcd_lead_renew(struct rdzv_client *c);
 void rdzv_etcd_lead_resign(struct rdzv_client *c);
 
 /* ---- etcd_lease.c ---- */
+/* Grants a lease of ttl_s seconds (etcd may raise it to its minimum). */
+hvd_status rdzv_etcd_lease_grant(struct rdzv_client *c, const char *what, int64_t ttl_s,
+                                 int64_t deadline_ns, int64_t *id);
+/* Renews lease id; *alive false when it had expired. */
+hvd_status rdzv_etcd_lease_renew(struct rdzv_client *c, const char *what, int64_t id,
+                                 int64_t deadline_ns, bool *alive);
 /* The job's lease, renewed when a third of its time has passed: for a
  * write, found or else granted and published; a reader renews one it
  * finds and makes none. */
