@@ -524,7 +524,7 @@ END_TEST
  * saying that a majority is needed; with them back, the same client
  * works again. */
 START_TEST(quorum_lost_and_regained) {
-  enum { TIMEOUT = 3000 };
+  enum { TIMEOUT = 2000 };
   struct rdzv_client *c;
   struct hvd_buf v;
   int64_t started;
