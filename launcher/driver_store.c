@@ -21,6 +21,7 @@ enum {
   WATCH_MS = 3600 * 1000, /* a watch's wait, armed again when it ends */
   RETIRE_MS = 2000,       /* how long the end waits for a watch to come back */
   RETRY_MS = 1000,        /* an etcd watch that failed is tried again after this */
+  FILLED_READ_MS = 1000,  /* the read that wakes a filled scope's waiters in etcd */
 };
 
 /* ==== reads and writes ========================================================= */
@@ -54,6 +55,19 @@ void driver_delete_scope(const struct driver *d, const char *scope) {
                                    : rdzv_client_delete_scope(d->client, scope);
   if (st != HVD_OK)
     driver_say(d, "cannot clear scope %s in the store: %s", scope, hvd_last_error_message());
+}
+
+void driver_scope_filled(const struct driver *d, const char *scope, size_t size) {
+  struct rdzv_scope_view view;
+
+  /* hvd's store wakes its waiters itself; in etcd, a read that finds the
+   * count reached puts the marker the waiters watch (client_etcd.c). */
+  if (d->store != NULL)
+    return;
+  if (rdzv_client_get_scope(d->client, scope, size, FILLED_READ_MS, &view) == HVD_OK)
+    rdzv_scope_view_fini(&view);
+  else
+    HVD_LOG_DEBUG("waking the waiters of scope %s: %s", scope, hvd_last_error_message());
 }
 
 void driver_plan_scope(const struct driver *d, const char *scope, size_t size) {

@@ -125,6 +125,7 @@ static void abandon_scope(void *arg, const char *scope, size_t size) {
     snprintf(key, sizeof(key), "%zu", r);
     driver_put_new(d, scope, key, RDZV_RECORD_ABANDONED);
   }
+  driver_scope_filled(d, scope, size);
 }
 
 /* ==== planning a round ===================================================== */

@@ -111,6 +111,9 @@ void driver_scope_each(const struct driver *d, const char *scope,
                        void (*fn)(struct driver *, const char *key, const char *value,
                                   size_t value_len),
                        struct driver *arg);
+/* A scope now holds its `size` keys: its waiters wake (in etcd they
+ * watch a marker that a read puts; hvd's store wakes them itself). */
+void driver_scope_filled(const struct driver *d, const char *scope, size_t size);
 /* hvd's store: the scope clears itself once its `size` ranks finished. */
 void driver_plan_scope(const struct driver *d, const char *scope, size_t size);
 /* Whether every rank of a planned scope finished there (hvd's store; in
