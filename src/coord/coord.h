@@ -593,7 +593,8 @@ enum coord_path {
  * thread at a time, updates them without locks; coord_metrics_format reads
  * them from any thread. Nothing here allocates.
  */
-/* A response ran on this rank from start to end (ns); ok: it succeeded.
+/* A response ran on this rank from start to end (ns; end < 0: no
+ * collective ran, its result came reduced inline); ok: it succeeded.
  * entries: its tensors (NULL where this rank has none). */
 void coord_metrics_op(struct coord_state *s, struct coord_set *set,
                       const struct coord_response *r, struct coord_entry *const *entries,
@@ -701,6 +702,7 @@ struct coord_state {
   struct coord_lane_waits lane_waits;  /* submissions waiting in lanes */
   struct coord_controller *controller; /* rank 0 */
   uint64_t applied_seq;                /* the last response list applied */
+  int64_t apply_ns; /* when applying the current list began (the loop's clock; metrics) */
   void *fusion;                        /* fusion buffer */
   size_t fusion_cap;
   void *identity; /* a joined rank's contribution */

@@ -396,6 +396,7 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
   struct coord_set *set = coord_sets_get(&s->sets, r->set);
   hvd_status st = HVD_OK, failure = HVD_OK;
   int64_t start;
+  bool timed;
 
   if (r->type == COORD_JOIN) {
     struct coord_entry *e = coord_find_entry(s, HVD_PROCESS_SET_GLOBAL, COORD_JOIN_NAME);
@@ -443,13 +444,16 @@ hvd_status coord_execute(struct coord_state *s, const struct coord_response *r) 
       finish_all(r, entries, HVD_ERR_INTERNAL, "this rank is not in the operation's process set");
       goto out;
     }
-    start = s->cfg.metrics ? hvd_now_ns() : 0;
+    /* A collective reads the clock for its metrics; a result reduced
+     * inline (no collective, the small-op path) takes the list's time. */
+    timed = s->cfg.metrics && r->data_len == 0;
+    start = timed ? hvd_now_ns() : s->apply_ns;
     if (r->device != HVD_DEVICE_CPU)
       st = execute_gpu(s, set, r, entries);
     else
       st = execute_cpu(s, set, r, entries);
     if (s->cfg.metrics)
-      coord_metrics_op(s, set, r, entries, start, hvd_now_ns(), st == HVD_OK);
+      coord_metrics_op(s, set, r, entries, start, timed ? hvd_now_ns() : -1, st == HVD_OK);
     /* A failed collective means a failed communicator: the job stops. */
     if (st != HVD_OK)
       failure = st;

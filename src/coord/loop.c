@@ -504,7 +504,10 @@ static hvd_status apply(struct coord_loop *l, struct coord_response_list *list) 
 static hvd_status timed_apply(struct coord_loop *l, struct coord_response_list *list,
                               int64_t *now) {
   int64_t start = *now;
-  hvd_status st = apply(l, list);
+  hvd_status st;
+
+  l->s->apply_ns = start;
+  st = apply(l, list);
   *now = hvd_now_ns();
   for (int i = 0; i < l->nrecv; i++)
     l->heard[i] += *now - start;

@@ -163,7 +163,8 @@ void coord_metrics_op(struct coord_state *s, struct coord_set *set,
       break;
     }
   }
-  observe(&g_m.latency[r->type][size_class(bytes)], end - start);
+  if (end >= 0)
+    observe(&g_m.latency[r->type][size_class(bytes)], end - start);
 }
 
 void coord_metrics_lane(const struct coord_entry *e, int64_t now) {
