@@ -152,7 +152,6 @@ hvd_status pods_discover(struct driver *d, struct hvdrun_host **found, size_t *n
   int64_t now = hvd_now_ns();
   struct hvdrun_host *hosts;
   size_t count = 0;
-
   int64_t newest = 0; /* the latest heartbeat heard from any live pod */
 
   driver_scope_each(d, "elastic_pods", on_pod, d);
