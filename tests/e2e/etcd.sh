@@ -13,6 +13,8 @@
 #                 --rendezvous --min-np): the leading candidate killed, the
 #                 other leads from the round in etcd and resets nobody; then a
 #                 pod killed: the two left finish with identical parameters
+#   training      a static job loses the etcd leader, then a second member (the
+#                 quorum), while it trains: it needs no store then, and finishes
 #   quorum        two of three members down before the job: hvdrun fails within
 #                 HOROVOD_GLOO_TIMEOUT_SECONDS with a message naming the cluster
 #   auth          auth on: a wrong password, and no user, fail with the message
@@ -191,6 +193,19 @@ leader)
     expect_rc 0
     expect_out "^\[0\]<stdout>:parameters identical on all 3 ranks$"
     echo "the job ended $(since "$killed_at") s after the kill"
+    nothing_left
+    ;;
+training)
+    start --rendezvous "$url" -np 3 "$mlp" --steps 20000 --print-every 500
+    wait_out "^\[0\]<stdout>:step 500 "
+    leader=$(etcd_leader 30) || fail "no etcd leader"
+    etcd_kill "$leader" || fail "etcd_kill $leader"
+    other=$(( (leader + 1) % 3 ))
+    etcd_kill "$other" || fail "etcd_kill $other"
+    echo "members $leader (the leader) and $other killed during training"
+    finish
+    expect_rc 0
+    expect_out "^\[0\]<stdout>:parameters identical on all 3 ranks$"
     nothing_left
     ;;
 elastic)
