@@ -26,6 +26,16 @@ static size_t etcd_stream_cb(char *data, size_t size, size_t n, void *arg);
 
 /* ---- requests ---------------------------------------------------------------------- */
 
+/* The time a first attempt may take at one member: ETCD_ATTEMPT_MS, less
+ * for a client whose calls are short (a pod's heartbeat, 5 s: a member
+ * cut off must not hold it past the driver's 2 s of silence). */
+static int64_t first_attempt_ms(const struct rdzv_client *c) {
+  int64_t ms = c->timeout_ms / 8;
+  if (ms < ETCD_ATTEMPT_MIN_MS)
+    ms = ETCD_ATTEMPT_MIN_MS;
+  return ms < ETCD_ATTEMPT_MS ? ms : ETCD_ATTEMPT_MS;
+}
+
 static struct curl_slist *etcd_headers(struct etcd *e) {
   struct curl_slist *list = curl_slist_append(NULL, "Expect:");
   struct curl_slist *more;
@@ -198,9 +208,9 @@ static hvd_status request(struct rdzv_client *c, const char *path, const char *w
     /* Each round over the members doubles the time one may take: a frozen
      * member is passed over in 3 s, and a cluster slow with load is not
      * flooded with requests repeated every 3 s. */
-    int64_t attempt_ms = ETCD_ATTEMPT_MS << (attempts / e->nendpoints < 6
-                                                 ? attempts / e->nendpoints
-                                                 : 6);
+    int64_t attempt_ms = first_attempt_ms(c) << (attempts / e->nendpoints < 6
+                                                     ? attempts / e->nendpoints
+                                                     : 6);
     int64_t limit = stream        ? (left < ETCD_WATCH_CHUNK_MS ? left : ETCD_WATCH_CHUNK_MS)
                     : !idempotent ? left
                                   : (left < attempt_ms ? left : attempt_ms);

@@ -15,6 +15,7 @@ enum {
   ETCD_MAX_ENDPOINTS = 16,
   ETCD_ENDPOINT_MAX = 272,          /* "[v6 address]:port" */
   ETCD_ATTEMPT_MS = 3000,           /* a member that takes longer is passed over */
+  ETCD_ATTEMPT_MIN_MS = 250, /* ... and for a client of short calls, an eighth of them */
   ETCD_WATCH_CHUNK_MS = 10000,      /* a watch is re-issued this often (a frozen member) */
   ETCD_LINE_MAX_BYTES = 256u << 20, /* one watch message */
 };

@@ -14,6 +14,11 @@
 #               others, from the kill to the survivors' first step after it
 #               (train_elastic's "reset N: first step S done at T"). No timing
 #               is asserted.
+#   partition   3 pods on node1..node3 (worker and candidate each), etcd on
+#               node2..node4; node4's cable pulled (its member cut off, the
+#               others keep the quorum), then a worker killed: the others
+#               reset through the two members left and, the cable back, the
+#               two pods finish with identical parameters.
 # The bed is made and removed by the case, on every exit path (bed.sh up 4).
 # Exit 0: pass; 77: skipped (no namespaces here, or no etcd); anything
 # else: fail (with a message).
@@ -82,13 +87,20 @@ seconds() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 B up 4 --owner $$ >/dev/null 2>"$work/up" || { cat "$work/up" >&2; fail "bed.sh up 4"; }
 
 case $case_name in
-pods_etcd) ;;
+pods_etcd)
+    member_nodes="1 2 3" pod_nodes="node1 node2 node3 node4" np=4
+    ;;
+partition)
+    member_nodes="2 3 4" pod_nodes="node1 node2 node3" np=3
+    ;;
 *) fail "unknown case" ;;
 esac
 
-# ==== etcd on node1..node3 =================================================
-for i in 0 1 2; do
-    etcd_member_at "$i" "10.77.0.$((i + 1))" "$bedsh" -b "$bed" exec "node$((i + 1))"
+# ==== etcd on three of the nodes ============================================
+i=0
+for n in $member_nodes; do
+    etcd_member_at "$i" "10.77.0.$n" "$bedsh" -b "$bed" exec "node$n"
+    i=$((i + 1))
 done
 etcd_client_via "$bedsh" -b "$bed" exec ctl
 etcd_cluster_start 3 || fail "etcd_cluster_start 3 on node1..node3"
@@ -97,9 +109,9 @@ url="etcd://$(etcd_endpoints)$prefix"
 
 # ==== the pods ===============================================================
 steps=800
-for h in node1 node2 node3 node4; do
+for h in $pod_nodes; do
     timeout 90 "$bedsh" -b "$bed" exec "$h" "$bin/hvd-rendezvous" --rendezvous "$url" \
-        --min-np 2 --np 4 --verbose >"$work/$h.cand" 2>&1 &
+        --min-np 2 --np $np --verbose >"$work/$h.cand" 2>&1 &
     eval "cand_$h=\$!"
     procs="$procs $!"
     timeout 90 "$bedsh" -b "$bed" exec "$h" env HVD_POD=1 HOROVOD_ELASTIC=1 \
@@ -115,7 +127,7 @@ child_of() { pgrep -P "$1"; }
 
 in_cands() { cat "$work"/*.cand | grep -q -- "$1"; }
 in_workers() { cat "$work"/*.worker | grep -q -- "$1"; }
-within 60 in_cands "round 0: 4 workers on 4 hosts" || fail "no round 0 of 4 pods within 60 s"
+within 60 in_cands "round 0: $np workers on $np hosts" || fail "no round 0 of $np pods within 60 s"
 within 60 in_workers "^step 100:" || fail "no step 100 within 60 s"
 # The node whose candidate leads: the leader key's value is its HOST:PID.
 driver_node() { etcd_ctl get "$prefix/elastic_driver/leader" --print-value-only | sed -n 's/:.*//p'; }
@@ -127,6 +139,39 @@ first_step_after() {
 }
 stepped_after() { [ -n "$(first_step_after "$1")" ]; }
 job_running() { ! in_workers "^done: "; }
+
+if [ "$case_name" = partition ]; then
+    # ==== node4's cable pulled: its member is cut off =========================
+    B link node4 down || fail "bed.sh link node4 down"
+    cut_at=$(date +%s.%N)
+    d=$(driver_node)
+    [ -n "$d" ] || fail "no elastic driver leads (no $prefix/elastic_driver/leader)"
+    for h in $pod_nodes; do
+        [ "$h" != "$d" ] && victim=$h && break
+    done
+    pid=$(child_of "$(worker_of "$victim")")
+    [ -n "$pid" ] || fail "the worker of $victim is not running"
+    job_running || fail "the job ended before the worker was killed (raise --steps)"
+    killed=$(date +%s.%N)
+    kill -KILL "$pid"
+    within 60 stepped_after "$killed" ||
+        fail "no step within 60 s of killing the worker of $victim, node4 cut off"
+    r=$(seconds "$killed" "$(first_step_after "$killed")")
+    B link node4 up || fail "bed.sh link node4 up"
+    for h in $pod_nodes; do
+        [ "$h" = "$victim" ] && continue
+        wait "$(worker_of "$h")"
+        code=$?
+        [ "$code" = 0 ] || fail "the worker of $h exited with $code"
+    done
+    cat "$work"/*.worker >"$work/all"
+    grep -q "^done: $steps steps, 2 workers, [0-9]* resets, .*parameters identical on every rank" \
+        "$work/all" || fail "the job did not finish on 2 pods with identical parameters"
+    echo "node4 (an etcd member) cut off; $(seconds "$cut_at" "$killed") s later the worker" \
+        "on $victim killed; the survivors stepped $r s after the kill"
+    echo "ok ($case_name)"
+    exit 0
+fi
 
 # ==== 1: kill -9 of the etcd leader ========================================
 leader=$(etcd_leader 30) || fail "no etcd leader"
