@@ -139,11 +139,9 @@ first_step_after() {
 }
 stepped_after() { [ -n "$(first_step_after "$1")" ]; }
 job_running() { ! in_workers "^done: "; }
-
-if [ "$case_name" = partition ]; then
-    # ==== node4's cable pulled: its member is cut off =========================
-    B link node4 down || fail "bed.sh link node4 down"
-    cut_at=$(date +%s.%N)
+# kill_a_worker: kill -9 of the worker of a pod that does not drive ($victim),
+# at $killed; fails unless the survivors step within 60 s.
+kill_a_worker() {
     d=$(driver_node)
     [ -n "$d" ] || fail "no elastic driver leads (no $prefix/elastic_driver/leader)"
     for h in $pod_nodes; do
@@ -154,12 +152,13 @@ if [ "$case_name" = partition ]; then
     job_running || fail "the job ended before the worker was killed (raise --steps)"
     killed=$(date +%s.%N)
     kill -KILL "$pid"
-    within 60 stepped_after "$killed" ||
-        fail "no step within 60 s of killing the worker of $victim, node4 cut off"
-    r=$(seconds "$killed" "$(first_step_after "$killed")")
-    B link node4 up || fail "bed.sh link node4 up"
+    within 60 stepped_after "$killed" || fail "no step within 60 s of killing the worker of $victim"
+}
+# two_finish GONE...: the pods but those on the hosts GONE exit 0, and the
+# job ends on 2 pods with identical parameters.
+two_finish() {
     for h in $pod_nodes; do
-        [ "$h" = "$victim" ] && continue
+        case " $* " in *" $h "*) continue ;; esac
         wait "$(worker_of "$h")"
         code=$?
         [ "$code" = 0 ] || fail "the worker of $h exited with $code"
@@ -167,6 +166,16 @@ if [ "$case_name" = partition ]; then
     cat "$work"/*.worker >"$work/all"
     grep -q "^done: $steps steps, 2 workers, [0-9]* resets, .*parameters identical on every rank" \
         "$work/all" || fail "the job did not finish on 2 pods with identical parameters"
+}
+
+if [ "$case_name" = partition ]; then
+    # ==== node4's cable pulled: its member is cut off =========================
+    B link node4 down || fail "bed.sh link node4 down"
+    cut_at=$(date +%s.%N)
+    kill_a_worker
+    r=$(seconds "$killed" "$(first_step_after "$killed")")
+    B link node4 up || fail "bed.sh link node4 up"
+    two_finish "$victim"
     echo "node4 (an etcd member) cut off; $(seconds "$cut_at" "$killed") s later the worker" \
         "on $victim killed; the survivors stepped $r s after the kill"
     echo "ok ($case_name)"
@@ -200,18 +209,8 @@ r1_elect=$(seconds "$killed1" "$elected")
 r1_write=$(seconds "$elected" "$first_write")
 
 # ==== 2: kill -9 of a worker (not in the driver's pod) =====================
-d=$(driver_node)
-[ -n "$d" ] || fail "no elastic driver leads (no $prefix/elastic_driver/leader)"
-for h in node1 node2 node3 node4; do
-    [ "$h" != "$d" ] && victim=$h && break
-done
-pid=$(child_of "$(worker_of "$victim")")
-[ -n "$pid" ] || fail "the worker of $victim is not running"
-job_running || fail "the job ended before the worker was killed (raise --steps)"
-killed2=$(date +%s.%N)
-kill -KILL "$pid"
-within 60 stepped_after "$killed2" || fail "no step within 60 s of killing the worker of $victim"
-r2=$(seconds "$killed2" "$(first_step_after "$killed2")")
+kill_a_worker
+r2=$(seconds "$killed" "$(first_step_after "$killed")")
 
 # ==== 3: kill -9 of the pod that runs the driver ============================
 d=$(driver_node)
@@ -237,18 +236,7 @@ within 60 stepped_after "$killed3" || fail "no step within 60 s of killing the p
 r3=$(seconds "$killed3" "$(first_step_after "$killed3")")
 
 # ==== the end ===============================================================
-survivors=
-for h in node1 node2 node3 node4; do
-    [ "$h" = "$victim" ] || [ "$h" = "$d" ] || survivors="$survivors $h"
-done
-for h in $survivors; do
-    wait "$(worker_of "$h")"
-    code=$?
-    [ "$code" = 0 ] || fail "the worker of $h exited with $code"
-done
-cat "$work"/*.worker >"$work/all"
-grep -q "^done: $steps steps, 2 workers, [0-9]* resets, .*parameters identical on every rank" \
-    "$work/all" || fail "the job did not finish on 2 pods with identical parameters"
+two_finish "$victim" "$d"
 grep -q "leading the elastic driver from round [0-9]" "$work"/*.cand ||
     fail "no candidate took over"
 echo "recovery, kill -9 of the etcd leader (member $leader on node$((leader + 1))):" \
