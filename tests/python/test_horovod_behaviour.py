@@ -2,9 +2,10 @@
 depends on it, through hvd.torch and through the compatibility tree's
 horovod.torch alike (every test runs the same calls against both):
 ElasticSampler's order and state_dict, broadcast_optimizer_state's model
-argument and the gradients it leaves, the exception reducescatter raises
-for Adasum, the warnings' texts, set_backward_passes_per_step, and the
-error of a collective called before hvd.init().
+argument and the gradients it leaves, allgather's output as torch's own
+tensor, the exception reducescatter raises for Adasum, the warnings'
+texts, set_backward_passes_per_step, and the error of a collective called
+before hvd.init().
 """
 
 import importlib
@@ -137,6 +138,19 @@ def test_broadcast_optimizer_state_leaves_a_zero_gradient_to_broadcast(api, rank
     for i, p in enumerate(model.parameters()):
         assert torch.equal(api.broadcast(p.grad, 0, name='behaviour.grad.%d' % i),
                            torch.zeros_like(p))
+
+
+# ==== allgather's output is torch's own tensor ====================================================
+
+def test_allgather_output_behaves_as_torchs(api, rank, size):
+    # A shape error is torch's RuntimeError (not a SystemError from a
+    # Python deleter), and resize_ grows the output and keeps its values.
+    out = api.allgather(torch.ones(2), name='behaviour.allgather_output')
+    with pytest.raises(RuntimeError):
+        out + torch.ones(3)
+    out.resize_(1000)
+    assert out.shape == (1000,)
+    assert out[:2 * size].tolist() == [1.0] * (2 * size)
 
 
 # ==== reducescatter with Adasum ===================================================================
