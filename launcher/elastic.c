@@ -233,9 +233,7 @@ static hvd_status start_worker(struct driver *d, const struct hvdrun_slot *s, co
   p = hvdrun_sup_proc(&d->sup, proc);
   st = hvdrun_proc_init(p, d->o, w->label, d->digits);
   if (st == HVD_OK)
-    st = d->rdzv.url != NULL ? hvdrun_job_vars(d->o, d->rdzv.url, 0, d->rdzv.token, &vars)
-                             : hvdrun_job_vars(d->o, d->rdzv.addr, d->rdzv.port, d->rdzv.token,
-                                               &vars);
+    st = hvdrun_store_vars(d->o, &d->rdzv, &vars);
 #define SET(...) \
   if (st == HVD_OK) \
   st = hvdrun_env_set(&vars, __VA_ARGS__)

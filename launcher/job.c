@@ -102,9 +102,7 @@ static hvd_status start_store(struct job *j) {
 static hvd_status spawn(struct job *j, int r) {
   const struct hvdrun_slot *s = &j->slots[r];
   struct hvdrun_env vars = {0};
-  hvd_status st = j->store.url != NULL
-                      ? hvdrun_job_vars(j->o, j->store.url, 0, j->store.token, &vars)
-                      : hvdrun_job_vars(j->o, j->store.addr, j->store.port, j->store.token, &vars);
+  hvd_status st = hvdrun_store_vars(j->o, &j->store, &vars);
 
   if (st == HVD_OK)
     st = hvdrun_slot_vars(j->hosts[s->host].name, s, &vars);

@@ -80,6 +80,12 @@ hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int
   return st;
 }
 
+hvd_status hvdrun_store_vars(const struct hvdrun_options *o, const struct hvdrun_store *s,
+                             struct hvdrun_env *e) {
+  return s->url != NULL ? hvdrun_job_vars(o, s->url, 0, s->token, e)
+                        : hvdrun_job_vars(o, s->addr, s->port, s->token, e);
+}
+
 hvd_status hvdrun_slot_vars(const char *host, const struct hvdrun_slot *s, struct hvdrun_env *e) {
   hvd_status st = hvdrun_env_set(e, "HOROVOD_HOSTNAME", "%s", host);
   const struct {

@@ -58,6 +58,9 @@ void hvdrun_store_stop(struct hvdrun_store *s);
  * HVD_HOROVOD_COMPAT). */
 hvd_status hvdrun_job_vars(const struct hvdrun_options *o, const char *addr, int port,
                            const char *token, struct hvdrun_env *e);
+/* hvdrun_job_vars for the job's store s: its address, or its etcd URL. */
+hvd_status hvdrun_store_vars(const struct hvdrun_options *o, const struct hvdrun_store *s,
+                             struct hvdrun_env *e);
 
 /* A slot's HOROVOD_HOSTNAME and HOROVOD_RANK/SIZE, LOCAL_RANK/SIZE and
  * CROSS_RANK/SIZE. */
