@@ -255,7 +255,7 @@ static const char *etcd_url;
 
 static hvd_status new_client(const char *host, int port, int64_t timeout_ms,
                              struct rdzv_client **out) {
-  return etcd_url != NULL ? rdzv_client_create_url(etcd_url, NULL, timeout_ms, out)
+  return etcd_url != NULL ? rdzv_client_create_url(etcd_url, timeout_ms, out)
                           : rdzv_client_create(host, port, NULL, timeout_ms, out);
 }
 

@@ -123,7 +123,7 @@ static void *etcd_watch_main(void *arg) {
   struct scope_watch *sw = arg;
   struct rdzv_client *c = NULL;
   uint64_t seen = 0;
-  hvd_status st = rdzv_client_create_url(sw->url, NULL, WATCH_MS, &c);
+  hvd_status st = rdzv_client_create_url(sw->url, WATCH_MS, &c);
 
   if (st == HVD_OK)
     st = rdzv_client_set_cancel_fd(c, sw->stop[0]);

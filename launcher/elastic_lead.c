@@ -54,7 +54,7 @@ int hvdrun_lead_elastic_pods(const struct hvdrun_options *o, const char *url, in
   }
   gethostname(host, sizeof(host) - 1);
   snprintf(me, sizeof(me), "%s:%d", host, (int)getpid());
-  if ((st = rdzv_client_create_url(url, NULL, -1, &c)) != HVD_OK) {
+  if ((st = rdzv_client_create_url(url, -1, &c)) != HVD_OK) {
     say("", hvd_last_error_message());
     close(stop);
     return 1;

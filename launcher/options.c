@@ -594,7 +594,7 @@ static hvd_status check_needs(const struct hvdrun_options *o, const struct parse
  * now, rather than the job's failure later). */
 static hvd_status check_rendezvous(const struct hvdrun_options *o) {
   struct rdzv_client *c = NULL;
-  hvd_status st = rdzv_client_create_url(o->settings[HVD_SET_RENDEZVOUS], NULL, -1, &c);
+  hvd_status st = rdzv_client_create_url(o->settings[HVD_SET_RENDEZVOUS], -1, &c);
   rdzv_client_destroy(c);
   return st != HVD_OK ? hvd_error_prefix("--rendezvous") : HVD_OK;
 }

@@ -163,7 +163,7 @@ static int check_driver(struct options *o) {
                        o->only_store);
   if (o->etcd != NULL) { /* the URL and the etcd settings, read without a request */
     struct rdzv_client *c = NULL;
-    if (rdzv_client_create_url(o->etcd, NULL, -1, &c) != HVD_OK)
+    if (rdzv_client_create_url(o->etcd, -1, &c) != HVD_OK)
       return usage_error("%s", hvd_last_error_message());
     rdzv_client_destroy(c);
   }

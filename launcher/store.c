@@ -87,7 +87,7 @@ static hvd_status etcd_job(const char *given, struct hvdrun_store *s) {
     return hvd_error(HVD_ERR_NO_MEMORY, "out of memory");
   snprintf(s->url, len + 64, "%.*s%s/job-%s", (int)len, given,
            slash == NULL ? "/hvd/default" : "", id);
-  if ((st = rdzv_client_create_url(s->url, NULL, -1, &s->client)) != HVD_OK)
+  if ((st = rdzv_client_create_url(s->url, -1, &s->client)) != HVD_OK)
     return hvd_error_prefix("--rendezvous");
   return HVD_OK;
 }

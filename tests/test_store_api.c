@@ -85,7 +85,7 @@ static void case_teardown(void) {
 
 static hvd_status try_client(int64_t timeout_ms, struct rdzv_client **out) {
   if (on_etcd)
-    return rdzv_client_create_url(url, NULL, timeout_ms, out);
+    return rdzv_client_create_url(url, timeout_ms, out);
   return rdzv_client_create("127.0.0.1", rdzv_server_port(srv), NULL, timeout_ms, out);
 }
 
@@ -765,7 +765,7 @@ START_TEST(unreachable_server) {
   if (on_etcd) {
     char bad[128];
     snprintf(bad, sizeof(bad), "etcd://%s,127.0.0.1:%d/hvdtest", where, free_port());
-    EXPECT(rdzv_client_create_url(bad, NULL, SHORT_MS, &c), HVD_OK);
+    EXPECT(rdzv_client_create_url(bad, SHORT_MS, &c), HVD_OK);
   } else {
     EXPECT(rdzv_client_create("127.0.0.1", port, NULL, SHORT_MS, &c), HVD_OK);
   }

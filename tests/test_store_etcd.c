@@ -90,7 +90,7 @@ static const char *url_for(const char *name) {
 
 static struct rdzv_client *client_at(const char *url, int64_t timeout_ms) {
   struct rdzv_client *c = NULL;
-  ck_assert_msg(rdzv_client_create_url(url, NULL, timeout_ms, &c) == HVD_OK, "%s: %s", url,
+  ck_assert_msg(rdzv_client_create_url(url, timeout_ms, &c) == HVD_OK, "%s: %s", url,
                 hvd_last_error_message());
   return c;
 }
@@ -218,7 +218,7 @@ static void op_fini(struct op_thread *t) {
 
 static void expect_bad_url(const char *url, const char *needle) {
   struct rdzv_client *c = NULL;
-  hvd_status st = rdzv_client_create_url(url, NULL, 1000, &c);
+  hvd_status st = rdzv_client_create_url(url, 1000, &c);
   ck_assert_msg(st == HVD_ERR_INVALID_ARGUMENT, "%s: %s, want invalid argument", url,
                 hvd_strerror(st));
   ck_assert_ptr_null(c);
@@ -303,8 +303,7 @@ START_TEST(bad_settings) {
   expect_bad_url("etcd://127.0.0.1:2379", "HVD_ETCD_CACERT");
   clear_settings();
   setenv("HVD_ETCD_LEASE_SECONDS", "2", 1); /* under the minimum, 5 */
-  EXPECT(rdzv_client_create_url("etcd://127.0.0.1:2379", NULL, 1000, &c),
-         HVD_ERR_INVALID_ARGUMENT);
+  EXPECT(rdzv_client_create_url("etcd://127.0.0.1:2379", 1000, &c), HVD_ERR_INVALID_ARGUMENT);
   expect_message("HVD_ETCD_LEASE_SECONDS");
   clear_settings();
 }

@@ -55,11 +55,9 @@ static bool is_etcd_url(const char *url) {
   return strncmp(url, "etcd://", 7) == 0 || strncmp(url, "etcds://", 8) == 0;
 }
 
-hvd_status rdzv_client_create_url(const char *url, const char *token, int64_t timeout_ms,
-                                  struct rdzv_client **out) {
+hvd_status rdzv_client_create_url(const char *url, int64_t timeout_ms, struct rdzv_client **out) {
   if (url != NULL && is_etcd_url(url))
     return rdzv_client_create_etcd(url, timeout_ms, out);
-  (void)token;
   return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                    "HVD_RENDEZVOUS='%s': expected etcd://HOST:PORT[,HOST:PORT...][/PREFIX] or "
                    "etcds://... (hvd's own store is named by HOROVOD_GLOO_RENDEZVOUS_ADDR and "
@@ -81,7 +79,7 @@ hvd_status rdzv_client_create_from_env(struct rdzv_client **out) {
   if (st != HVD_OK)
     return st;
   if (url != NULL)
-    return rdzv_client_create_url(url, token, timeout_s * 1000, out);
+    return rdzv_client_create_url(url, timeout_s * 1000, out);
   if (addr == NULL)
     return hvd_error(HVD_ERR_INVALID_ARGUMENT,
                      "HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: start ranks with hvdrun, or set "

@@ -360,8 +360,7 @@ hvd_status rdzv_client_create(const char *host, int port, const char *token, int
 /* An etcd cluster's client: "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]" or
  * "etcds://..." (TLS); the HVD_ETCD_* settings give credentials and the
  * lease. (hvd's own store has no URL form: see rdzv_client_create.) */
-hvd_status rdzv_client_create_url(const char *url, const char *token, int64_t timeout_ms,
-                                  struct rdzv_client **out);
+hvd_status rdzv_client_create_url(const char *url, int64_t timeout_ms, struct rdzv_client **out);
 /* HVD_RENDEZVOUS's etcd cluster if it is set; else hvd's store at
  * HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT with HVD_TOKEN. Both with
  * HOROVOD_GLOO_TIMEOUT_SECONDS. */
