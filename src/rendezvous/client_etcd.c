@@ -163,11 +163,9 @@ static hvd_status etcd_get(struct rdzv_client *c, const char *scope, const char 
 /* The wait for one key: done at its first put. */
 static bool key_put(const cJSON *event, int64_t revision, void *arg) {
   struct etcd *e = arg;
-  const cJSON *type = cJSON_GetObjectItemCaseSensitive(event, "type");
   (void)revision;
-  if (type != NULL && !(cJSON_IsString(type) && strcmp(type->valuestring, "PUT") == 0))
-    return false; /* a delete */
-  return rdzv_etcd_kv_value(&e->value, cJSON_GetObjectItemCaseSensitive(event, "kv"));
+  return rdzv_etcd_event_is_put(event) &&
+         rdzv_etcd_kv_value(&e->value, cJSON_GetObjectItemCaseSensitive(event, "kv"));
 }
 
 static hvd_status timed_out(struct rdzv_client *c, const char *what, const char *missing,
@@ -218,9 +216,8 @@ static hvd_status etcd_wait(struct rdzv_client *c, const char *scope, const char
  * value (the scope's body, if it fitted) goes to e->value. */
 static bool marker_put(const cJSON *event, int64_t revision, void *arg) {
   struct etcd *e = arg;
-  const cJSON *type = cJSON_GetObjectItemCaseSensitive(event, "type");
   (void)revision;
-  if (type != NULL && !(cJSON_IsString(type) && strcmp(type->valuestring, "PUT") == 0))
+  if (!rdzv_etcd_event_is_put(event))
     return false;
   if (!rdzv_etcd_kv_value(&e->value, cJSON_GetObjectItemCaseSensitive(event, "kv")))
     hvd_buf_reset(&e->value);
@@ -304,14 +301,13 @@ static hvd_status name_marker(struct rdzv_client *c, const char *scope, size_t c
  * fits in one etcd request. A put, not a creation: the marker of an
  * earlier fill of the scope (emptied since) may still be there, and its
  * waiters watch for a put after their count. */
-static void put_marker(struct rdzv_client *c, const char *what, const char *scope,
-                       size_t count, const struct hvd_buf *body, int64_t deadline_ns) {
+static void put_marker(struct rdzv_client *c, const char *what, const char *scope, size_t count,
+                       const struct hvd_buf *body, int64_t deadline_ns) {
   size_t len = body->len <= MARKER_BODY_MAX ? body->len : 0;
 
   if (name_marker(c, scope, count) != HVD_OK ||
       put(c, what, len ? body->data : "", len, deadline_ns) != HVD_OK)
-    HVD_LOG_DEBUG("%s (the others read the scope after a watch chunk)",
-                  hvd_last_error_message());
+    HVD_LOG_DEBUG("%s (the others read the scope after a watch chunk)", hvd_last_error_message());
 }
 
 /*
@@ -366,8 +362,7 @@ static hvd_status etcd_get_scope(struct rdzv_client *c, const char *scope, size_
      * do not read the scope with this count, or died). */
     chunk_end = hvd_deadline_after_ms(ETCD_WATCH_CHUNK_MS);
     st = rdzv_etcd_watch(c, what, e->keybuf.data, e->keybuf.len, NULL, 0, revision + 1,
-                         chunk_end < deadline_ns ? chunk_end : deadline_ns, marker_put, e,
-                         &resync);
+                         chunk_end < deadline_ns ? chunk_end : deadline_ns, marker_put, e, &resync);
     if (st == HVD_OK && e->watch_done && e->value.len > 0) {
       size_t len;
       char *text = hvd_buf_detach(&e->value, &len);

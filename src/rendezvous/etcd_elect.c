@@ -14,10 +14,9 @@
 
 /* The leader's key went (its lease expired, or it resigned). */
 static bool key_deleted(const cJSON *event, int64_t revision, void *arg) {
-  const cJSON *type = cJSON_GetObjectItemCaseSensitive(event, "type");
   (void)revision;
   (void)arg;
-  return cJSON_IsString(type) && strcmp(type->valuestring, "DELETE") == 0;
+  return !rdzv_etcd_event_is_put(event);
 }
 
 hvd_status rdzv_etcd_lead(struct rdzv_client *c, const char *scope, const char *key,

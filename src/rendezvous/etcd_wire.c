@@ -106,6 +106,11 @@ void rdzv_etcd_range_end(const char *start, size_t len, char *end) {
   end[len - 1] = (char)(start[len - 1] + 1);
 }
 
+bool rdzv_etcd_event_is_put(const cJSON *event) {
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(event, "type");
+  return type == NULL || (cJSON_IsString(type) && strcmp(type->valuestring, "PUT") == 0);
+}
+
 const cJSON *rdzv_etcd_first_kv(const cJSON *range_answer) {
   return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(range_answer, "kvs"), 0);
 }

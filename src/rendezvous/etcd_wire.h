@@ -26,6 +26,9 @@ bool rdzv_etcd_json_int64(const cJSON *object, const char *name, int64_t *out);
 /* Adds "name": base64(data) to object. */
 hvd_status rdzv_etcd_json_add_bytes(cJSON *object, const char *name, const void *data, size_t len);
 
+/* Whether a watch event is a put (etcd leaves a put's type out; a
+ * deletion says "DELETE"). */
+bool rdzv_etcd_event_is_put(const cJSON *event);
 /* The first kv of a range answer, or NULL. */
 const cJSON *rdzv_etcd_first_kv(const cJSON *range_answer);
 /* A kv's value, decoded into out; false when there is none. */
