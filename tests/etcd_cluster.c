@@ -929,3 +929,22 @@ char *etcd_cluster_get(struct etcd_cluster *c, int member, const char *key) {
   free(k);
   return value;
 }
+
+long etcd_cluster_watchers(struct etcd_cluster *c) {
+  static const char metric[] = "\netcd_debugging_mvcc_watcher_total ";
+  long sum = 0;
+  for (int i = 0; i < c->size; i++) {
+    char *reply = NULL, *at;
+    long n = -1;
+    if (c->members[i].keeper == 0 || c->members[i].paused)
+      continue;
+    if (etcd_cluster_post(c, i, "/metrics", NULL, 5000, &reply) == 200 &&
+        (at = strstr(reply, metric)) != NULL)
+      n = strtol(at + strlen(metric), NULL, 10);
+    free(reply);
+    if (n < 0)
+      return -1;
+    sum += n;
+  }
+  return sum;
+}

@@ -129,5 +129,8 @@ void etcd_cluster_put(struct etcd_cluster *c, int member, const char *key, const
 /* key's value (malloc'd; the caller frees it), or NULL where the key is
  * absent. A linearizable read: it needs a quorum. */
 char *etcd_cluster_get(struct etcd_cluster *c, int member, const char *key);
+/* The watchers (waiting calls) of the running, unpaused members, summed
+ * from their /metrics; -1 where one did not answer. */
+long etcd_cluster_watchers(struct etcd_cluster *c);
 
 #endif

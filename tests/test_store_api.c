@@ -95,26 +95,6 @@ static struct rdzv_client *new_client(int64_t timeout_ms) {
   return c;
 }
 
-/* etcd's watchers, summed over the running members (-1: a member did not
- * answer). */
-static long etcd_watchers(void) {
-  long sum = 0;
-  for (int i = 0; i < cluster.size; i++) {
-    char *reply = NULL, *at;
-    long n = -1;
-    if (cluster.members[i].keeper == 0 || cluster.members[i].paused)
-      continue;
-    if (etcd_cluster_post(&cluster, i, "/metrics", NULL, 5000, &reply) == 200 &&
-        (at = strstr(reply, "\netcd_debugging_mvcc_watcher_total ")) != NULL)
-      n = strtol(at + strlen("\netcd_debugging_mvcc_watcher_total "), NULL, 10);
-    free(reply);
-    if (n < 0)
-      return -1;
-    sum += n;
-  }
-  return sum;
-}
-
 /* Until the store holds at least n waiting calls: the server's parked
  * long-polls, or etcd's watchers (those of earlier cases may linger: then
  * this only returns sooner). */
@@ -123,7 +103,7 @@ static void await_waiters(long n) {
   long now;
   for (;;) {
     if (on_etcd) {
-      now = etcd_watchers();
+      now = etcd_cluster_watchers(&cluster);
     } else {
       struct rdzv_store_stats stats;
       rdzv_store_get_stats(rdzv_server_store(srv), &stats);

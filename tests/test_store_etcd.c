@@ -116,31 +116,11 @@ static char *raw_get(const char *name, const char *key) {
   return etcd_cluster_get(&cluster, -1, path);
 }
 
-/* etcd's watchers, summed over the running, unpaused members (-1: one did
- * not answer). */
-static long etcd_watchers(void) {
-  long sum = 0;
-  for (int i = 0; i < cluster.size; i++) {
-    char *reply = NULL, *at;
-    long n = -1;
-    if (cluster.members[i].keeper == 0 || cluster.members[i].paused)
-      continue;
-    if (etcd_cluster_post(&cluster, i, "/metrics", NULL, 5000, &reply) == 200 &&
-        (at = strstr(reply, "\netcd_debugging_mvcc_watcher_total ")) != NULL)
-      n = strtol(at + strlen("\netcd_debugging_mvcc_watcher_total "), NULL, 10);
-    free(reply);
-    if (n < 0)
-      return -1;
-    sum += n;
-  }
-  return sum;
-}
-
 /* Until the cluster holds at least n watchers (waiting calls). */
 static void await_watchers(long n) {
   int64_t deadline = hvd_deadline_after_ms(TIMEOUT_MS);
   long now;
-  while ((now = etcd_watchers()) < n && hvd_now_ns() < deadline)
+  while ((now = etcd_cluster_watchers(&cluster)) < n && hvd_now_ns() < deadline)
     hvd_sleep_ns(5000000);
   ck_assert_msg(now >= n, "%ld etcd watchers, want %ld", now, n);
 }

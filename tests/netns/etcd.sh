@@ -69,17 +69,9 @@ fail() {
     exit 1
 }
 B() { "$bedsh" -b "$bed" "$@"; }
-# within SECONDS COMMAND...: until COMMAND succeeds, every 0.1 s; status 1
-# after SECONDS.
-within() {
-    n=$(($1 * 10))
-    shift
-    until "$@"; do
-        [ "$n" -gt 0 ] || return 1
-        n=$((n - 1))
-        sleep 0.1
-    done
-}
+# within SECONDS COMMAND...
+# shellcheck source=tests/e2e/expect.sh
+. "$here/../e2e/expect.sh"
 # seconds A B: B - A, printed with 3 decimals.
 seconds() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 
